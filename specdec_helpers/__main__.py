@@ -1,0 +1,24 @@
+"""Command line: ``python -m specdec_helpers <command> [options]``; each command lives in its own module."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS = {
+    "demo": ("specdec_helpers.demo", "speculative decoding on an offline pair, tokens coloured"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print("usage: python -m specdec_helpers <command> [options]\n\ncommands:")
+        for name, (_, summary) in COMMANDS.items():
+            print(f"  {name:<10} {summary}")
+        return 0 if not argv or argv[0] in ("-h", "--help") else 2
+    module = importlib.import_module(COMMANDS[argv[0]][0])
+    return int(module.main(argv[1:]) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

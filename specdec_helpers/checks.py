@@ -1,0 +1,110 @@
+"""Input validation: bad input gets a ValueError/TypeError that names the problem and the fix."""
+from __future__ import annotations
+
+from numbers import Integral
+
+import torch
+
+
+def vocab_size(model) -> int:
+    """Width of the model's output layer (may exceed the tokenizer's size: padded embeddings)."""
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+def context_length(model) -> int | None:
+    """Maximum number of positions the model supports, if its config says."""
+    cfg = model.config
+    for name in ("max_position_embeddings", "n_positions", "n_ctx"):
+        value = getattr(cfg, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def check_model(model, role: str) -> None:
+    if not (isinstance(model, torch.nn.Module) and hasattr(model, "get_output_embeddings")):
+        raise TypeError(
+            f"{role} must be a Hugging Face causal LM (e.g. AutoModelForCausalLM.from_pretrained(...)), "
+            f"got {type(model).__name__}"
+        )
+    if role == "target" and model.training:
+        raise ValueError("the target is in training mode (dropout makes its output random); call target.eval() first")
+
+
+def check_positive_int(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_input_ids(target, input_ids) -> torch.Tensor:
+    """A ``[1, L]`` LongTensor on the target's device, with every id inside its vocabulary."""
+    if isinstance(input_ids, (list, tuple)):
+        input_ids = torch.tensor(input_ids)
+    if not isinstance(input_ids, torch.Tensor):
+        raise TypeError(
+            f"input_ids must be a torch tensor of token ids, got {type(input_ids).__name__}; "
+            "use tokenizer(prompt, return_tensors='pt').input_ids"
+        )
+    if input_ids.dtype.is_floating_point or input_ids.dtype in (torch.bool, torch.complex64, torch.complex128):
+        raise TypeError(
+            f"input_ids must hold integer token ids, got dtype {input_ids.dtype}; "
+            "use tokenizer(prompt, return_tensors='pt').input_ids"
+        )
+    if input_ids.dim() == 1:
+        input_ids = input_ids.unsqueeze(0)
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must have shape [1, prompt_length], got {tuple(input_ids.shape)}")
+    if input_ids.shape[0] != 1:
+        raise ValueError(
+            f"batch size 1 is supported, got a batch of {input_ids.shape[0]}; decode the prompts one at a time"
+        )
+    if input_ids.shape[1] == 0:
+        raise ValueError("the prompt is empty; give at least one token (e.g. the tokenizer's BOS token)")
+    vocab = vocab_size(target)
+    low, high = int(input_ids.min()), int(input_ids.max())
+    if low < 0 or high >= vocab:
+        bad = low if low < 0 else high
+        raise ValueError(
+            f"token id {bad} is outside the target's vocabulary [0, {vocab}); "
+            "encode the prompt with the target's own tokenizer"
+        )
+    return input_ids.to(device=target.device, dtype=torch.long)
+
+
+def check_fits_context(model, role: str, needed: int, prompt_length: int, max_new_tokens: int) -> None:
+    limit = context_length(model)
+    if limit is not None and needed > limit:
+        raise ValueError(
+            f"the prompt ({prompt_length} tokens) plus max_new_tokens ({max_new_tokens}) needs {needed} positions, "
+            f"more than the {role}'s context of {limit}; shorten the prompt or lower max_new_tokens"
+        )
+
+
+def check_draft_vocab(draft_model, input_ids: torch.Tensor) -> None:
+    """The draft must be able to read every token of the text it continues."""
+    vocab = vocab_size(draft_model)
+    high = int(input_ids.max())
+    if high >= vocab:
+        raise ValueError(
+            f"the prompt holds token id {high} but the draft's vocabulary has only {vocab} entries: "
+            "the draft cannot represent the target's tokens; use a draft trained with the target's tokenizer"
+        )
+
+
+def eos_ids(target, eos_token_id) -> list[int]:
+    """EOS ids as a list; ``None`` means the target's ``generation_config.eos_token_id`` (as HF generate)."""
+    if eos_token_id is None:
+        eos_token_id = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
+        if eos_token_id is None:
+            return []
+    if isinstance(eos_token_id, torch.Tensor):
+        eos_token_id = eos_token_id.tolist()
+    ids = [eos_token_id] if isinstance(eos_token_id, Integral) else eos_token_id
+    if not isinstance(ids, (list, tuple, set)) or not all(
+        isinstance(i, Integral) and not isinstance(i, bool) for i in ids
+    ):
+        raise TypeError(f"eos_token_id must be an int or a list of ints, got {eos_token_id!r}")
+    return [int(i) for i in ids]

@@ -1,0 +1,194 @@
+"""The decode loops: speculative decoding, and plain greedy decoding as its k = 0 special case."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from . import checks
+from .cache import crop_cache, new_cache
+from .drafters import Drafter, Proposal, as_drafter
+from .sampling import Sampler
+from .verify import score_draft, verify
+
+
+@dataclass
+class Step:
+    """One round: what the draft proposed, how many the target accepted, what was appended."""
+
+    draft: list[int]
+    accepted: int
+    emitted: list[int]  # tokens appended this round (accepted draft + correction/bonus, cut at EOS/limit)
+
+    @property
+    def rejected(self) -> list[int]:
+        return self.draft[self.accepted:]
+
+    @property
+    def target_token_kind(self) -> str:
+        """'bonus' (all k accepted), 'correction' (first mismatch) or 'target' (nothing was drafted)."""
+        if not self.draft:
+            return "target"
+        return "bonus" if self.accepted == len(self.draft) else "correction"
+
+
+@dataclass
+class DecodeStats:
+    """Counters of one decode call.
+
+    - ``new_tokens``: tokens appended after the prompt.
+    - ``proposed`` / ``accepted``: draft tokens proposed / accepted by verification, summed over rounds
+      (correction and bonus tokens come from the target and are never counted as accepted).
+    - ``acceptance_rate`` = accepted / proposed (0 when nothing was proposed).
+    - ``mean_accepted_length`` = new tokens per target call (1.0 for plain greedy decoding).
+    - ``target_calls`` = rounds (one target pass each, prefill included); ``draft_calls`` = draft passes.
+    - ``accepted_per_step``: accepted draft tokens in each round.
+    - ``wall_time_s`` / ``tokens_per_s``: time of the whole call (device synced) and new_tokens / time.
+    """
+
+    new_tokens: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    target_calls: int = 0
+    draft_calls: int = 0
+    accepted_per_step: list[int] = field(default_factory=list)
+    wall_time_s: float = 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return self.new_tokens / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        names = ["new_tokens", "proposed", "accepted", "acceptance_rate", "mean_accepted_length",
+                 "target_calls", "draft_calls", "accepted_per_step", "wall_time_s", "tokens_per_s"]
+        return {name: getattr(self, name) for name in names}
+
+
+@dataclass
+class DecodeOutput:
+    sequences: torch.Tensor  # [1, prompt + new], as target.generate(do_sample=False) returns
+    stats: DecodeStats
+    steps: list[Step]  # per-round trace, for explaining and colouring the output
+
+    @property
+    def new_tokens(self) -> torch.Tensor:
+        return self.sequences[0, self.sequences.shape[1] - self.stats.new_tokens:]
+
+
+class _NoDraft:
+    """Proposes nothing: every round is one ordinary target step (plain greedy decoding)."""
+
+    def reset(self) -> None:
+        pass
+
+    def rollback(self, n_kept: int) -> None:
+        pass
+
+    def propose(self, input_ids, k, sampler=None) -> Proposal:
+        return Proposal(input_ids.new_empty(0))
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def speculative_decode(
+    target,
+    draft,
+    input_ids,
+    *,
+    max_new_tokens: int = 100,
+    num_speculative_tokens: int = 5,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    eos_token_id=None,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+) -> DecodeOutput:
+    """Generate with ``draft`` proposing and ``target`` verifying; output is the target's own.
+
+    Greedy (``temperature=0``): ``sequences`` equals ``target.generate(input_ids, do_sample=False,
+    max_new_tokens=...)`` token for token. Sampling: tokens follow the target's warped distribution
+    exactly (rejection sampling). ``use_cache=False`` re-runs the target over the whole text each
+    round (vectorized verification); ``True`` keeps a KV cache and feeds only new positions.
+    """
+    checks.check_model(target, "target")
+    input_ids = checks.check_input_ids(target, input_ids)
+    max_new_tokens = checks.check_positive_int(max_new_tokens, "max_new_tokens", 0)
+    k = checks.check_positive_int(num_speculative_tokens, "num_speculative_tokens", 1)
+    sampler = Sampler(temperature, top_k, top_p, generator)
+    drafter = as_drafter(draft, target)
+    eos = checks.eos_ids(target, eos_token_id)
+    prompt_length = input_ids.shape[1]
+    checks.check_fits_context(target, "target", prompt_length + max_new_tokens, prompt_length, max_new_tokens)
+    draft_model = getattr(drafter, "model", None)
+    if draft_model is not None:
+        checks.check_draft_vocab(draft_model, input_ids)
+        checks.check_fits_context(draft_model, "draft", prompt_length + max_new_tokens, prompt_length, max_new_tokens)
+    return _decode_loop(target, drafter, input_ids, max_new_tokens, k, sampler, eos, use_cache)
+
+
+def greedy_decode(target, input_ids, *, max_new_tokens: int = 100, eos_token_id=None, use_cache: bool = True):
+    """Plain greedy decoding (one target pass per token), the baseline speculative decoding must match."""
+    return speculative_decode(
+        target, _NoDraft(), input_ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, use_cache=use_cache
+    )
+
+
+def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, k, sampler, eos, use_cache) -> DecodeOutput:
+    device = input_ids.device
+    prompt_length = input_ids.shape[1]
+    buffer = torch.empty(1, prompt_length + max_new_tokens, dtype=torch.long, device=device)
+    buffer[:, :prompt_length] = input_ids
+    length = prompt_length
+    end = prompt_length + max_new_tokens
+    eos_set = set(eos)
+    cache = new_cache(target) if use_cache else None
+    stats, steps = DecodeStats(), []
+    drafter.reset()
+
+    _sync(device)
+    start_time = time.perf_counter()
+    while length < end:
+        context = buffer[:, :length]
+        # Leave room for the target's own token: never overshoot max_new_tokens.
+        proposal = drafter.propose(context, min(k, end - length - 1), sampler)
+        logits = score_draft(target, context, proposal.tokens, cache)
+        result = verify(logits, proposal.tokens, proposal.probs, sampler)
+
+        emitted = result.tokens.tolist()
+        for i, token in enumerate(emitted):
+            if token in eos_set:
+                emitted = emitted[: i + 1]
+                break
+        buffer[0, length : length + len(emitted)] = result.tokens[: len(emitted)]
+        # Kept: the old text plus the accepted draft tokens; the new last token is fed next round.
+        if cache is not None:
+            crop_cache(cache, length + result.num_accepted)
+        drafter.rollback(length + result.num_accepted)
+        length += len(emitted)
+
+        stats.target_calls += 1
+        stats.draft_calls += proposal.forward_calls
+        stats.proposed += result.num_proposed
+        stats.accepted += result.num_accepted
+        stats.accepted_per_step.append(result.num_accepted)
+        steps.append(Step(proposal.tokens.tolist(), result.num_accepted, emitted))
+        if emitted[-1] in eos_set:
+            break
+    _sync(device)
+    stats.wall_time_s = time.perf_counter() - start_time
+    stats.new_tokens = length - prompt_length
+    return DecodeOutput(buffer[:, :length].clone(), stats, steps)

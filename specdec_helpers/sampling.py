@@ -1,0 +1,74 @@
+"""How a token is chosen from logits: greedy, or sampling warped by temperature, top-k and top-p.
+
+Draft and target must be warped *identically* for speculative sampling to be lossless, so both go
+through one `Sampler`, which uses transformers' own logits warpers in the order `generate` applies
+them (temperature, then top-k, then top-p).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from numbers import Real
+
+import torch
+from transformers import (
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """Token choice rule. ``temperature == 0`` is greedy (argmax); ``> 0`` samples."""
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    generator: torch.Generator | None = None
+    _warpers: LogitsProcessorList = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        t, k, p = self.temperature, self.top_k, self.top_p
+        if isinstance(t, bool) or not isinstance(t, Real) or t != t or t < 0:
+            raise ValueError(f"temperature must be a number >= 0 (0 means greedy), got {t!r}")
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+            raise ValueError(f"top_k must be an int >= 0 (0 or None disables it), got {k!r}")
+        if p is not None and (isinstance(p, bool) or not isinstance(p, Real) or not 0 < p <= 1):
+            raise ValueError(f"top_p must be in (0, 1] (1 or None disables it), got {p!r}")
+        if self.generator is not None and not isinstance(self.generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {type(self.generator).__name__}")
+        warpers = LogitsProcessorList()
+        if t > 0:
+            if t != 1.0:
+                warpers.append(TemperatureLogitsWarper(float(t)))
+            if k:
+                warpers.append(TopKLogitsWarper(top_k=k))
+            if p is not None and p < 1.0:
+                warpers.append(TopPLogitsWarper(top_p=float(p)))
+        object.__setattr__(self, "_warpers", warpers)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Warped probabilities, one row per position (rows are independent, like a batch)."""
+        scores = self._warpers(None, logits.float())
+        return torch.softmax(scores, dim=-1)
+
+    def sample(self, probs: torch.Tensor) -> torch.Tensor:
+        """One token per row of ``probs``."""
+        return torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
+
+    def choose(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Tokens for each row of ``logits`` and the distribution they came from (None if greedy)."""
+        if self.greedy:
+            return logits.argmax(-1), None
+        probs = self.probs(logits)
+        return self.sample(probs), probs
+
+    def uniform(self, n: int, device) -> torch.Tensor:
+        """``n`` draws from U[0, 1) on ``device`` using this sampler's generator."""
+        gen_device = self.generator.device if self.generator is not None else device
+        return torch.rand(n, generator=self.generator, device=gen_device).to(device)

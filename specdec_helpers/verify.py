@@ -1,0 +1,133 @@
+"""Verification: one target pass scores every draft token, then greedy matching or rejection sampling.
+
+The off-by-one, once: a causal LM's logits at position ``i`` predict the token at ``i + 1``.
+Draft token ``j`` sits at position ``start + j`` (``start`` = length of the verified text), so the
+target's opinion about it is in the logits at position ``start - 1 + j``, never ``start + j``.
+Comparing with ``start + j`` checks each draft token against the target's guess for the *next*
+token, and acceptance collapses to about 1/vocabulary (PA3 students saw ~1/k).
+`score_draft` is the only function that does this indexing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .cache import cache_length
+from .sampling import Sampler
+
+
+def score_draft(target, input_ids: torch.Tensor, draft_tokens: torch.Tensor, cache=None) -> torch.Tensor:
+    """Logits ``[k + 1, vocab]`` from ONE target pass; row ``j`` judges draft token ``j``.
+
+    Rows ``0..k-1`` are the target's distribution for draft positions ``0..k-1``; row ``k`` is the
+    distribution for the token after the whole draft (the bonus token). ``input_ids`` is the
+    verified text ``[1, start]``; with a ``cache``, only the positions it does not hold yet are fed.
+    """
+    k = draft_tokens.numel()
+    fed = input_ids[:, cache_length(cache):]
+    if k:
+        fed = torch.cat([fed, draft_tokens.view(1, -1).to(fed.device)], dim=1)
+    # The last k + 1 positions are start - 1 .. start + k - 1: exactly the off-by-one shift.
+    out = target(input_ids=fed, past_key_values=cache, use_cache=cache is not None, logits_to_keep=k + 1)
+    return out.logits[0, -(k + 1):]
+
+
+@dataclass
+class VerifyResult:
+    """What one verification pass decided.
+
+    ``tokens`` = the ``num_accepted`` accepted draft tokens followed by one token from the target:
+    the *correction* at the first mismatch, or the *bonus* token when every draft token passed.
+    """
+
+    tokens: torch.Tensor  # LongTensor [num_accepted + 1]
+    num_accepted: int
+    num_proposed: int
+
+    @property
+    def next_token(self) -> int:
+        return int(self.tokens[-1])
+
+    @property
+    def is_bonus(self) -> bool:
+        return self.num_accepted == self.num_proposed
+
+    # PA3 returned (accepted_tokens, accepted_position); keep that spelling available.
+    @property
+    def accepted_tokens(self) -> torch.Tensor:
+        return self.tokens[: self.num_accepted]
+
+    @property
+    def accepted_position(self) -> int:
+        return self.num_accepted
+
+
+def accept_greedy(logits: torch.Tensor, draft_tokens: torch.Tensor) -> VerifyResult:
+    """Keep the longest prefix where draft == target argmax, plus the target's next token."""
+    choices = logits.argmax(-1)  # [k + 1]
+    k = draft_tokens.numel()
+    matches = (choices[:k] == draft_tokens.to(choices.device)).int()
+    n = int(matches.cumprod(0).sum()) if k else 0
+    # draft[:n] == choices[:n], so the kept tokens are simply choices[: n + 1].
+    return VerifyResult(choices[: n + 1], n, k)
+
+
+def accept_sampled(
+    logits: torch.Tensor, draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None, sampler: Sampler
+) -> VerifyResult:
+    """Rejection sampling (Leviathan et al. 2023, Alg. 1): output follows the target's distribution.
+
+    Draft token ``x_j`` drawn from ``q_j`` is accepted with probability ``min(1, p_j(x)/q_j(x))``; at the
+    first rejection the replacement is drawn from ``max(p_j - q_j, 0)`` normalised; if all pass, the
+    bonus comes from ``p_k``. ``draft_probs=None`` means a deterministic drafter (one-hot ``q``).
+    """
+    p = sampler.probs(logits)  # [k + 1, V], warped exactly like the draft's q
+    k = draft_tokens.numel()
+    x = draft_tokens.to(p.device)
+    rows = torch.arange(k, device=p.device)
+    p_x = p[rows, x]
+    if draft_probs is None:
+        q = torch.zeros_like(p[:k])
+        q[rows, x] = 1.0
+    else:
+        q = _match_vocab(draft_probs.to(p.device, p.dtype), p.shape[-1])
+    q_x = q[rows, x]
+    # Accept iff u < p/q, written as u * q < p so q == 0 cannot divide by zero.
+    accepted = sampler.uniform(k, p.device) * q_x < p_x
+    n = int(accepted.int().cumprod(0).sum()) if k else 0
+    if n < k:
+        residual = (p[n] - q[n]).clamp_min(0)
+        total = residual.sum()
+        # total == 0 only if p == q up to rounding, where rejection has ~zero probability anyway.
+        dist = residual / total if total > 0 else p[n]
+    else:
+        dist = p[k]
+    last = sampler.sample(dist.unsqueeze(0))
+    return VerifyResult(torch.cat([x[:n], last]), n, k)
+
+
+def _match_vocab(probs: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Cut or zero-pad the draft's distribution to the target's (padded) vocabulary width."""
+    width = probs.shape[-1]
+    if width >= vocab:
+        return probs[..., :vocab]
+    return torch.nn.functional.pad(probs, (0, vocab - width))
+
+
+def verify(logits, draft_tokens, draft_probs, sampler: Sampler) -> VerifyResult:
+    """Greedy matching when the sampler is greedy, rejection sampling otherwise."""
+    if sampler.greedy:
+        return accept_greedy(logits, draft_tokens)
+    return accept_sampled(logits, draft_tokens, draft_probs, sampler)
+
+
+@torch.inference_mode()
+def verify_tokens_vectorized(target, input_ids: torch.Tensor, draft_tokens: torch.Tensor) -> VerifyResult:
+    """Greedy verification with no cache: one target pass over prompt + draft."""
+    from .checks import check_input_ids  # local import: checks imports nothing from here
+
+    input_ids = check_input_ids(target, input_ids)
+    draft_tokens = torch.as_tensor(draft_tokens, device=input_ids.device).view(-1)
+    logits = score_draft(target, input_ids, draft_tokens)
+    return accept_greedy(logits, draft_tokens)
