@@ -1,0 +1,127 @@
+"""The coloured token rendering, opened in a real headless Chromium.
+
+Skips (only) when Playwright or a Chromium binary is missing. CI installs them with:
+    apt-get install -y chromium          # Debian's browser, /usr/bin/chromium
+    pip install playwright               # the Python driver; never `playwright install`
+Set SPECDEC_CHROMIUM to use a browser binary elsewhere.
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import perturbed_copy, tiny_model
+
+playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+CHROMIUM = os.environ.get("SPECDEC_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+if not CHROMIUM:
+    pytest.skip("no chromium binary (apt-get install -y chromium)", allow_module_level=True)
+
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+# Computed colours the page must show (from widgets.STYLES).
+BACKGROUNDS = {"accepted": "rgb(200, 247, 197)", "rejected": "rgb(255, 210, 210)",
+               "correction": "rgb(255, 216, 155)", "bonus": "rgb(201, 226, 255)"}
+
+
+def page_html(body: str, title: str = "render") -> str:
+    return f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head><body>{body}</body></html>"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A localhost http.server over a temporary folder; yields (folder, base_url)."""
+    root = tmp_path_factory.mktemp("site")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def kinds_on_page(page) -> dict:
+    return page.eval_on_selector_all(
+        ".sd-tok", "els => els.reduce((n, e) => (n[e.dataset.kind] = (n[e.dataset.kind] || 0) + 1, n), {})")
+
+
+def test_rendered_run_shows_coloured_tokens(served, browser):
+    from specdec_helpers import speculative_decode
+    from specdec_helpers.widgets import render_html
+
+    target = tiny_model("gpt_neox", seed=0)
+    prompt = torch.tensor([[1, 5, 9, 2, 7]])
+    imperfect = speculative_decode(target, perturbed_copy(target, 0.3), prompt, max_new_tokens=30,
+                                   num_speculative_tokens=3)
+    perfect = speculative_decode(target, perturbed_copy(target, 0.0), prompt, max_new_tokens=12,
+                                 num_speculative_tokens=4)
+    root, base = served
+    body = render_html(imperfect, None, 5, steps=True) + render_html(perfect, None, 5, legend=False)
+    (root / "render.html").write_text(page_html(body), encoding="utf-8")
+
+    page = browser.new_page()
+    page.goto(f"{base}/render.html")
+    counts = kinds_on_page(page)
+    for kind in ("accepted", "rejected", "correction", "bonus"):
+        assert counts.get(kind, 0) > 1, counts  # the legend holds one of each; the text holds more
+        colour = page.eval_on_selector(f".sd-text .sd-{kind}", "e => getComputedStyle(e).backgroundColor")
+        assert colour == BACKGROUNDS[kind], (kind, colour)
+    decoration = page.eval_on_selector(".sd-text .sd-rejected", "e => getComputedStyle(e).textDecorationLine")
+    assert decoration == "line-through"
+    assert page.locator("table.sd-steps tr").count() == len(imperfect.steps) + 1
+    page.close()
+
+
+def notebook_html_outputs(path: Path) -> list[str]:
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    found = []
+    for cell in nb["cells"]:
+        for output in cell.get("outputs", []):
+            html = output.get("data", {}).get("text/html")
+            if html and "sd-tok" in "".join(html):
+                found.append("".join(html))
+    return found
+
+
+@pytest.mark.parametrize("name", ["03_vectorized_verification.ipynb", "04_kv_cached_verification.ipynb"])
+def test_exported_notebook_keeps_the_colours(served, browser, name):
+    """The saved notebook's outputs carry the rendering (what GitHub, nbviewer and exports show)."""
+    path = NOTEBOOKS / name
+    if not path.exists():
+        pytest.skip(f"{name} not built yet")
+    outputs = notebook_html_outputs(path)
+    assert outputs, f"{name} has no saved token rendering: execute it (python notebooks/_build.py --execute)"
+    try:  # the real export when nbconvert is installed; else the saved HTML outputs themselves
+        import nbconvert
+
+        body, _ = nbconvert.HTMLExporter().from_filename(str(path))
+    except ImportError:
+        body = page_html("".join(outputs), name)
+    root, base = served
+    (root / f"{path.stem}.html").write_text(body, encoding="utf-8")
+    page = browser.new_page()
+    page.goto(f"{base}/{path.stem}.html")
+    counts = kinds_on_page(page)
+    assert counts.get("accepted", 0) > 1 and counts.get("prompt", 0) >= 1, counts
+    colour = page.eval_on_selector(".sd-text .sd-accepted", "e => getComputedStyle(e).backgroundColor")
+    assert colour == BACKGROUNDS["accepted"]
+    page.close()

@@ -1,0 +1,191 @@
+"""The benchmark harness, figures, tables and report, on a tiny in-memory pair (no timings asserted)."""
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from conftest import perturbed_copy, tiny_model
+from specdec_helpers import bench, report
+from specdec_helpers.decode import Step
+from specdec_helpers.drafters import PromptLookupDrafter
+
+PROMPT = torch.tensor([[1, 2, 3, 4, 5, 6]])
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_model("gpt_neox")
+    return SimpleNamespace(target=target, draft=perturbed_copy(target, scale=0.1))
+
+
+@pytest.fixture(scope="module")
+def sweep(pair, tmp_path_factory):
+    """One run of the bench CLI on the tiny pair (load_pair patched), writing into a temp folder."""
+    out = tmp_path_factory.mktemp("bench")
+    fake = SimpleNamespace(target=pair.target, draft=pair.draft, preset="tiny", device=torch.device("cpu"),
+                           dtype=torch.float32, encode=lambda text: torch.tensor([[len(text) % 60 + 1, 2, 3, 4]]))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("specdec_helpers.pairs.load_pair", lambda *args, **kwargs: fake)
+        code = bench.main(["--preset", "tiny", "--ks", "1,2", "--max-new-tokens", "8", "--repeats", "2",
+                           "--prompts", "one", "prompt two", "--out", str(out)])
+    assert code == 0
+    return out, json.loads((out / "results" / "bench_tiny.json").read_text())
+
+
+# --------------------------------------------------------------------------- primitives
+
+
+def test_tokens_are_counted_from_ids():
+    sequences = torch.tensor([[5, 6, 7, 8, 9, 10, 11]])
+    assert bench.count_new_tokens(sequences, prompt_length=3) == 4
+
+
+def test_round_robin_order():
+    assert bench.interleaved_order(["a", "b", "c"], 2) == ["a", "b", "c", "a", "b", "c"]
+
+
+def test_spread_is_median_with_quartiles():
+    s = bench.spread([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert (s["median"], s["q1"], s["q3"], s["min"], s["max"]) == (3.0, 2.0, 4.0, 1.0, 5.0)
+
+
+def test_theory_against_hand_computed_values():
+    assert bench.expected_tokens_per_step(0.5, 2) == pytest.approx(1.75)  # 1 + 0.5 + 0.25
+    assert bench.expected_speedup(0.5, 2, 0.1) == pytest.approx(1.75 / 1.2)
+    assert bench.refined_speedup(0.5, 2, 0.1, 1.5) == pytest.approx(1.75 / 1.7)
+    assert bench.expected_tokens_per_step(1.0, 4) == 5.0  # every draft token accepted, plus the bonus
+    assert bench.expected_speedup(1.0, 4, 0.25) == pytest.approx(2.5)
+    assert bench.expected_tokens_per_step(1 - 1e-9, 4) == pytest.approx(5.0)  # continuous at a = 1
+    assert bench.expected_tokens_per_step(0.0, 8) == 1.0  # nothing accepted: one target token a step
+    assert bench.expected_speedup(0.0, 8, 0.5) == pytest.approx(1 / 5)
+
+
+def test_alpha_and_acceptance_by_position():
+    steps = [Step([1, 2, 3], 3, []), Step([1, 2, 3], 1, []), Step([4, 5], 0, [])]
+    by_position = bench.acceptance_by_position(steps)
+    assert by_position == dict(proposed=[3, 3, 2], accepted=[2, 1, 1])
+    # 4 accepted tokens, 2 rejections (the fully accepted round ended without one).
+    assert bench.estimate_alpha([3, 1, 0], [3, 3, 2]) == pytest.approx(4 / 6)
+    assert bench.estimate_alpha([], []) == 0.0
+
+
+# --------------------------------------------------------------------------- benchmark()
+
+
+def test_benchmark_interleaves_checks_identity_and_counts_tokens(pair):
+    reference = pair.target.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), do_sample=False,
+                                     max_new_tokens=5)
+    calls = []
+
+    def method(name, output):
+        def run(ids, n):
+            calls.append(name)
+            return bench.MethodOutput(output)
+        return run
+
+    def broken(ids, n):
+        raise RuntimeError("cannot run")
+
+    wrong = reference.clone()
+    wrong[0, -1] = (wrong[0, -1] + 1) % 64
+    methods = {"a": method("a", reference), "b": method("b", wrong), "c": broken}
+    with pytest.warns(UserWarning, match="c failed and is skipped"):
+        result = bench.benchmark(pair.target, pair.draft, PROMPT, max_new_tokens=5, repeats=3, warmup=1,
+                                 methods=methods)
+    assert calls == ["a", "b"] + ["a", "b"] * 3  # warm-up round, then round-robin timed rounds
+    assert result["order"] == ["a", "b"] * 3
+    assert result["methods"]["a"]["identical"] and not result["methods"]["b"]["identical"]
+    assert result["methods"]["a"]["new_tokens"] == [5, 5, 5]
+    assert "cannot run" in result["methods"]["c"]["skipped"]
+    assert len(result["methods"]["a"]["times"]) == 3
+
+
+def test_hf_assisted_is_skipped_for_custom_drafters(pair):
+    class Custom:
+        def reset(self): ...
+        def rollback(self, n_kept): ...
+        def propose(self, input_ids, k, sampler=None): ...
+
+    methods = bench.build_methods(pair.target, Custom(), 2)
+    assert isinstance(methods["hf_assisted"], bench.Skip)
+    assert callable(bench.build_methods(pair.target, PromptLookupDrafter(), 2)["hf_assisted"])
+
+
+# --------------------------------------------------------------------------- the sweep and its files
+
+
+def test_sweep_results_shape(sweep):
+    _, results = sweep
+    assert {"config", "runs", "costs", "summary", "theory", "env"} <= set(results)
+    assert results["env"]["torch"] == torch.__version__ and results["env"]["preset"] == "tiny"
+    assert len(results["runs"]) == 2 * 2  # ks x prompts
+    run = results["runs"][0]
+    # PA3's benchmark() keys, then ours.
+    for key in ("times", "tokens_per_second", "avg_time", "avg_tokens_per_second"):
+        assert len(run["speculative"]["times"]) == 2 and key in run["speculative"] and key in run["baseline"]
+    assert {"speedup", "latency_reduction", "acceptance_rate", "mean_accepted_length", "alpha"} <= set(run)
+    assert set(run["methods"]) == set(bench.METHODS)
+    for name, entry in run["methods"].items():
+        assert entry["identical"], name  # every method reproduces HF greedy
+        assert entry["new_tokens"] == [8, 8]
+        assert entry["q1_time"] <= entry["median_time"] <= entry["q3_time"]
+    stats = run["methods"]["spec_cached"]["stats"]
+    assert sum(stats["by_position"]["proposed"]) == stats["proposed"]
+    assert len(results["theory"]) == 2
+    theory = results["theory"][0]
+    assert theory["predicted_speedup"] == pytest.approx(
+        bench.expected_speedup(theory["alpha"], theory["k"], theory["c"]))
+    curve = results["costs"]["tiny/" + run["drafter"]]["target_forward"]
+    assert curve["sizes"][:3] == [1, 2, 3] and len(curve["median_s"]) == len(curve["sizes"])
+
+
+def test_sweep_writes_figures_and_tables(sweep):
+    out, _ = sweep
+    for name in ("speedup_vs_k", "acceptance_vs_k", "acceptance_by_position", "accepted_length_hist",
+                 "tokens_per_s", "forward_cost", "theory_vs_measured"):
+        for ext in ("png", "pdf"):
+            assert (out / "figures" / f"{name}.{ext}").stat().st_size > 1000, (name, ext)
+    for name in ("sweep", "methods", "theory", "prompts"):
+        md = (out / "tables" / f"{name}.md").read_text()
+        assert md.startswith("| preset | drafter | k |")
+        assert (out / "tables" / f"{name}.csv").read_text().startswith("preset,drafter,k,")
+        assert "\\toprule" in (out / "tables" / f"{name}.tex").read_text()
+
+
+def test_report_builds_from_results_dir(sweep, tmp_path):
+    out, _ = sweep
+    paths = report.build_report(out / "results", tmp_path / "build", pdf=False)
+    markdown = paths["md"].read_text()
+    assert "{{" not in markdown and "(missing:" not in markdown
+    assert "| preset | drafter | k | acceptance |" in markdown
+    page = paths["html"].read_text()
+    assert page.count("<table>") >= 4 and "<th>speedup (KV cache)</th>" in page
+    assert page.count('src="data:image/png;base64,') >= 7  # every figure embedded: one self-contained file
+    assert "TODO" in page and "<!--" not in markdown
+
+
+# --------------------------------------------------------------------------- text helpers
+
+
+def test_table_renderers():
+    columns, rows, formats = ["name", "x"], [["a_b & c", 0.5], ["d", None]], ["", ".1%"]
+    assert report.to_markdown(columns, rows, formats).splitlines()[2] == "| a_b & c | 50.0% |"
+    assert "a\\_b \\& c & 50.0\\% \\\\" in report.to_latex(columns, rows, formats)
+    assert report.to_csv(columns, rows, formats).splitlines() == ["name,x", "a_b & c,0.5", "d,"]
+
+
+def test_markdown_to_html_subset():
+    page = report.markdown_to_html("# Title\n\nSome **bold** `x<y`.\n\n- one\n- two\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+    assert "<h1>Title</h1>" in page and "<strong>bold</strong>" in page and "<code>x&lt;y</code>" in page
+    assert "<ul><li>one</li><li>two</li></ul>" in page
+    assert "<th>a</th>" in page and "<td>2</td>" in page
+
+
+def test_missing_placeholder_stays_visible():
+    results = dict(config=dict(ks=[1], max_new_tokens=1, repeats=1, warmup=0), summary=[], runs=[], theory=[])
+    assert report.fill_template("{{figure:nope}}", results, {}) == "*(missing: figure:nope)*"
+    assert not math.isnan(bench.expected_speedup(0.3, 1, 0.0))

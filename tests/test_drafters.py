@@ -1,0 +1,42 @@
+"""Drafters on their own: what they propose and how their caches roll back."""
+from __future__ import annotations
+
+import torch
+from conftest import hf_greedy, tiny_model
+
+import specdec_helpers as sd
+from specdec_helpers.cache import cache_length
+
+
+def test_prompt_lookup_proposes_what_followed_the_latest_match():
+    drafter = sd.PromptLookupDrafter(max_ngram=2)
+    ids = torch.tensor([[7, 8, 9, 1, 7, 8, 5, 6, 2, 7, 8]])
+    assert drafter.propose(ids, 3).tokens.tolist() == [5, 6, 2]  # latest "7 8" is followed by 5 6 2
+    assert drafter.propose(ids, 10).tokens.tolist() == [5, 6, 2, 7, 8]  # never past the end
+    assert drafter.propose(torch.tensor([[1, 2, 3]]), 3).tokens.numel() == 0  # no match, no proposal
+    assert drafter.propose(torch.tensor([[4]]), 3).tokens.numel() == 0
+
+
+def test_prompt_lookup_falls_back_to_shorter_ngrams():
+    drafter = sd.PromptLookupDrafter(max_ngram=3, min_ngram=1)
+    assert drafter.propose(torch.tensor([[5, 9, 4, 2, 3, 9]]), 2).tokens.tolist() == [4, 2]
+
+
+def test_model_drafter_proposes_its_own_greedy_continuation_and_rolls_back():
+    model = tiny_model("gpt2")
+    drafter = sd.ModelDrafter(model)
+    ids = torch.tensor([[3, 1, 4, 1, 5]])
+    proposal = drafter.propose(ids, 4)
+    expected = hf_greedy(model, ids, 4)[0, 5:]
+    assert torch.equal(proposal.tokens, expected) and proposal.forward_calls == 4
+    assert cache_length(drafter.cache) == 5 + 3  # the last draft token has not been fed
+    drafter.rollback(6)
+    assert cache_length(drafter.cache) == 6
+    # Continue from a text that keeps one draft token and adds a different one: still exact.
+    text = torch.cat([ids, expected[:1].view(1, 1), torch.tensor([[9]])], dim=1)
+    assert torch.equal(drafter.propose(text, 3).tokens, hf_greedy(model, text, 3)[0, 7:])
+
+
+def test_drafter_protocol():
+    assert isinstance(sd.PromptLookupDrafter(), sd.Drafter)
+    assert isinstance(sd.ModelDrafter(tiny_model("opt")), sd.Drafter)
