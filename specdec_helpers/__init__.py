@@ -1,4 +1,5 @@
 """specdec_helpers: the tested core of the speculative decoding course kit."""
+from .adaptive import KSchedule
 from .decode import DecodeOutput, DecodeStats, Step, greedy_decode, speculative_decode
 from .drafters import Drafter, ModelDrafter, PromptLookupDrafter, Proposal
 from .sampling import Sampler
@@ -7,6 +8,6 @@ from .verify import VerifyResult, score_draft, verify_tokens_vectorized
 __version__ = "0.1.0"
 
 __all__ = [
-    "DecodeOutput", "DecodeStats", "Drafter", "ModelDrafter", "PromptLookupDrafter", "Proposal", "Sampler",
+    "DecodeOutput", "DecodeStats", "KSchedule", "Drafter", "ModelDrafter", "PromptLookupDrafter", "Proposal", "Sampler",
     "Step", "VerifyResult", "greedy_decode", "score_draft", "speculative_decode", "verify_tokens_vectorized",
 ]

@@ -6,6 +6,7 @@ about caches lives here so the decode loop only speaks of lengths.
 """
 from __future__ import annotations
 
+import torch
 from transformers import DynamicCache
 
 
@@ -26,3 +27,43 @@ def crop_cache(cache: DynamicCache, length: int) -> None:
         raise ValueError(f"cannot crop a cache of {cache_length(cache)} positions to {length}")
     if drop:
         cache.crop(-drop)  # transformers 5.x: negative = number of tokens to remove
+
+
+def keep_cache_positions(cache: DynamicCache, indices) -> None:
+    """Keep only the cached positions ``indices`` (in that order) in every layer, dropping the rest.
+
+    Tree speculation needs this instead of `crop_cache`: after one pass over a token tree the cache
+    holds the prefix followed by *every* tree node, and only the prefix plus the kept branch (whose
+    nodes are scattered through the tree) may stay. ``indices`` must start with ``0 .. prefix - 1``.
+    """
+    # transformers 5.x: a DynamicCache is a list of per-layer objects (``cache.layers``), each with
+    # ``keys``/``values`` tensors shaped [batch, kv_heads, seq, head_dim]; the sequence axis is -2.
+    # 4.x kept ``key_cache``/``value_cache`` lists instead. Sliding-window, linear-attention
+    # (recurrent state), indexed and quantized layers keep more than plain rows of K/V, so a row
+    # gather would silently corrupt them: refuse those.
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        raise NotImplementedError(
+            f"{type(cache).__name__} has no per-layer list (transformers < 5?); token trees need transformers 5.x"
+        )
+    idx = torch.as_tensor(indices, dtype=torch.long).view(-1)
+    length = cache_length(cache)
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= length):
+        raise ValueError(f"positions {idx.tolist()} outside a cache of {length} positions")
+    for layer in layers:
+        if type(layer) is not DynamicLayer:
+            raise NotImplementedError(
+                f"cannot keep scattered positions of a {type(layer).__name__} cache layer (sliding window, "
+                "recurrent or quantized state); token trees need plain full-attention KV caches"
+            )
+    if torch.equal(idx, torch.arange(idx.numel())):  # the kept text is a prefix: a crop is enough
+        crop_cache(cache, idx.numel())
+        return
+    for layer in layers:
+        if not layer.is_initialized or layer.keys.numel() == 0:
+            continue
+        rows = idx.to(layer.keys.device)
+        layer.keys = layer.keys.index_select(-2, rows)
+        layer.values = layer.values.index_select(-2, rows)

@@ -8,7 +8,10 @@ import torch
 
 def vocab_size(model) -> int:
     """Width of the model's output layer (may exceed the tokenizer's size: padded embeddings)."""
-    return int(model.get_output_embeddings().weight.shape[0])
+    head = model.get_output_embeddings()
+    # nn.Linear and torch's dynamically quantized Linear (whose ``weight`` is a method) both say it here.
+    width = getattr(head, "out_features", None)
+    return int(width if width is not None else model.config.vocab_size)
 
 
 def context_length(model) -> int | None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import checks
+from .adaptive import KSchedule, as_schedule
 from .cache import crop_cache, new_cache
 from .drafters import Drafter, Proposal, as_drafter
 from .sampling import Sampler
@@ -109,7 +110,7 @@ def speculative_decode(
     input_ids,
     *,
     max_new_tokens: int = 100,
-    num_speculative_tokens: int = 5,
+    num_speculative_tokens: int | str | KSchedule = 5,
     temperature: float = 0.0,
     top_k: int | None = None,
     top_p: float | None = None,
@@ -123,11 +124,12 @@ def speculative_decode(
     max_new_tokens=...)`` token for token. Sampling: tokens follow the target's warped distribution
     exactly (rejection sampling). ``use_cache=False`` re-runs the target over the whole text each
     round (vectorized verification); ``True`` keeps a KV cache and feeds only new positions.
+    ``num_speculative_tokens="auto"`` adapts k each round (HF's heuristic, see `adaptive.KSchedule`).
     """
     checks.check_model(target, "target")
     input_ids = checks.check_input_ids(target, input_ids)
     max_new_tokens = checks.check_positive_int(max_new_tokens, "max_new_tokens", 0)
-    k = checks.check_positive_int(num_speculative_tokens, "num_speculative_tokens", 1)
+    schedule = as_schedule(num_speculative_tokens)
     sampler = Sampler(temperature, top_k, top_p, generator)
     drafter = as_drafter(draft, target)
     eos = checks.eos_ids(target, eos_token_id)
@@ -137,7 +139,7 @@ def speculative_decode(
     if draft_model is not None:
         checks.check_draft_vocab(draft_model, input_ids)
         checks.check_fits_context(draft_model, "draft", prompt_length + max_new_tokens, prompt_length, max_new_tokens)
-    return _decode_loop(target, drafter, input_ids, max_new_tokens, k, sampler, eos, use_cache)
+    return _decode_loop(target, drafter, input_ids, max_new_tokens, schedule, sampler, eos, use_cache)
 
 
 def greedy_decode(target, input_ids, *, max_new_tokens: int = 100, eos_token_id=None, use_cache: bool = True):
@@ -147,7 +149,7 @@ def greedy_decode(target, input_ids, *, max_new_tokens: int = 100, eos_token_id=
     )
 
 
-def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, k, sampler, eos, use_cache) -> DecodeOutput:
+def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: KSchedule, sampler, eos, use_cache):
     device = input_ids.device
     prompt_length = input_ids.shape[1]
     buffer = torch.empty(1, prompt_length + max_new_tokens, dtype=torch.long, device=device)
@@ -164,7 +166,7 @@ def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, k, sampler
     while length < end:
         context = buffer[:, :length]
         # Leave room for the target's own token: never overshoot max_new_tokens.
-        proposal = drafter.propose(context, min(k, end - length - 1), sampler)
+        proposal = drafter.propose(context, min(schedule.current, end - length - 1), sampler)
         logits = score_draft(target, context, proposal.tokens, cache)
         result = verify(logits, proposal.tokens, proposal.probs, sampler)
 
@@ -185,6 +187,7 @@ def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, k, sampler
         stats.proposed += result.num_proposed
         stats.accepted += result.num_accepted
         stats.accepted_per_step.append(result.num_accepted)
+        schedule.update(result.num_accepted, result.num_proposed)
         steps.append(Step(proposal.tokens.tolist(), result.num_accepted, emitted))
         if emitted[-1] in eos_set:
             break

@@ -44,12 +44,23 @@ class ModelDrafter:
     The cache survives across rounds: each round feeds only the tokens the draft has not seen (the
     kept draft tokens are already cached), so the prefix is never re-processed, and no
     ``generate()`` call with its per-call set-up cost is made.
+
+    ``confidence_threshold`` (like HF's ``assistant_confidence_threshold``): stop drafting early, after
+    a token whose distribution's top probability is below it (the draft is unsure; later tokens would
+    likely be rejected). The decision depends only on the text before that token, so rejection
+    sampling stays exact.
     """
 
-    def __init__(self, model, vocab_limit: int | None = None):
+    def __init__(self, model, vocab_limit: int | None = None, confidence_threshold: float | None = None):
         self.model = model
         # Draft logits beyond the target's vocabulary (padding rows) must never be proposed.
         self.vocab_limit = vocab_limit
+        if confidence_threshold is not None and not 0 <= confidence_threshold <= 1:
+            raise ValueError(f"confidence_threshold must be in [0, 1] (None disables it), got {confidence_threshold!r}")
+        self.confidence_threshold = confidence_threshold
+        # Ids the draft can read; the target may emit more (its padding ids) when the draft's table is narrower.
+        embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+        self.input_vocab = getattr(embeddings, "num_embeddings", None) or vocab_size(model)
         self.cache = new_cache(model)
 
     def reset(self) -> None:
@@ -64,16 +75,24 @@ class ModelDrafter:
         # The last context token is always fed, so its logits give the first draft token.
         self.rollback(input_ids.shape[1] - 1)
         fed = input_ids[:, cache_length(self.cache):]
+        # A token the draft cannot read (one of the target's padding ids, sampled) is read as id 0: the
+        # guesses get worse, but q is still what the draft tokens were drawn from, so nothing else changes.
+        fed = torch.where(fed < self.input_vocab, fed, 0)
         tokens, probs = [], []
         for _ in range(k):
             out = self.model(input_ids=fed, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
-            token, prob = sampler.choose(out.logits[0, -1:, : self.vocab_limit])
+            logits = out.logits[0, -1:, : self.vocab_limit]
+            token, prob = sampler.choose(logits)
             tokens.append(token)
             probs.append(prob)
             fed = token.view(1, 1)
+            if self.confidence_threshold is not None:
+                top = prob.max() if prob is not None else torch.softmax(logits.float(), -1).max()
+                if float(top) < self.confidence_threshold:
+                    break
         if not tokens:
             return Proposal(input_ids.new_empty(0))
-        return Proposal(torch.cat(tokens), None if sampler.greedy else torch.cat(probs), forward_calls=k)
+        return Proposal(torch.cat(tokens), None if sampler.greedy else torch.cat(probs), forward_calls=len(tokens))
 
 
 class PromptLookupDrafter:
@@ -112,8 +131,54 @@ def as_drafter(draft, target) -> Drafter:
             raise TypeError(f"draft model {type(draft).__name__} is not a causal LM (no output embeddings)")
         return ModelDrafter(draft, vocab_limit=vocab_size(target))
     if isinstance(draft, Drafter):
+        # A ModelDrafter built by hand (alone or inside another drafter) must not propose the draft's
+        # padding ids either: cap it at the target's vocabulary unless it was given a limit.
+        for inner in (draft, getattr(draft, "model_drafter", None)):
+            if isinstance(inner, ModelDrafter) and inner.vocab_limit is None:
+                inner.vocab_limit = vocab_size(target)
         return draft
     raise TypeError(
         f"draft must be a Hugging Face causal LM or a Drafter (ModelDrafter, PromptLookupDrafter), "
         f"got {type(draft).__name__}"
     )
+
+
+class HybridDrafter:
+    """N-gram lookup first, the draft model only where no n-gram matches.
+
+    Where text repeats (code, quotes, lists) the lookup's proposals are free and long; elsewhere the
+    model drafts as usual. The model's KV cache stays consistent either way: `ModelDrafter.propose`
+    crops its cache to the text and feeds whatever tokens it has not seen, however many rounds the
+    lookup answered in between. ``min_ngram`` defaults to 2 because single-token matches are nearly
+    always found in long text and would crowd out the (usually better) model draft.
+    ``last_source`` says who proposed last ("ngram" or "model"), for tracing.
+    """
+
+    def __init__(self, model, max_ngram: int = 3, min_ngram: int = 2, vocab_limit: int | None = None):
+        self.model_drafter = model if isinstance(model, ModelDrafter) else ModelDrafter(model, vocab_limit)
+        self.lookup = PromptLookupDrafter(max_ngram, min_ngram)
+        self.last_source: str | None = None
+
+    @property
+    def model(self):
+        """The draft model (the decode loop checks its vocabulary and context through this)."""
+        return self.model_drafter.model
+
+    def reset(self) -> None:
+        self.model_drafter.reset()
+        self.lookup.reset()
+        self.last_source = None
+
+    def rollback(self, n_kept: int) -> None:
+        self.model_drafter.rollback(n_kept)
+        self.lookup.rollback(n_kept)
+
+    def propose(self, input_ids: torch.Tensor, k: int, sampler: Sampler = GREEDY) -> Proposal:
+        # Lookup proposals are deterministic (probs=None, a one-hot q), which rejection sampling
+        # handles, so mixing sources between rounds keeps sampling exact too.
+        found = self.lookup.propose(input_ids, k, sampler) if k else Proposal(input_ids.new_empty(0))
+        if found.tokens.numel():
+            self.last_source = "ngram"
+            return found
+        self.last_source = "model"
+        return self.model_drafter.propose(input_ids, k, sampler)

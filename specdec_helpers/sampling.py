@@ -41,7 +41,8 @@ class Sampler:
         warpers = LogitsProcessorList()
         if t > 0:
             if t != 1.0:
-                warpers.append(TemperatureLogitsWarper(float(t)))
+                # float32 rounds a divisor below ~1e-38 to 0 (0 / 0 = NaN); at 1e-30 the result is one-hot already.
+                warpers.append(TemperatureLogitsWarper(max(float(t), 1e-30)))
             if k:
                 warpers.append(TopKLogitsWarper(top_k=k))
             if p is not None and p < 1.0:
@@ -54,12 +55,21 @@ class Sampler:
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """Warped probabilities, one row per position (rows are independent, like a batch)."""
-        scores = self._warpers(None, logits.float())
+        scores = logits.float()
+        # Shift each row so its top logit is 0 before the temperature divides it: a tiny temperature then
+        # sends the other logits to -inf, never the top ones to +inf (inf - inf = NaN in softmax).
+        # Softmax, top-k and top-p do not change under a shift.
+        scores = scores - scores.amax(-1, keepdim=True)
+        for warp in self._warpers:  # called one by one: LogitsProcessorList runs inspect.signature every call
+            scores = warp(None, scores)
         return torch.softmax(scores, dim=-1)
 
     def sample(self, probs: torch.Tensor) -> torch.Tensor:
         """One token per row of ``probs``."""
-        return torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
+        gen = self.generator
+        if gen is not None and gen.device != probs.device:  # e.g. a CPU generator with a model on a GPU
+            return torch.multinomial(probs.to(gen.device), 1, generator=gen).squeeze(-1).to(probs.device)
+        return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
 
     def choose(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Tokens for each row of ``logits`` and the distribution they came from (None if greedy)."""
