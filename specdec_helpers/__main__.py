@@ -6,6 +6,12 @@ import sys
 
 COMMANDS = {
     "demo": ("specdec_helpers.demo", "speculative decoding on an offline pair, tokens coloured"),
+    "bench": ("specdec_helpers.bench", "benchmark sweep: methods, k, theory; writes results, figures, tables"),
+    "report": ("specdec_helpers.report", "build report/build/report.md, report.html (and a PDF with Chromium)"),
+    "release": ("specdec_helpers.assignment.release", "instructor: write the student kit (solutions stubbed, hidden tests removed)"),
+    "grade": ("specdec_helpers.assignment.grader", "instructor: grade a submission, write Gradescope results.json"),
+    "check": ("specdec_helpers.assignment.check", "student: run the visible tests on your exercises"),
+    "handin": ("specdec_helpers.assignment.handin", "student: bundle notebooks, exercises and report/ into a zip"),
 }
 
 

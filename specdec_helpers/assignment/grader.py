@@ -1,0 +1,398 @@
+"""Grade a submission by running it: ``python -m specdec_helpers grade <module | notebook | folder | zip>``.
+
+Implementation points come from the behavioural tests in `suite` on tiny models (seconds, CPU).
+Performance points come from timing the student's decoder against the target's greedy decoding on
+the course's pair (``toy`` on CPU by default), interleaved and repeated, medians; acceptance is
+counted by the grader from the student's verification results, not from the student's own stats.
+Prints a score table with feedback and writes Gradescope's ``results.json``.
+
+Points and thresholds default to PA3's scheme (init 5, draft 5, verify 5, decode 10; speedup >= 1.0x
+10; acceptance > 75% 10; bonus > 1.7x and > 85% as extra credit) and can be changed with
+``--config points.toml|.json`` or ``--points decode=12 --threshold speedup=1.2``.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import signal
+import sys
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import suite
+from .suite import EXERCISES, Mistake
+
+DEFAULT_CONFIG = {
+    "points": {"init": 5, "draft": 5, "verify": 5, "decode": 10, "speedup": 10, "acceptance": 10, "bonus": 5},
+    # speedup >= min_speedup; acceptance > min_acceptance; bonus: speedup > and acceptance > both.
+    "thresholds": {"speedup": 1.0, "acceptance": 0.75, "bonus_speedup": 1.7, "bonus_acceptance": 0.85},
+    "performance": {"preset": "toy", "max_new_tokens": 64, "repeats": 3, "warmup": 1, "num_speculative_tokens": 0,
+                    "prompts": 3},
+    "test_timeout_s": 60,
+}
+EXTRA_CREDIT = ("bonus",)
+LABELS = {"init": "1 initialization", "draft": "2 drafting", "verify": "3 verification", "decode": "4 decode loop",
+          "speedup": "speedup", "acceptance": "acceptance", "bonus": "bonus (extra credit)"}
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def load_config(path=None, points: dict | None = None, thresholds: dict | None = None) -> dict:
+    """PA3's defaults, updated from a .json or .toml file, then from CLI overrides."""
+    config = copy.deepcopy(DEFAULT_CONFIG)
+    if path:
+        path = Path(path)
+        if path.suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(path.read_text())
+        else:
+            data = json.loads(path.read_text())
+        unknown = set(data) - set(config)
+        if unknown:
+            raise ValueError(f"{path}: unknown sections {sorted(unknown)}; known: {sorted(config)}")
+        for key, value in data.items():
+            if isinstance(value, dict):
+                config[key].update(value)
+            else:
+                config[key] = value
+    config["points"].update(points or {})
+    config["thresholds"].update(thresholds or {})
+    bad = set(config["points"]) - set(LABELS)
+    if bad:
+        raise ValueError(f"unknown point items {sorted(bad)}; known: {', '.join(LABELS)}")
+    return config
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class Result:
+    item: str  # exercise or performance item
+    name: str
+    score: float
+    max_score: float
+    status: str  # passed | failed | not implemented | error | skipped
+    feedback: str = ""
+    hidden: bool = False
+    test_id: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+
+@dataclass
+class Report:
+    results: list[Result]
+    source: str = ""
+    seconds: float = 0.0
+    measurement: dict = field(default_factory=dict)
+
+    @property
+    def score(self) -> float:
+        return round(sum(r.score for r in self.results), 2)
+
+    @property
+    def max_score(self) -> float:
+        return round(sum(r.max_score for r in self.results if r.item not in EXTRA_CREDIT), 2)
+
+    def by_item(self) -> dict[str, list[Result]]:
+        items: dict[str, list[Result]] = {}
+        for r in self.results:
+            items.setdefault(r.item, []).append(r)
+        return items
+
+    def find(self, test_id: str) -> Result:
+        return next(r for r in self.results if r.test_id == test_id)
+
+    def table(self, show_passed: bool = False) -> str:
+        """One line per exercise and item, then the feedback of every test that did not pass."""
+        lines = [f"{'item':<24}{'score':>12}  verdict", "-" * 64]
+        for item, results in self.by_item().items():
+            got, best = sum(r.score for r in results), sum(r.max_score for r in results)
+            if item in EXTRA_CREDIT:
+                best = sum(r.max_score for r in results)
+            statuses = {r.status for r in results}
+            verdict = ("✅ all tests pass" if statuses == {"passed"} else
+                       "⏳ not implemented yet" if statuses == {"not implemented"} else
+                       "– not measured" if statuses == {"skipped"} else
+                       f"❌ {sum(not r.passed for r in results)} of {len(results)} tests fail")
+            lines.append(f"{LABELS.get(item, item):<24}{got:>6.1f} / {best:<4g}  {verdict}")
+        lines.append("-" * 64)
+        lines.append(f"{'total':<24}{self.score:>6.1f} / {self.max_score:<4g}")
+        notes = [r for r in self.results if show_passed or not r.passed]
+        if notes:
+            lines.append("")
+        for r in notes:
+            mark = {"passed": "✅", "not implemented": "⏳", "skipped": "–"}.get(r.status, "❌")
+            lines.append(f"{mark} [{r.item}] {r.name}" + (f"\n     {r.feedback}" if r.feedback else ""))
+        return "\n".join(lines)
+
+    def gradescope(self) -> dict:
+        """Gradescope's ``results.json``: hidden tests are shown after the due date."""
+        return {
+            "score": self.score,
+            "max_score": self.max_score,
+            "execution_time": round(self.seconds, 1),
+            "output": self.table(),
+            "tests": [
+                {"name": f"{LABELS.get(r.item, r.item)}: {r.name}", "score": round(r.score, 3),
+                 "max_score": round(r.max_score, 3), "output": r.feedback or r.status,
+                 "visibility": "after_due_date" if r.hidden else "visible", "status": "passed" if r.passed else "failed"}
+                for r in self.results
+            ],
+        }
+
+
+# --------------------------------------------------------------------------- running tests
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _with_timeout(fn: Callable, seconds: float):
+    """Run ``fn``; in the main thread a SIGALRM stops it after ``seconds`` (a loop that never ends)."""
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGALRM"):
+        return fn()
+
+    def stop(signum, frame):
+        raise _Timeout()
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return fn()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_test(t: suite.Test, ctx: suite.Ctx, timeout: float = 60) -> tuple[str, str]:
+    """``(status, feedback)`` of one test; never raises."""
+    try:
+        _with_timeout(lambda: t.fn(ctx), timeout)
+        return "passed", ""
+    except NotImplementedError:
+        return "not implemented", "not implemented yet (a method it needs still raises NotImplementedError)"
+    except Mistake as mistake:
+        return "failed", str(mistake)
+    except _Timeout:
+        return "failed", f"did not finish within {timeout:g} s (an endless loop? each round must append a token)"
+    except Exception as error:  # the student's code crashed: say where
+        frames = traceback.extract_tb(error.__traceback__)
+        own = [f for f in frames if "specdec_helpers/assignment" not in f.filename.replace("\\", "/")]
+        where = f" (in {own[-1].name}, line {own[-1].lineno}: {own[-1].line})" if own else ""
+        return "error", f"crashed with {type(error).__name__}: {error}{where}"
+
+
+def run_suite(cls, points: dict, *, hidden: bool = True, timeout: float = 60, only=None) -> list[Result]:
+    """Run the implementation tests; each exercise's points are split over its tests by weight."""
+    import torch
+
+    ctx = suite.Ctx(cls)
+    tests = [t for t in suite.TESTS if (hidden or not t.hidden) and (only is None or t.exercise in only)]
+    results = []
+    for exercise in EXERCISES:
+        group = [t for t in tests if t.exercise == exercise]
+        total = sum(t.weight for t in group)
+        for t in group:
+            with torch.random.fork_rng():
+                status, feedback = run_test(t, ctx, timeout)
+            best = points.get(exercise, 0) * t.weight / total
+            results.append(Result(exercise, t.name, best if status == "passed" else 0.0, best, status, feedback,
+                                  t.hidden, t.id))
+    return results
+
+
+# --------------------------------------------------------------------------- performance
+
+
+@dataclass
+class Measurement:
+    """What the performance items are graded on (tests inject these; the grader measures them)."""
+
+    speedup: float  # geometric mean over prompts of median greedy time / median speculative time
+    acceptance: float  # accepted / proposed draft tokens, counted by the grader
+    identical: bool = True  # every output equal to the target's greedy output
+    detail: dict = field(default_factory=dict)
+    error: str = ""
+
+
+def measure(cls, perf: dict) -> Measurement:
+    """Time the student's decoder vs HF greedy on the course pair with `bench.benchmark` (warm-up,
+    interleaved repeats, medians); count acceptance from the verification results the student returns."""
+    import torch
+
+    from ..bench import MethodOutput, benchmark
+    from ..notebook import prompts_for
+    from ..pairs import load_pair
+
+    pair = load_pair(perf["preset"], progress=False)
+    k = perf.get("num_speculative_tokens") or pair.num_speculative_tokens
+    decoder = suite.make_decoder(cls, pair, eos=pair.target.generation_config.eos_token_id, record=True)
+    if isinstance(decoder.eos_token_id, (list, tuple)):
+        decoder.eos_token_id = decoder.eos_token_id[0]
+    prompts = prompts_for(pair, perf.get("prompts") or None)
+    speedups, identical, per_prompt = [], True, []
+    for prompt in prompts:
+        ids = pair.encode(prompt)
+
+        def student(input_ids, n):
+            return MethodOutput(decoder.generate_ids(input_ids, n, k, use_cache=True))
+
+        def hf_greedy(input_ids, n):
+            return MethodOutput(decoder.greedy_ids(input_ids, n) if hasattr(decoder, "greedy_ids") else
+                                pair.target.generate(input_ids, attention_mask=torch.ones_like(input_ids),
+                                                     do_sample=False, max_new_tokens=n))
+
+        decoder.log = []
+        result = benchmark(pair.target, pair.draft, ids, num_speculative_tokens=k, max_new_tokens=perf["max_new_tokens"],
+                           repeats=perf["repeats"], warmup=perf["warmup"],
+                           methods={"hf_greedy": hf_greedy, "student": student})
+        row = result["methods"].get("student", {})
+        if "speedup" not in row:
+            raise RuntimeError(row.get("skipped", "the student's decoder failed"))
+        verifies = [e for e in decoder.log if e[0] == "verify"]
+        proposed = sum(e[2] for e in verifies)
+        accepted = sum(suite._unpack(e[3], "verify")[1] for e in verifies)
+        speedups.append(row["speedup"])
+        identical &= row["identical"]
+        per_prompt.append(dict(prompt=prompt, speedup=round(row["speedup"], 3), identical=row["identical"],
+                               proposed=proposed, accepted=accepted))
+    proposed = sum(p["proposed"] for p in per_prompt)
+    accepted = sum(p["accepted"] for p in per_prompt)
+    return Measurement(
+        speedup=math.exp(sum(math.log(s) for s in speedups) / len(speedups)),
+        acceptance=accepted / proposed if proposed else 0.0,
+        identical=identical,
+        detail=dict(preset=pair.preset, k=k, max_new_tokens=perf["max_new_tokens"], repeats=perf["repeats"],
+                    prompts=per_prompt),
+    )
+
+
+def performance_results(m: Measurement | None, config: dict, reason: str = "") -> list[Result]:
+    """Score the performance items from a measurement (``None``: not measured, with ``reason``)."""
+    points, th = config["points"], config["thresholds"]
+    items = [
+        ("speedup", f"speedup >= {th['speedup']:g}x over greedy decoding",
+         lambda: m.speedup >= th["speedup"]),
+        ("acceptance", f"draft acceptance > {th['acceptance']:.0%}",
+         lambda: m.acceptance > th["acceptance"]),
+        ("bonus", f"bonus: speedup > {th['bonus_speedup']:g}x and acceptance > {th['bonus_acceptance']:.0%}",
+         lambda: m.speedup > th["bonus_speedup"] and m.acceptance > th["bonus_acceptance"]),
+    ]
+    results = []
+    for item, name, ok in items:
+        best = float(points.get(item, 0))
+        if not best:
+            continue
+        if m is None:
+            results.append(Result(item, name, 0.0, best, "skipped", reason, test_id=f"perf.{item}"))
+            continue
+        numbers = f"measured {m.speedup:.2f}x, acceptance {m.acceptance:.1%}"
+        if m.error:
+            status, feedback = "error", m.error
+        elif not m.identical:
+            status, feedback = "failed", f"{numbers}, but the output differs from greedy decoding: a speedup that " \
+                                         "changes the text does not count"
+        else:
+            status, feedback = ("passed" if ok() else "failed"), numbers
+        results.append(Result(item, name, best if status == "passed" else 0.0, best, status, feedback,
+                              test_id=f"perf.{item}"))
+    return results
+
+
+# --------------------------------------------------------------------------- grading
+
+
+def grade(cls, config: dict | None = None, *, measure_fn: Callable | None = measure, hidden: bool = True,
+          source: str = "") -> Report:
+    """All tests, then performance (only when the decode loop is right: speed of wrong output is moot).
+
+    ``measure_fn(cls, performance_config) -> Measurement``; ``None`` skips performance.
+    """
+    import torch
+
+    config = config or load_config()
+    start = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: threads only add overhead and noise on shared machines
+    try:
+        results = run_suite(cls, config["points"], hidden=hidden, timeout=config["test_timeout_s"])
+    finally:
+        torch.set_num_threads(threads)
+    decode_ok = all(r.passed for r in results if r.test_id in ("decode.decode_cached", "verify.verify_cached"))
+    measurement = None
+    if measure_fn is None:
+        reason = "performance not measured (--no-perf)"
+    elif not decode_ok:
+        reason = "needs a correct cached decode loop first (see the decode and verify tests above)"
+    else:
+        reason = ""
+        try:
+            measurement = measure_fn(cls, config["performance"])
+        except Exception as error:
+            measurement = Measurement(0.0, 0.0, error=f"measuring failed: {type(error).__name__}: {error}")
+    results += performance_results(measurement, config, reason)
+    report = Report(results, source, time.perf_counter() - start, asdict(measurement) if measurement else {})
+    return report
+
+
+def _pairs(values: list[str], what: str) -> dict:
+    out = {}
+    for value in values or []:
+        key, sep, number = value.partition("=")
+        if not sep:
+            raise SystemExit(f"--{what} expects NAME=NUMBER, got {value!r}")
+        out[key.strip()] = float(number)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specdec_helpers grade", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("submission", help="exercise module (.py), notebook (.ipynb), folder or hand-in .zip")
+    parser.add_argument("--config", help="points/thresholds/performance settings (.toml or .json)")
+    parser.add_argument("--points", action="append", metavar="ITEM=N", help=f"override points ({', '.join(LABELS)})")
+    parser.add_argument("--threshold", action="append", metavar="NAME=X",
+                        help="override thresholds (speedup, acceptance, bonus_speedup, bonus_acceptance)")
+    parser.add_argument("--preset", help="pair for the performance items (default: toy)")
+    parser.add_argument("--no-perf", action="store_true", help="skip the performance items")
+    parser.add_argument("--visible-only", action="store_true", help="skip the hidden tests")
+    parser.add_argument("--results", default="results.json", help="where to write Gradescope's results.json")
+    args = parser.parse_args(argv)
+
+    from ..notebook import quiet
+    from .submission import SubmissionError, load
+
+    quiet()
+    config = load_config(args.config, _pairs(args.points, "points"), _pairs(args.threshold, "threshold"))
+    if args.preset:
+        config["performance"]["preset"] = args.preset
+    try:
+        cls, path = load(args.submission)
+    except SubmissionError as error:
+        report = Report([Result("load", "submission loads", 0.0, 0.0, "error", str(error))], args.submission)
+        Path(args.results).write_text(json.dumps({**report.gradescope(), "max_score": sum(
+            v for k, v in config["points"].items() if k not in EXTRA_CREDIT), "output": str(error)}, indent=2))
+        print(f"❌ {error}", file=sys.stderr)
+        return 1
+    print(f"grading {path} ...", flush=True)
+    report = grade(cls, config, measure_fn=None if args.no_perf else measure, hidden=not args.visible_only,
+                   source=str(path))
+    print(report.table())
+    if report.measurement.get("detail"):
+        print("\nperformance:", json.dumps(report.measurement["detail"], indent=1))
+    print(f"\ngraded in {report.seconds:.1f} s; wrote {args.results}")
+    Path(args.results).write_text(json.dumps(report.gradescope(), indent=2))
+    return 0

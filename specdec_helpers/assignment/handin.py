@@ -1,0 +1,83 @@
+"""Bundle your work for submission: ``python -m specdec_helpers handin [--out handin.zip]``.
+
+Packs the notebooks, the exercise module and ``report/`` into one zip (upload it to Gradescope),
+after checking that the required files exist. It also runs the visible checks and puts their verdict
+in the zip as ``CHECK.txt``; unfinished exercises do not block a hand-in, missing files do.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+import zipfile
+from pathlib import Path
+
+EXERCISE_MODULE = "specdec_helpers/exercises.py"
+#: (what, glob pattern relative to the kit root); each needs at least one match.
+REQUIRED = [
+    ("the exercise module", EXERCISE_MODULE),
+    ("the notebooks", "notebooks/*.ipynb"),
+    ("your report (a .md file in report/)", "report/*.md"),
+]
+PACKED = [EXERCISE_MODULE, "notebooks/*.ipynb", "report/**/*"]
+SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints"}
+MAX_FILE_MB = 20
+
+
+def missing(root: Path) -> list[str]:
+    """Descriptions of the required files that are not there."""
+    return [f"{what}: {pattern}" for what, pattern in REQUIRED if not any(p.is_file() for p in root.glob(pattern))]
+
+
+def files(root: Path) -> list[Path]:
+    found = {p for pattern in PACKED for p in root.glob(pattern) if p.is_file() and not SKIP_PARTS & set(p.parts)}
+    return sorted(p for p in found if p.stat().st_size <= MAX_FILE_MB * 1e6)
+
+
+def handin(root=".", out="handin.zip", run_checks: bool = True) -> Path:
+    """Write the zip; raises FileNotFoundError listing what is missing."""
+    root = Path(root).resolve()
+    absent = missing(root)
+    if absent:
+        raise FileNotFoundError("cannot hand in yet, missing:\n  - " + "\n  - ".join(absent)
+                                + f"\n(looked in {root}; run this from the kit's top folder or pass --root)")
+    out = Path(out).resolve()
+    report = ""
+    if run_checks:
+        from .check import run_check
+
+        buffer = io.StringIO()
+        failing = run_check(root / EXERCISE_MODULE, file=buffer)
+        report = buffer.getvalue()
+        print(f"visible checks: {'all pass' if not failing else f'{failing} exercise(s) not passing yet'}")
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in files(root):
+            if path != out:
+                archive.write(path, path.relative_to(root).as_posix())
+        if report:
+            archive.writestr("CHECK.txt", report)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specdec_helpers handin", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="handin.zip", help="zip to write (default: handin.zip)")
+    parser.add_argument("--root", default=".", help="the kit's top folder (default: the current folder)")
+    parser.add_argument("--no-check", action="store_true", help="skip the visible checks")
+    args = parser.parse_args(argv)
+    from ..notebook import quiet
+
+    quiet()
+    try:
+        out = handin(args.root, args.out, not args.no_check)
+    except FileNotFoundError as error:
+        print(f"❌ {error}", file=sys.stderr)
+        return 1
+    with zipfile.ZipFile(out) as archive:
+        names = archive.namelist()
+    print(f"wrote {out} ({out.stat().st_size / 1e3:.0f} kB, {len(names)} files):")
+    for name in names:
+        print(f"  {name}")
+    print("Upload this zip to Gradescope.")
+    return 0
