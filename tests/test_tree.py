@@ -204,6 +204,10 @@ def test_attention_that_ignores_4d_masks_gets_a_clear_error():
     target.set_attn_implementation("causal_only_test")
     with pytest.raises(TreeUnsupportedError, match="attn_implementation='sdpa'"):
         tree_speculative_decode(target, pair("llama")[1], prompt(), max_new_tokens=5)
+    # As the draft it is allowed: a draft's tree is only a guess, the target still decides every token.
+    ids = prompt(6)
+    out = tree_speculative_decode(pair("llama")[0], target, ids, max_new_tokens=12, tree=(2, 2))
+    assert torch.equal(out.sequences, hf_greedy(pair("llama")[0], ids, 12))
     target.set_attn_implementation("sdpa")
     check_tree_support(target)  # the same model is fine once its attention honours the mask
 
