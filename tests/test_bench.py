@@ -129,6 +129,10 @@ def test_sweep_results_shape(sweep):
         assert len(run["speculative"]["times"]) == 2 and key in run["speculative"] and key in run["baseline"]
     assert {"speedup", "latency_reduction", "acceptance_rate", "mean_accepted_length", "alpha"} <= set(run)
     assert set(run["methods"]) == set(bench.METHODS)
+    # All k of a prompt share one schedule; baselines run once a round; every round in the same order.
+    order = run["order"]
+    assert order.count("hf_greedy") == 2 and order.count("spec_cached@k=1") == order.count("spec_cached@k=2") == 2
+    assert order[: len(order) // 2] == order[len(order) // 2 :]
     for name, entry in run["methods"].items():
         assert entry["identical"], name  # every method reproduces HF greedy
         assert entry["new_tokens"] == [8, 8]
