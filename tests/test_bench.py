@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import perturbed_copy, tiny_model
+from tiny_models import perturbed_copy, tiny_model
 from specdec_helpers import bench, report
 from specdec_helpers.decode import Step
 from specdec_helpers.drafters import PromptLookupDrafter

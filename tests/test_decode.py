@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import FAMILIES, VOCAB, hf_greedy, perturbed_copy, tiny_model
+from tiny_models import FAMILIES, VOCAB, hf_greedy, perturbed_copy, tiny_model
 
 import specdec_helpers as sd
 from specdec_helpers.cache import cache_length

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import torch
-from conftest import hf_greedy, tiny_model
+from tiny_models import hf_greedy, tiny_model
 
 import specdec_helpers as sd
 from specdec_helpers.cache import cache_length

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_model
+from tiny_models import tiny_model
 
 import specdec_helpers as sd
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 import torch
-from conftest import tiny_model
+from tiny_models import tiny_model
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from conftest import hf_greedy, perturbed_copy, tiny_model
+from tiny_models import hf_greedy, perturbed_copy, tiny_model
 from scipy.stats import chisquare
 from transformers import GenerationConfig, PretrainedConfig
 

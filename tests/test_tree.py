@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import hf_greedy, perturbed_copy, tiny_model
+from tiny_models import hf_greedy, perturbed_copy, tiny_model
 
 from specdec_helpers import speculative_decode
 from specdec_helpers.cache import cache_length, keep_cache_positions, new_cache

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import perturbed_copy, tiny_model
+from tiny_models import perturbed_copy, tiny_model
 from specdec_helpers import notebook as nb
 from specdec_helpers import speculative_decode
 from specdec_helpers.decode import DecodeOutput, DecodeStats, Step

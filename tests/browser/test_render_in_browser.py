@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import perturbed_copy, tiny_model
+from tiny_models import perturbed_copy, tiny_model
 
 REQUIRED = os.environ.get("SPECDEC_REQUIRE_BROWSER", "") not in ("", "0")  # CI: missing browser = failure
 try:
