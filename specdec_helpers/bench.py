@@ -29,7 +29,7 @@ from typing import Callable
 import torch
 
 from . import checks
-from .decode import greedy_decode, speculative_decode
+from .decode import greedy_decode, speculative_decode, sync_device
 from .drafters import ModelDrafter, PromptLookupDrafter
 
 PA3_PROMPTS = [
@@ -53,21 +53,12 @@ BASELINE, SPECULATIVE = "hf_greedy", "spec_cached"  # what PA3's "baseline"/"spe
 # --------------------------------------------------------------------------- timing primitives
 
 
-def _sync(device) -> None:
-    """Wait for queued GPU work, so a timer measures the work and not just its launch."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
 def timed(fn: Callable, device) -> tuple[object, float]:
     """``(fn(), seconds)`` with the device synchronized before and after."""
-    _sync(device)
+    sync_device(device)
     start = time.perf_counter()
     result = fn()
-    _sync(device)
+    sync_device(device)
     return result, time.perf_counter() - start
 
 

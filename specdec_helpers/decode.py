@@ -98,9 +98,13 @@ class _NoDraft:
         return Proposal(input_ids.new_empty(0))
 
 
-def _sync(device) -> None:
-    if torch.device(device).type == "cuda":
+def sync_device(device) -> None:
+    """Wait for queued GPU work, so a timer measures the work and not just its launch."""
+    device = torch.device(device)
+    if device.type == "cuda":
         torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
 
 
 @torch.inference_mode()
@@ -161,7 +165,7 @@ def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: 
     stats, steps = DecodeStats(), []
     drafter.reset()
 
-    _sync(device)
+    sync_device(device)
     start_time = time.perf_counter()
     while length < end:
         context = buffer[:, :length]
@@ -191,7 +195,7 @@ def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: 
         steps.append(Step(proposal.tokens.tolist(), result.num_accepted, emitted))
         if emitted[-1] in eos_set:
             break
-    _sync(device)
+    sync_device(device)
     stats.wall_time_s = time.perf_counter() - start_time
     stats.new_tokens = length - prompt_length
     return DecodeOutput(buffer[:, :length].clone(), stats, steps)

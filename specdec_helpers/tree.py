@@ -29,7 +29,7 @@ import torch
 
 from . import checks
 from .cache import cache_length, crop_cache, keep_cache_positions, new_cache
-from .decode import DecodeOutput, DecodeStats, Step
+from .decode import DecodeOutput, DecodeStats, Step, sync_device
 from .drafters import HybridDrafter, ModelDrafter, PromptLookupDrafter
 
 DEFAULT_TREE = (3, 2, 2, 1, 1)  # widths per depth: 9 nodes, 5 deep
@@ -299,11 +299,6 @@ def draft_tree(model, cache, context: torch.Tensor, widths, vocab_limit: int | N
 # --------------------------------------------------------------------------- the decode loop
 
 
-def _sync(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 @torch.inference_mode()
 def tree_speculative_decode(
     target,
@@ -360,7 +355,7 @@ def _tree_loop(target, model, vocab_limit, lookup, input_ids, max_new_tokens, wi
     draft_cache = new_cache(model) if model is not None else None
     stats, steps = DecodeStats(), []
 
-    _sync(device)
+    sync_device(device)
     start_time = time.perf_counter()
     while length < end:
         context = buffer[:, :length]
@@ -400,7 +395,7 @@ def _tree_loop(target, model, vocab_limit, lookup, input_ids, max_new_tokens, wi
         steps.append(TreeStep(tree.branch_from(node), len(path), emitted, tree))
         if emitted[-1] in eos_set:
             break
-    _sync(device)
+    sync_device(device)
     stats.wall_time_s = time.perf_counter() - start_time
     stats.new_tokens = length - prompt_length
     return DecodeOutput(buffer[:, :length].clone(), stats, steps)
