@@ -1,4 +1,4 @@
-"""Generate the course notebooks 01-05 (and optionally execute them).
+"""Generate the course notebooks 01-07 (and optionally execute them).
 
     python notebooks/_build.py                 # write notebooks/0*.ipynb (sources only)
     python notebooks/_build.py --execute       # ... and run them (SPECDEC_PRESET=toy) to save outputs
@@ -1269,12 +1269,488 @@ with `MAX_NEW_TOKENS = 100` and `REPEATS = 5` to reproduce the PA3 numbers.
     ]
 
 
+# --------------------------------------------------------------------------- 06
+
+
+def nb06():
+    f = "06_speculative_sampling.ipynb"
+    return [
+        header(f, "06 · Speculative sampling: rejection sampling keeps the target's distribution", [
+            "why checking a *sampled* draft token by exact match changes the output distribution (lossy)",
+            "the accept/reject rule min(1, p/q) and the residual distribution max(p − q, 0), on a worked example",
+            "an empirical check: speculative sampling and plain target sampling give the same histogram",
+            "how the acceptance rate changes with the temperature, and why temperature 0 is greedy decoding",
+        ], intro="""
+Notebooks 03-05 decoded greedily: the draft's token is kept when it equals the target's argmax.
+With sampling (temperature > 0) there is no single "right" token any more: the target has a
+*distribution* `p`, the draft a distribution `q`, and the output must follow `p` exactly, whatever
+the draft does. Leviathan et al. (2023) and Chen et al. (2023) showed how: rejection sampling.
+"""),
+        *setup_cells("""
+import matplotlib.pyplot as plt
+from IPython.display import HTML, display
+from specdec_helpers.pairs import load_pair
+from specdec_helpers.sampling import Sampler
+from specdec_helpers.verify import accept_sampled
+from specdec_helpers.widgets import render_html
+""", params="""K = 4
+MAX_NEW_TOKENS = 40
+TEMPERATURES = [0.0, 0.3, 0.7, 1.0, 1.5]
+N_PROMPTS = 2
+DRAWS = 2000   # samples per histogram
+SEED = 0"""),
+        md("""
+## 1. A tiny vocabulary
+
+Five tokens, a target distribution `p` and a draft distribution `q` that disagree: the draft
+likes "a" much more than the target does, and "the" much less.
+"""),
+        code("""
+VOCAB = ["the", "a", "cat", "dog", "sat"]
+p = torch.tensor([0.45, 0.25, 0.15, 0.10, 0.05])   # target
+q = torch.tensor([0.20, 0.50, 0.10, 0.15, 0.05])   # draft
+
+def bars(ax, dists, labels, title):
+    width = 0.8 / len(dists)
+    for i, (d, label) in enumerate(zip(dists, labels)):
+        ax.bar([x + i * width for x in range(len(VOCAB))], d.tolist(), width, label=label)
+    ax.set_xticks([x + width * (len(dists) - 1) / 2 for x in range(len(VOCAB))], VOCAB)
+    ax.set_ylabel("probability"); ax.set_title(title); ax.legend()
+
+fig, ax = plt.subplots(figsize=(6, 3))
+bars(ax, [p, q], ["target p", "draft q"], "two distributions over five tokens")
+plt.show()
+"""),
+        md("""
+## 2. Exact match is lossy
+
+The greedy rule, used with a sampled draft: draw `x ~ q`, keep it if it is the target's argmax,
+otherwise replace it by a token sampled from `p`. Its output distribution can be computed exactly:
+`P(out = a) = q(a)·[a = argmax p] + (1 − q(argmax p))·p(a)`.
+"""),
+        code("""
+def exact_match_output(p, q):
+    best = int(p.argmax())
+    out = (1 - q[best]) * p           # rejected: the target samples
+    out[best] += q[best]              # accepted: the draft's token, only when it is the argmax
+    return out
+
+lossy = exact_match_output(p, q)
+fig, ax = plt.subplots(figsize=(6, 3))
+bars(ax, [p, lossy], ["target p", "exact-match output"], "the exact-match rule over-produces the argmax")
+plt.show()
+print("target p          :", [round(v, 3) for v in p.tolist()])
+print("exact-match output:", [round(v, 3) for v in lossy.tolist()])
+print(f"total variation distance: {0.5 * (p - lossy).abs().sum():.3f}")
+"""),
+        md("""
+The argmax "the" comes out far more often than the target wants, every other token less often:
+a sampled text would read like a lower temperature than asked for. (Another rule, "keep `x` if
+an independent target sample equals it", is exact but accepts only `Σ p·q` of the time.)
+
+## 3. The rule: accept with probability min(1, p/q)
+
+Draw `x ~ q`. Accept it with probability `min(1, p(x) / q(x))`: always when the target likes `x`
+at least as much as the draft, sometimes when the draft over-proposes it. On a rejection, draw
+from the **residual** `max(p − q, 0)`, normalised: exactly the mass the draft under-proposed.
+Then `P(out = a) = q(a)·min(1, p(a)/q(a)) + P(reject)·residual(a) = min(p(a), q(a)) + max(p(a) − q(a), 0) = p(a)`.
+
+**Exercise 1.** Write `acceptance_probability(p, q)`: the vector `min(1, p / q)` over the
+vocabulary (use 1 where `q == 0`: such a token is never proposed anyway).
+"""),
+        code("""
+def acceptance_probability(p, q):
+    ### BEGIN SOLUTION
+    ratio = torch.where(q > 0, p / q.clamp_min(1e-30), torch.ones_like(p))
+    return ratio.clamp(max=1.0)
+    ### END SOLUTION
+"""),
+        code("""
+def _acceptance_ok():
+    expected = torch.tensor([1.0, 0.5, 1.0, 2 / 3, 1.0])
+    zero_q = acceptance_probability(torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0]))
+    return torch.allclose(acceptance_probability(p, q), expected) and torch.allclose(zero_q, torch.tensor([0.5, 1.0]))
+
+nb.check(_acceptance_ok, "min(1, p/q) per token, and 1 where the draft never proposes the token.",
+         "divide p by q elementwise and clip at 1; torch.where(q > 0, ..., 1) avoids dividing by zero.")
+""", check=True),
+        md("""
+**Exercise 2.** Write `residual(p, q)`: `max(p − q, 0)` normalised to sum to 1.
+"""),
+        code("""
+def residual(p, q):
+    ### BEGIN SOLUTION
+    r = (p - q).clamp_min(0)
+    return r / r.sum()
+    ### END SOLUTION
+"""),
+        code("""
+def _residual_ok():
+    r = residual(p, q)
+    a = acceptance_probability(p, q)
+    rebuilt = q * a + (1 - (q * a).sum()) * r       # accepted mass + rejected mass times residual
+    return torch.allclose(r, torch.tensor([0.25, 0.0, 0.05, 0.0, 0.0]) / 0.30) and torch.allclose(rebuilt, p)
+
+nb.check(_residual_ok, "the residual is max(p - q, 0) normalised, and accept + reject together give back p exactly.",
+         "clamp p - q at 0 (clamp_min(0)), then divide by its sum.")
+""", check=True),
+        code("""
+a = acceptance_probability(p, q)
+fig, axes = plt.subplots(1, 3, figsize=(12, 3))
+bars(axes[0], [p, q], ["target p", "draft q"], "p and q")
+axes[1].bar(VOCAB, a.tolist(), color="tab:green"); axes[1].set_ylim(0, 1.05)
+axes[1].set_title("accept probability min(1, p/q)")
+axes[2].bar(VOCAB, residual(p, q).tolist(), color="tab:orange")
+axes[2].set_title("residual max(p - q, 0), normalised")
+fig.tight_layout(); plt.show()
+print(f"P(accept) = sum of min(p, q) = {torch.minimum(p, q).sum():.2f}   "
+      f"(exact rule 'independent sample equals x': sum p*q = {(p * q).sum():.2f})")
+"""),
+        md("""
+## 4. The kit's `accept_sampled`, checked empirically
+
+`verify.accept_sampled(logits, draft_tokens, draft_probs, sampler)` implements the rule for k draft
+tokens at once. Here k = 1 on the tiny vocabulary: `logits = log p`, a draft token drawn from `q`,
+repeated `DRAWS` times with a seeded generator. Its first output token should be distributed like
+plain samples from `p`.
+"""),
+        code("""
+gen = torch.Generator().manual_seed(SEED)
+sampler = Sampler(temperature=1.0, generator=gen)     # temperature 1: the probabilities are p itself
+logits = torch.log(p).repeat(2, 1)                    # row 0 judges the draft token, row 1 = bonus
+spec_counts, accepted = torch.zeros(len(VOCAB)), 0
+for _ in range(DRAWS):
+    x = torch.multinomial(q, 1, generator=gen)
+    result = accept_sampled(logits, x, q.view(1, -1), sampler)
+    spec_counts[int(result.tokens[0])] += 1
+    accepted += result.num_accepted
+target_counts = torch.bincount(torch.multinomial(p, DRAWS, replacement=True, generator=gen), minlength=len(VOCAB)).float()
+
+fig, ax = plt.subplots(figsize=(6, 3))
+bars(ax, [p, target_counts / DRAWS, spec_counts / DRAWS], ["p (exact)", "target sampling", "speculative sampling"],
+     f"{DRAWS} draws each")
+plt.show()
+print(f"acceptance: {accepted / DRAWS:.3f} measured, {torch.minimum(p, q).sum():.3f} expected")
+print(f"largest gap to p: target sampling {(target_counts / DRAWS - p).abs().max():.3f}, "
+      f"speculative {(spec_counts / DRAWS - p).abs().max():.3f} (sampling noise is about {(0.25 / DRAWS) ** 0.5:.3f})")
+"""),
+        code("""
+nb.check(lambda: (spec_counts / DRAWS - p).abs().max() < 0.05,
+         "speculative sampling's histogram matches the target's distribution within sampling noise.",
+         "the first output token should follow p; check accept_sampled's inputs (logits = log p, draft_probs = q).")
+""", check=True),
+        md("""
+## 5. Acceptance vs temperature on the toy pair
+
+`sd.speculative_decode(..., temperature=T, generator=...)` warps both models' logits the same way
+(temperature, then top-k, then top-p) and verifies with `accept_sampled`. At T = 0 it is greedy
+matching. Higher temperatures flatten both `p` and `q`; how acceptance moves depends on how the two
+models disagree, so we measure it (a fixed seed, the same prompts for every T).
+"""),
+        code(LOAD_PAIR + """
+prompts = nb.prompts_for(pair, N_PROMPTS)
+encoded = [pair.encode(text) for text in prompts]
+""", ignore=True),
+        code("""
+rows = []
+for T in TEMPERATURES:
+    gen = torch.Generator().manual_seed(SEED)
+    accepted = proposed = new = calls = 0
+    for ids in encoded:
+        out = sd.speculative_decode(pair.target, pair.draft, ids, max_new_tokens=MAX_NEW_TOKENS,
+                                    num_speculative_tokens=K, temperature=T, generator=gen)
+        accepted += out.stats.accepted; proposed += out.stats.proposed
+        new += out.stats.new_tokens; calls += out.stats.target_calls
+    rows.append(dict(T=T, acceptance=accepted / proposed, tokens_per_call=new / calls))
+    print(f"T = {T:3.1f}: acceptance {accepted / proposed:.2f}  ({accepted}/{proposed} draft tokens), "
+          f"{new / calls:.2f} tokens per target call")
+
+fig, ax = plt.subplots(figsize=(5, 3.2))
+ax.plot([r["T"] for r in rows], [r["acceptance"] for r in rows], "o-", label="acceptance rate")
+ax.set_xlabel("temperature"); ax.set_ylabel("accepted / proposed"); ax.set_ylim(0, 1.05)
+ax.set_title(f"{pair.preset or PRESET}: k = {K}, {MAX_NEW_TOKENS} new tokens x {len(encoded)} prompts")
+plt.show()
+""", ignore=True),
+        md("""
+At T = 0 the draft's argmax must equal the target's argmax; with sampling the draft's token is kept
+with probability `min(1, p/q)`, and the expected acceptance is `Σ min(p, q)`, the overlap of the two
+distributions. With only two short prompts and one seed these numbers are noisy: rerun with
+another `SEED` to see how much they move.
+
+## 6. Temperature 0 is greedy decoding
+
+With `temperature=0` no random number is drawn at all: the result must equal the target's greedy
+text, token for token, whatever the generator.
+"""),
+        code("""
+def _t0_is_greedy():
+    for ids in encoded:
+        spec = sd.speculative_decode(pair.target, pair.draft, ids, max_new_tokens=MAX_NEW_TOKENS,
+                                     num_speculative_tokens=K, temperature=0.0,
+                                     generator=torch.Generator().manual_seed(SEED + 1))
+        greedy = sd.greedy_decode(pair.target, ids, max_new_tokens=MAX_NEW_TOKENS).sequences
+        if not torch.equal(spec.sequences, greedy):
+            return False
+    return True
+
+nb.check(_t0_is_greedy, "at temperature 0 speculative decoding gives exactly the target's greedy text.",
+         "temperature 0 must take the greedy path (argmax matching), never draw random numbers.")
+""""", check=True),
+        code("""
+out = sd.speculative_decode(pair.target, pair.draft, encoded[0], max_new_tokens=MAX_NEW_TOKENS,
+                            num_speculative_tokens=K, temperature=1.0, generator=torch.Generator().manual_seed(SEED))
+display(HTML(render_html(out, tok, encoded[0].shape[1])))
+""", ignore=True),
+        md("""
+**What to take away.** With sampling, "does the draft token match?" is the wrong question: the
+right one is "how much more does the draft like this token than the target?". Accepting with
+probability `min(1, p/q)` and resampling rejections from `max(p − q, 0)` makes the output follow
+the target's distribution *exactly*, while keeping `Σ min(p, q)` of the draft's tokens, the most any
+exact rule can keep. Draft and target must be warped identically (same temperature, top-k, top-p)
+for this to hold: the kit's `Sampler` does both.
+
+Next: **07 · Tree speculation**: several draft branches verified in one pass.
+"""),
+    ]
+
+
+# --------------------------------------------------------------------------- 07
+
+
+def nb07():
+    f = "07_tree_speculation.ipynb"
+    return [
+        header(f, "07 · Tree speculation: several guesses in one verification pass", [
+            "what a token tree is, drawn from the toy draft, with the branch the target keeps",
+            "the tree attention mask: each node sees the prompt and its own ancestors only",
+            "one tree round next to one chain round, and proof that tree decoding equals greedy decoding",
+            "the measured gain: tokens per target call, tree vs chain at the same node budget",
+        ], intro="""
+A chain of k draft tokens loses everything after its first wrong guess. A **token tree** hedges:
+at each depth the draft offers a few candidates, and the target scores all of them in **one**
+forward pass, thanks to an attention mask that keeps the branches from seeing each other
+(SpecInfer, Medusa, EAGLE all build on this). Greedy decoding only here: sampling with a tree needs
+multi-draft rejection sampling, beyond this course.
+"""),
+        *setup_cells("""
+import matplotlib.pyplot as plt
+from IPython.display import HTML, display
+from specdec_helpers.pairs import load_pair
+from specdec_helpers.cache import new_cache
+from specdec_helpers.tree import (TokenTree, check_tree_support, compare_tree_chain, draft_tree,
+                                  tree_attention_mask, tree_forward, tree_speculative_decode)
+""", params="""TREE = (3, 2, 2, 1, 1)   # candidates kept per depth: 9 nodes, 5 deep
+MAX_NEW_TOKENS = 32
+N_PROMPTS = 2"""),
+        code(LOAD_PAIR + """
+prompts = nb.prompts_for(pair, N_PROMPTS)
+encoded = [pair.encode(text) for text in prompts]
+check_tree_support(pair.target)   # raises TreeUnsupportedError if the attention ignores custom masks
+""", ignore=True),
+        md("""
+## 1. A token tree from the draft
+
+`draft_tree` grows the tree level by level: at depth `d` it keeps the `TREE[d-1]` best paths by
+total draft log-probability. Each level is one draft pass, so this tree costs 5 draft passes, like
+a chain of 5 tokens, but proposes 9 tokens.
+"""),
+        code("""
+ids = encoded[0]
+tree, _, passes = draft_tree(pair.draft, new_cache(pair.draft), ids, TREE)
+print(f"{len(tree)} nodes from {passes} draft passes")
+for i, (token, parent, depth) in enumerate(zip(tree.tokens, tree.parents, tree.depths)):
+    print(f"node {i}: depth {depth}, parent {parent:2d}, token {tok.decode([token])!r}")
+"""),
+        md("""
+## 2. Verifying the whole tree in one pass
+
+The target reads the prompt and all nodes at once (`tree_forward`). Row 0 of its output belongs to
+the last prompt token and judges the depth-1 nodes; row `1 + i` belongs to node `i` and judges its
+children (the tree's off-by-one). Walk down from the root: follow the child equal to the target's
+argmax, stop when there is none. The argmax at the last kept node is the correction or bonus token.
+"""),
+        code("""
+choices = tree_forward(pair.target, new_cache(pair.target), ids, tree, logits_to_keep=len(tree) + 1).argmax(-1).tolist()
+path, node = [], -1
+while (child := tree.child(node, choices[node + 1])) is not None:
+    path.append(child)
+    node = child
+emitted = [tree.tokens[i] for i in path] + [choices[node + 1]]
+print("kept nodes:", path, "->", repr(tok.decode([tree.tokens[i] for i in path])),
+      "+ target token", repr(tok.decode(emitted[-1:])))
+print(f"one target call gave {len(emitted)} tokens")
+"""),
+        code("""
+def draw_tree(tree, path, root_text, extra=None, ax=None):
+    # x = depth, y = order within the depth; kept branch in green, the target's own token in orange.
+    ax = ax or plt.subplots(figsize=(11, 3.8))[1]
+    rows = {}
+    pos = {-1: (0, 0.0)}
+    for i, d in enumerate(tree.depths):
+        rows.setdefault(d, []).append(i)
+    for d, nodes in rows.items():
+        for j, i in enumerate(nodes):
+            pos[i] = (d, (len(nodes) - 1) / 2 - j)
+    kept = set(path)
+    for i, parent in enumerate(tree.parents):
+        (x0, y0), (x1, y1) = pos[parent], pos[i]
+        on_path = i in kept
+        ax.plot([x0, x1], [y0, y1], color="tab:green" if on_path else "0.7", lw=2.5 if on_path else 1, zorder=1)
+    def box(xy, text, color):
+        ax.text(*xy, text, ha="center", va="center", fontsize=9, zorder=2,
+                bbox=dict(boxstyle="round,pad=0.3", fc=color, ec="0.3"))
+    box(pos[-1], f"{root_text!r}\\n(root)", "0.9")
+    for i, token in enumerate(tree.tokens):
+        box(pos[i], f"{tok.decode([token])!r}\\n#{i}", "#b7e4b7" if i in kept else "white")
+    if extra is not None:
+        last = pos[path[-1]] if path else pos[-1]
+        xy = (last[0] + 1, 1.6)   # above the tree (nodes sit at |y| <= 1), so it hides no node
+        ax.plot([last[0], xy[0]], [last[1], xy[1]], "--", color="tab:orange", zorder=1)
+        box(xy, f"{tok.decode([extra])!r}\\ntarget", "#ffd59e")
+    ax.set_xlim(-0.6, max(tree.depths + [0]) + 1.6); ax.set_ylim(-1.6, 2.1)
+    ax.set_xticks(range(max(tree.depths) + 2)); ax.set_xlabel("depth"); ax.set_yticks([])
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    return ax
+
+ax = draw_tree(tree, path, tok.decode(ids[0, -1:]), extra=emitted[-1])
+ax.set_title(f"draft tree {list(TREE)}: green = kept by the target, orange = the target's own token")
+plt.show()
+"""),
+        md("""
+## 3. The tree attention mask
+
+Every node sees the whole prompt, its ancestors and itself, never its siblings or cousins: then
+its logits are exactly what a chain pass along its own branch would give. Its position id is
+`prompt length − 1 + depth`, so siblings share a position. `tree_attention_mask` builds this
+additive mask (0 = may attend, a large negative number = may not); here as an image, the
+prompt's last columns on the left of the white line.
+"""),
+        code("""
+L = ids.shape[1]
+mask = tree_attention_mask(tree, L, 0, 0, len(tree), torch.float32)[0, 0]   # [L + N, L + N]
+show_prefix = min(L, 6)
+allowed = (mask[L:, L - show_prefix:] == 0).float()                         # node rows only
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), gridspec_kw=dict(width_ratios=[show_prefix + len(tree), len(tree)]))
+axes[0].imshow(allowed, cmap="Greens", vmin=0, vmax=1)
+axes[0].axvline(show_prefix - 0.5, color="white", lw=3)
+axes[0].set_xticks(range(show_prefix + len(tree)), [f"p{L - show_prefix + j}" for j in range(show_prefix)] + [f"#{i}" for i in range(len(tree))], fontsize=8)
+axes[0].set_yticks(range(len(tree)), [f"#{i}" for i in range(len(tree))])
+axes[0].set_title("mask rows of the nodes (green: may attend)")
+axes[1].imshow(tree.ancestry().float(), cmap="Greens", vmin=0, vmax=1)
+axes[1].set_xticks(range(len(tree)), [f"#{i}" for i in range(len(tree))]); axes[1].set_yticks(range(len(tree)), [f"#{i}" for i in range(len(tree))])
+axes[1].set_title("node-to-node part: tree.ancestry()")
+fig.tight_layout(); plt.show()
+print("parents:", tree.parents)
+"""),
+        md("""
+**Exercise 1.** Write `ancestor_mask(parents)`: a `[N, N]` bool tensor whose row `i` is `True` at
+node `i` and at every ancestor of `i` (`parents[i] == -1` means node `i` hangs off the root; a parent
+always comes before its children).
+"""),
+        code("""
+def ancestor_mask(parents):
+    ### BEGIN SOLUTION
+    n = len(parents)
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    for i, parent in enumerate(parents):
+        if parent >= 0:
+            mask[i] = mask[parent]
+        mask[i, i] = True
+    return mask
+    ### END SOLUTION
+"""),
+        code("""
+def _mask_ok():
+    g = torch.Generator().manual_seed(0)
+    for trial in range(50):
+        t = TokenTree()
+        for i in range(int(torch.randint(1, 12, (1,), generator=g))):
+            parent = int(torch.randint(-1, len(t), (1,), generator=g)) if len(t) else -1
+            t.add(i, parent)
+        if not torch.equal(ancestor_mask(t.parents), t.ancestry()):
+            print("differs for parents", t.parents)
+            return False
+    return torch.equal(ancestor_mask(tree.parents), tree.ancestry())
+
+nb.check(_mask_ok, "each row marks the node and all its ancestors, on 50 random trees and the draft's tree.",
+         "start row i from its parent's row (parents come first), then set the diagonal.")
+""", check=True),
+        md("""
+## 4. One tree round vs one chain round
+
+A chain as deep as the tree costs the same draft passes but proposes only the draft's favourite
+branch (the first child at each depth). If the draft's favourite is wrong early, the chain keeps
+little, while the tree may still hold the right token as a sibling.
+"""),
+        code("""
+chain = tree.branch_from(0)   # the draft's top-1 branch: node 0, then first children
+target_greedy = sd.greedy_decode(pair.target, ids, max_new_tokens=len(TREE) + 1).sequences[0, L:].tolist()
+kept_chain = 0
+while kept_chain < len(chain) and chain[kept_chain] == target_greedy[kept_chain]:
+    kept_chain += 1
+print("target's greedy text :", repr(tok.decode(target_greedy)))
+print(f"chain (top-1 branch) : {tok.decode(chain)!r} -> keeps {kept_chain} + 1 = {kept_chain + 1} tokens")
+print(f"tree ({len(tree)} nodes)       : {tok.decode(emitted[:-1])!r} -> keeps {len(path)} + 1 = {len(emitted)} tokens")
+"""),
+        md("""
+## 5. The whole loop equals greedy decoding
+
+`tree_speculative_decode` repeats the round: draft a tree, one target pass, walk, keep the branch
+(gathering the kept positions in both KV caches), append the correction/bonus token. Like every
+speculative decoder it must give exactly the target's greedy text.
+"""),
+        code("""
+def _tree_equals_greedy():
+    for x in encoded:
+        out = tree_speculative_decode(pair.target, pair.draft, x, max_new_tokens=MAX_NEW_TOKENS, tree=TREE)
+        greedy = sd.greedy_decode(pair.target, x, max_new_tokens=MAX_NEW_TOKENS).sequences
+        if not torch.equal(out.sequences, greedy):
+            return False
+    return True
+
+nb.check(_tree_equals_greedy, "tree speculative decoding gives exactly the target's greedy text on every prompt.",
+         "the kept branch must follow the target's argmax at every node; check the cache gathering.")
+""", check=True),
+        md("""
+## 6. The measured gain
+
+`compare_tree_chain` runs greedy decoding, a chain as deep as the tree (same draft passes), a
+chain with the tree's node budget (same number of tokens fed to the target) and the tree, on the
+same prompts, and checks that all give the greedy text. The column to read is **tok/call**: new
+tokens per target forward pass. Times on a tiny CPU model mostly measure Python overhead.
+"""),
+        code("""
+rows = compare_tree_chain(pair, prompts=prompts, tree=TREE, max_new_tokens=MAX_NEW_TOKENS)
+""", ignore=True),
+        code("""
+fig, ax = plt.subplots(figsize=(6, 3))
+ax.bar([r["method"] for r in rows], [r["tokens_per_target_call"] for r in rows],
+       color=["0.6", "tab:blue", "tab:blue", "tab:green"])
+ax.set_ylabel("new tokens per target call"); ax.set_title("tree vs chain")
+plt.show()
+best = max(rows, key=lambda r: r["tokens_per_target_call"])
+print(f"most tokens per target call: {best['method']} ({best['tokens_per_target_call']:.2f})")
+""", ignore=True),
+        md("""
+**Reading the result.** A tree pays off when the draft's top-1 guess is often wrong but its
+top-2 or top-3 is right: the siblings catch what a chain would lose. When the draft is very good
+(the toy draft was trained on the same small corpus as its target), a long chain with the same
+node budget can keep as much or more, because all of its nodes sit on the branch that is usually
+right. Wider trees also feed more tokens to the target per pass, which is almost free on a GPU
+(notebook 01's cost curve) but not on a CPU. Try `TREE = (2, 2, 2, 2, 2)` or `(4, 2, 1)`.
+"""),
+    ]
+
+
 NOTEBOOKS = {
     "01_model_init.ipynb": nb01,
     "02_draft_generation.ipynb": nb02,
     "03_vectorized_verification.ipynb": nb03,
     "04_kv_cached_verification.ipynb": nb04,
     "05_benchmarking.ipynb": nb05,
+    "06_speculative_sampling.ipynb": nb06,
+    "07_tree_speculation.ipynb": nb07,
 }
 
 SOLUTION = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION\n?", re.S | re.M)

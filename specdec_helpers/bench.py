@@ -657,15 +657,20 @@ def _json_default(obj):
 # --------------------------------------------------------------------------- command line
 
 
+# Two more prompts for presets without their own: one prose, one where text repeats (prompt lookup).
+EXTRA_PROMPTS = [
+    "Explain in a few sentences how a hash table works.",
+    "List the days of the week, then list them again in reverse order.",
+]
+
+
 def _preset_prompts(preset: str) -> list[str]:
-    """The preset's own prompts (the toy's corpus-like prompts), if it has any."""
+    """Two prompts beyond PA3's three (the toy's corpus-like ones for `toy`): five by default."""
     if preset == "toy":
-        try:
-            from .toy import TOY_PROMPTS
-            return list(TOY_PROMPTS)
-        except ImportError:
-            return []
-    return []
+        from .toy import TOY_PROMPTS
+
+        return list(TOY_PROMPTS[:2])
+    return list(EXTRA_PROMPTS)
 
 
 def _parse_prompts(values) -> list[str]:
@@ -729,7 +734,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per method (interleaved)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs per method first")
     parser.add_argument("--prompts", nargs="+", default=None,
-                        help="prompt strings, or @file with one prompt a line (default: the 3 PA3 prompts + the preset's)")
+                        help="prompt strings, or @file with one prompt a line (default: the 3 PA3 prompts + 2 more: five)")
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
     parser.add_argument("--device", default=None)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")

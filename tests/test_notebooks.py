@@ -14,7 +14,8 @@ from specdec_helpers import notebook as nbh
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NAMES = ["01_model_init.ipynb", "02_draft_generation.ipynb", "03_vectorized_verification.ipynb",
-         "04_kv_cached_verification.ipynb", "05_benchmarking.ipynb"]
+         "04_kv_cached_verification.ipynb", "05_benchmarking.ipynb", "06_speculative_sampling.ipynb",
+         "07_tree_speculation.ipynb"]
 
 
 def load_builder():
