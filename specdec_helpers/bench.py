@@ -116,8 +116,11 @@ def draft_label(draft) -> str:
         return type(draft).__name__
     if any("quantized" in type(m).__module__ for m in model.modules()):
         return "int8"
-    name = getattr(model.config, "_name_or_path", "") or ""
-    return Path(name).name or f"{model.config.model_type}-{sum(p.numel() for p in model.parameters()) // 1000}k"
+    # Hub ids name themselves ("pythia-160m-deduped"); a local folder named just "draft" (the toy's) does not.
+    name = Path(getattr(model.config, "_name_or_path", "") or "").name
+    if name and name != "draft":
+        return name
+    return f"{model.config.model_type}-{sum(p.numel() for p in model.parameters()) // 1000}k"
 
 
 def _generate_kwargs(target, input_ids, max_new_tokens, eos_token_id):
