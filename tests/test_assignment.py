@@ -170,8 +170,14 @@ def test_results_json_shape(reference_report, tmp_path):
     assert "total" in data["output"] and "4 decode loop" in data["output"]
 
 
+def test_toy_preset_has_its_own_acceptance_bar():
+    assert grader.load_config()["thresholds"]["acceptance"] == 0.60  # toy is the default preset
+    assert grader.load_config(preset="pythia-1.4b/160m")["thresholds"]["acceptance"] == 0.75  # PA3's
+    assert grader.load_config(thresholds={"acceptance": 0.8})["thresholds"]["acceptance"] == 0.8
+
+
 def test_performance_thresholds_with_injected_measurements():
-    config = grader.load_config()
+    config = grader.load_config(preset="pythia-1.4b/160m")  # PA3's thresholds
     score = lambda m: {r.item: r.score for r in grader.performance_results(m, config)}  # noqa: E731
     assert score(Measurement(1.0, 0.76)) == {"speedup": 10, "acceptance": 10, "bonus": 0}  # >= 1.0x, > 75%
     assert score(Measurement(0.99, 0.75)) == {"speedup": 0, "acceptance": 0, "bonus": 0}

@@ -36,6 +36,10 @@ DEFAULT_CONFIG = {
                     "prompts": 3},
     "test_timeout_s": 60,
 }
+# PA3's thresholds assume Pythia-1.4b/160m on a GPU (87-94% acceptance in the reports). The CPU toy
+# pair's one-layer draft agrees with its target ~65-75% of the time (the reference solution measures
+# 68%), so its acceptance bars are lower; a config file or --threshold still overrides them.
+PRESET_THRESHOLDS = {"toy": {"acceptance": 0.60, "bonus_acceptance": 0.75}}
 EXTRA_CREDIT = ("bonus",)
 LABELS = {"init": "1 initialization", "draft": "2 drafting", "verify": "3 verification", "decode": "4 decode loop",
           "speedup": "speedup", "acceptance": "acceptance", "bonus": "bonus (extra credit)"}
@@ -44,9 +48,12 @@ LABELS = {"init": "1 initialization", "draft": "2 drafting", "verify": "3 verifi
 # --------------------------------------------------------------------------- configuration
 
 
-def load_config(path=None, points: dict | None = None, thresholds: dict | None = None) -> dict:
-    """PA3's defaults, updated from a .json or .toml file, then from CLI overrides."""
+def load_config(path=None, points: dict | None = None, thresholds: dict | None = None,
+                preset: str | None = None) -> dict:
+    """PA3's defaults (with the graded preset's own thresholds), updated from a .json or .toml file,
+    then from CLI overrides."""
     config = copy.deepcopy(DEFAULT_CONFIG)
+    data = {}
     if path:
         path = Path(path)
         if path.suffix == ".toml":
@@ -63,6 +70,11 @@ def load_config(path=None, points: dict | None = None, thresholds: dict | None =
                 config[key].update(value)
             else:
                 config[key] = value
+    if preset:
+        config["performance"]["preset"] = preset
+    for key, value in PRESET_THRESHOLDS.get(config["performance"]["preset"], {}).items():
+        if key not in data.get("thresholds", {}):
+            config["thresholds"][key] = value
     config["points"].update(points or {})
     config["thresholds"].update(thresholds or {})
     bad = set(config["points"]) - set(LABELS)
@@ -376,9 +388,7 @@ def main(argv=None) -> int:
     from .submission import SubmissionError, load
 
     quiet()
-    config = load_config(args.config, _pairs(args.points, "points"), _pairs(args.threshold, "threshold"))
-    if args.preset:
-        config["performance"]["preset"] = args.preset
+    config = load_config(args.config, _pairs(args.points, "points"), _pairs(args.threshold, "threshold"), args.preset)
     try:
         cls, path = load(args.submission)
     except SubmissionError as error:
