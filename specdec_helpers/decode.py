@@ -68,6 +68,14 @@ class DecodeStats:
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
 
+    def record_round(self, proposed: int, accepted: int, draft_calls: int) -> None:
+        """Count one round: one target pass that judged ``proposed`` draft tokens."""
+        self.target_calls += 1
+        self.draft_calls += draft_calls
+        self.proposed += proposed
+        self.accepted += accepted
+        self.accepted_per_step.append(accepted)
+
     def as_dict(self) -> dict:
         names = ["new_tokens", "proposed", "accepted", "acceptance_rate", "mean_accepted_length",
                  "target_calls", "draft_calls", "accepted_per_step", "wall_time_s", "tokens_per_s"]
@@ -83,6 +91,14 @@ class DecodeOutput:
     @property
     def new_tokens(self) -> torch.Tensor:
         return self.sequences[0, self.sequences.shape[1] - self.stats.new_tokens:]
+
+
+def cut_at_eos(tokens: list[int], eos: set[int]) -> list[int]:
+    """``tokens`` up to and including the first EOS (an EOS inside an accepted block ends the text)."""
+    for i, token in enumerate(tokens):
+        if token in eos:
+            return tokens[: i + 1]
+    return tokens
 
 
 class _NoDraft:
@@ -174,11 +190,7 @@ def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: 
         logits = score_draft(target, context, proposal.tokens, cache)
         result = verify(logits, proposal.tokens, proposal.probs, sampler)
 
-        emitted = result.tokens.tolist()
-        for i, token in enumerate(emitted):
-            if token in eos_set:
-                emitted = emitted[: i + 1]
-                break
+        emitted = cut_at_eos(result.tokens.tolist(), eos_set)
         buffer[0, length : length + len(emitted)] = result.tokens[: len(emitted)]
         # Kept: the old text plus the accepted draft tokens; the new last token is fed next round.
         if cache is not None:
@@ -186,11 +198,7 @@ def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: 
         drafter.rollback(length + result.num_accepted)
         length += len(emitted)
 
-        stats.target_calls += 1
-        stats.draft_calls += proposal.forward_calls
-        stats.proposed += result.num_proposed
-        stats.accepted += result.num_accepted
-        stats.accepted_per_step.append(result.num_accepted)
+        stats.record_round(result.num_proposed, result.num_accepted, proposal.forward_calls)
         schedule.update(result.num_accepted, result.num_proposed)
         steps.append(Step(proposal.tokens.tolist(), result.num_accepted, emitted))
         if emitted[-1] in eos_set:

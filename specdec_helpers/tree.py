@@ -29,7 +29,7 @@ import torch
 
 from . import checks
 from .cache import cache_length, crop_cache, keep_cache_positions, new_cache
-from .decode import DecodeOutput, DecodeStats, Step, sync_device
+from .decode import DecodeOutput, DecodeStats, Step, cut_at_eos, sync_device
 from .drafters import HybridDrafter, ModelDrafter, PromptLookupDrafter
 
 DEFAULT_TREE = (3, 2, 2, 1, 1)  # widths per depth: 9 nodes, 5 deep
@@ -372,11 +372,7 @@ def _tree_loop(target, model, vocab_limit, lookup, input_ids, max_new_tokens, wi
         while (child := tree.child(node, choices[node + 1])) is not None:
             path.append(child)
             node = child
-        emitted = [tree.tokens[i] for i in path] + [choices[node + 1]]
-        for i, token in enumerate(emitted):
-            if token in eos_set:
-                emitted = emitted[: i + 1]
-                break
+        emitted = cut_at_eos([tree.tokens[i] for i in path] + [choices[node + 1]], eos_set)
         buffer[0, length : length + len(emitted)] = torch.tensor(emitted, device=device)
 
         # Keep the text plus the kept branch; the new last token is fed next round, as in the chain loop.
@@ -387,11 +383,7 @@ def _tree_loop(target, model, vocab_limit, lookup, input_ids, max_new_tokens, wi
             keep_cache_positions(draft_cache, prefix + [length + i for i in cached])
         length += len(emitted)
 
-        stats.target_calls += 1
-        stats.draft_calls += calls
-        stats.proposed += len(tree)
-        stats.accepted += len(path)
-        stats.accepted_per_step.append(len(path))
+        stats.record_round(len(tree), len(path), calls)
         steps.append(TreeStep(tree.branch_from(node), len(path), emitted, tree))
         if emitted[-1] in eos_set:
             break

@@ -85,7 +85,8 @@ def _model(seed: int):
     return model
 
 
-def _perturbed(model, scale: float, seed: int):
+def perturbed_copy(model, scale: float = 0.15, seed: int = 1):
+    """A draft that agrees with the target often but not always (the tests use it too)."""
     torch.manual_seed(seed)
     draft = copy.deepcopy(model)
     with torch.no_grad():
@@ -109,7 +110,7 @@ class World:
     def __init__(self):
         self.tokenizer = _tokenizer()
         self.target = _model(0)
-        self.draft = _perturbed(self.target, 0.15, 1)  # agrees often, not always
+        self.draft = perturbed_copy(self.target, 0.15, 1)  # agrees often, not always
         self.same = copy.deepcopy(self.target)  # agrees always: every round ends with a bonus token
         self.other = _model(7)  # unrelated: nearly every draft token is rejected
         g = torch.Generator().manual_seed(3)
