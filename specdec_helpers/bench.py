@@ -30,7 +30,7 @@ import torch
 
 from . import checks
 from .decode import greedy_decode, speculative_decode, sync_device
-from .drafters import ModelDrafter, PromptLookupDrafter
+from .drafters import HybridDrafter, ModelDrafter, PromptLookupDrafter
 
 PA3_PROMPTS = [
     "The future of Artificial Intelligence is",
@@ -111,11 +111,15 @@ def draft_label(draft) -> str:
     """A short name for tables: 'prompt-lookup', 'int8', or the draft model's name."""
     if isinstance(draft, PromptLookupDrafter):
         return "prompt-lookup"
+    if isinstance(draft, HybridDrafter):
+        return "hybrid"
     model = _model_of(draft)
     if model is None:
         return type(draft).__name__
     if any("quantized" in type(m).__module__ for m in model.modules()):
         return "int8"
+    if hasattr(model, "distill_meta"):
+        return "distilled"
     # Hub ids name themselves ("pythia-160m-deduped"); a local folder named just "draft" (the toy's) does not.
     name = Path(getattr(model.config, "_name_or_path", "") or "").name
     if name and name != "draft":
@@ -156,10 +160,11 @@ def build_methods(target, draft, k: int, names=METHODS, eos_token_id=None) -> di
         kwargs = _generate_kwargs(target, ids, n, eos_token_id)
         if isinstance(draft, PromptLookupDrafter):
             kwargs.update(prompt_lookup_num_tokens=k, max_matching_ngram_size=draft.max_ngram)
-        else:
-            kwargs.update(assistant_model=_model_of(draft), num_assistant_tokens=k,
-                          num_assistant_tokens_schedule="constant")
-        return MethodOutput(target.generate(ids, **kwargs))
+            return MethodOutput(target.generate(ids, **kwargs))
+        assistant = _model_of(draft)
+        kwargs.update(assistant_model=assistant, num_assistant_tokens=k, num_assistant_tokens_schedule="constant")
+        with _constant_k(assistant):
+            return MethodOutput(target.generate(ids, **kwargs))
 
     available = {"hf_greedy": hf_greedy, "greedy": greedy, "spec_vectorized": speculative(False),
                  "spec_cached": speculative(True), "hf_assisted": assisted}
@@ -171,6 +176,21 @@ def build_methods(target, draft, k: int, names=METHODS, eos_token_id=None) -> di
         else:
             methods[name] = available[name]
     return methods
+
+
+@contextlib.contextmanager
+def _constant_k(assistant):
+    """HF stops drafting early when the assistant's top probability falls below
+    ``assistant_confidence_threshold`` (0.4 unless the assistant's generation config says otherwise),
+    so its "constant" k is not constant. 0 turns that off for the call: both sides then draft exactly
+    k tokens a round, and the comparison measures the loops, not two drafting policies."""
+    config = assistant.generation_config
+    saved = config.assistant_confidence_threshold
+    config.assistant_confidence_threshold = 0.0
+    try:
+        yield
+    finally:
+        config.assistant_confidence_threshold = saved
 
 
 @contextlib.contextmanager
@@ -699,14 +719,7 @@ def _load_cases(args) -> list[Case]:
         encoded = [(p, encode(p)) for p in prompts]
         for spec in (args.draft or "default").split(","):
             spec = spec.strip()
-            if spec == "default":
-                draft = pair.draft
-            elif spec == "prompt-lookup":
-                draft = PromptLookupDrafter()
-            elif spec == "int8":
-                draft = pairs.int8_copy(pair.target)
-            else:
-                draft = pairs.load_pair(preset.strip(), draft=spec, device=args.device).draft
+            draft = pair.draft if spec == "default" else pair.with_draft(spec).draft
             cases.append(Case(preset=pair.preset or preset, drafter=draft_label(draft), target=pair.target,
                               draft=draft, prompts=encoded, eos_token_id=None,
                               extra=dict(device=str(pair.device), dtype=str(pair.dtype))))

