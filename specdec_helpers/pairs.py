@@ -189,6 +189,8 @@ class ModelPair:
     def with_draft(self, draft, progress: bool = False) -> "ModelPair":
         """The same target and tokenizer with another draft: a drafter name ('distilled', 'hybrid', 'int8', 'prompt-lookup'),
         a hub id or folder, a model, or a Drafter."""
+        if draft == "hybrid":
+            return replace(self, draft=_hybrid(self.draft))
         made = _make_draft(draft, self.target, self.tokenizer, self.device, self.dtype, progress=progress)
         if isinstance(draft, str) and uses_onednn(self.target):  # the target's kernels; never rewrite a model
             _use_onednn_in_draft(made)  # that the caller passed in
@@ -322,8 +324,9 @@ def _load_tokenizer(name: str, gated: bool = False):
 
 def int8_copy(model):
     """A copy of ``model`` with every Linear layer (the output head too) dynamically quantized to
-    int8, for the CPU. SmolLM2-135M on 2 cores: about 45 ms a step against 80 ms for fp32, agreeing
-    with the fp32 target on 42-78% of its greedy tokens (int8 activations cost the rest).
+    int8, for the CPU. SmolLM2-135M on 2 cores: about 45 ms a step against 55-65 ms for the fp32 target
+    on oneDNN, agreeing with it on 42-78% of its greedy tokens (int8 activations cost the rest): too
+    slow to pay as a draft there (see `distill` for the default one).
     """
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("draft='int8' quantizes for the CPU; on a GPU use draft='prompt-lookup' or a smaller model")
@@ -336,6 +339,17 @@ def int8_copy(model):
     return quantized.eval()
 
 
+def _hybrid(draft):
+    """N-gram lookup first, then ``draft``'s model (see `HybridDrafter`)."""
+    from .drafters import HybridDrafter
+
+    model = draft if _is_model(draft) else getattr(draft, "model", None)
+    if not _is_model(model):
+        raise ValueError(f"draft='hybrid' puts n-gram lookup before a draft model, but this pair's draft is a "
+                         f"{type(draft).__name__} with no model: load a model draft first")
+    return HybridDrafter(model)
+
+
 def _use_onednn_in_draft(draft) -> None:
     """`use_onednn_linears` on the draft model, also when it sits inside a drafter (hybrid)."""
     model = draft if _is_model(draft) else getattr(draft, "model", None)
@@ -345,6 +359,8 @@ def _use_onednn_in_draft(draft) -> None:
 
 def _make_draft(spec, target, tokenizer, device, dtype, gated: bool = False, progress: bool = True):
     """Resolve ``draft=``: a model or Drafter object as is; a drafter name; else a hub id or folder."""
+    if spec == "hybrid":
+        raise ValueError("draft='hybrid' wraps a pair's draft model: load_pair(preset, draft='hybrid') or pair.with_draft('hybrid')")
     if not isinstance(spec, str):
         if _is_model(spec):
             check_compatible(tokenizer, spec)
@@ -356,15 +372,12 @@ def _make_draft(spec, target, tokenizer, device, dtype, gated: bool = False, pro
     if spec == "int8":
         _say(progress, "draft: int8 dynamic-quantized copy of the target")
         return int8_copy(target)
-    if spec in ("distilled", "hybrid"):
+    if spec == "distilled":
         from .distill import distilled_draft
-        from .drafters import HybridDrafter
 
-        _say(progress, "draft: truncated copy of the target distilled on its own text (see specdec_helpers.distill)"
-             + (", after n-gram lookup in the text so far" if spec == "hybrid" else ""))
+        _say(progress, "draft: truncated copy of the target distilled on its own text (see specdec_helpers.distill)")
         name = Path(getattr(target.config, "_name_or_path", "") or type(target).__name__).name
-        model = distilled_draft(target, tokenizer, name, progress=progress)
-        return HybridDrafter(model) if spec == "hybrid" else model
+        return distilled_draft(target, tokenizer, name, progress=progress)
     _say(progress, f"loading draft {spec} ...")
     draft_tokenizer = _load_tokenizer(spec, gated)
     check_compatible(tokenizer, draft_tokenizer)
@@ -475,8 +488,8 @@ def load_pair(
     """Load a target/draft pair by preset name (``"auto"`` picks), or any two hub ids / local folders.
 
     ``draft`` overrides the preset's draft: a hub id or folder, a model, a Drafter, or a drafter name:
-    ``"distilled"`` (a draft distilled from the target, see `distill`), ``"hybrid"`` (n-gram lookup, else the
-    distilled draft), ``"int8"`` (int8 copy of the target, CPU) or ``"prompt-lookup"`` (n-gram lookup, no model).
+    ``"distilled"`` (a draft distilled from the target, see `distill`), ``"hybrid"`` (n-gram lookup in the
+    text so far, else the preset's draft model), ``"int8"`` (int8 copy of the target, CPU) or ``"prompt-lookup"`` (n-gram lookup, no model).
     ``device``/``dtype`` default to CUDA + fp16 when there is a GPU, else CPU + fp32.
     ``fast_cpu_linears``: on the CPU in fp32, run the Linear layers of target and draft through oneDNN
     with pre-packed weights (`cpu_kernels`): same results to the last bits, and verifying k + 1 tokens
@@ -514,8 +527,11 @@ def load_pair(
     if model.generation_config.pad_token_id is None:  # quiets generate()'s warning
         model.generation_config.pad_token_id = tokenizer.pad_token_id
 
-    draft_model = _make_draft(default_draft if draft is None else draft, model, tokenizer, device, dtype, gated,
-                              progress)
+    hybrid = draft == "hybrid"  # n-gram lookup before the preset's own draft
+    draft_model = _make_draft(default_draft if draft is None or hybrid else draft, model, tokenizer, device, dtype,
+                              gated, progress)
+    if hybrid:
+        draft_model = _hybrid(draft_model)
     if fast_cpu_linears:
         use_onednn_linears(model)
         if draft is None or isinstance(draft, str):  # never rewrite a model the caller passed in

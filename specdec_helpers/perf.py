@@ -92,6 +92,22 @@ def profile_decode(target, draft, input_ids, k: int, max_new_tokens: int = 100) 
                 tokens_per_round=out.stats.mean_accepted_length)
 
 
+def _with_inner_models(cases: list) -> list:
+    """Each case, and after a drafter that wraps a model (hybrid) a case with that model alone: HF
+    assisted generation can run the model, so that is where ours and HF's are compared."""
+    from dataclasses import replace
+
+    from .bench import draft_label
+    from .drafters import HybridDrafter
+
+    out = []
+    for case in cases:
+        out.append(case)
+        if isinstance(case.draft, HybridDrafter):
+            out.append(replace(case, drafter=draft_label(case.draft.model), draft=case.draft.model))
+    return out
+
+
 def _fmt(value, spec: str) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
@@ -124,7 +140,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specdec_helpers perf",
                                      description="All performance ratios (ours vs HF assisted, vs greedy, vs the bound) from one run.")
     parser.add_argument("--preset", default="toy,smollm2-135m", help="preset name(s), comma-separated")
-    parser.add_argument("--draft", default=None, help="draft(s) instead of each preset's default (see bench --help)")
+    parser.add_argument("--draft", default=None,
+                        help="draft(s), comma-separated (default: 'hybrid,prompt-lookup': n-gram lookup before the preset's draft, "
+                             "that draft alone (added after any hybrid), and n-gram lookup alone)")
     parser.add_argument("--k", type=int, default=None, help="draft length (default: each preset's k)")
     parser.add_argument("--max-new-tokens", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per method (interleaved)")
@@ -142,8 +160,8 @@ def main(argv=None) -> int:
 
     runs, costs, profiles = [], {}, {}
     for preset in [p.strip() for p in args.preset.split(",") if p.strip()]:
-        sub = argparse.Namespace(**{**vars(args), "preset": preset})
-        for case in _load_cases(sub):
+        sub = argparse.Namespace(**{**vars(args), "preset": preset, "draft": args.draft or "hybrid,prompt-lookup"})
+        for case in _with_inner_models(_load_cases(sub)):
             k = args.k or get_preset(case.preset).num_speculative_tokens
             result = run_sweep([case], [k], max_new_tokens=args.max_new_tokens, repeats=args.repeats,
                                warmup=args.warmup, methods=PERF_METHODS)

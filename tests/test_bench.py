@@ -11,7 +11,7 @@ import torch
 from tiny_models import perturbed_copy, tiny_model
 from specdec_helpers import bench, report
 from specdec_helpers.decode import Step
-from specdec_helpers.drafters import PromptLookupDrafter
+from specdec_helpers.drafters import HybridDrafter, PromptLookupDrafter
 
 PROMPT = torch.tensor([[1, 2, 3, 4, 5, 6]])
 
@@ -256,8 +256,9 @@ def test_profile_splits_the_round_into_phases(pair):
 def test_perf_command_prints_every_ratio(pair, tmp_path, capsys):
     from specdec_helpers import perf
 
-    fake = SimpleNamespace(target=pair.target, draft=pair.draft, preset="tiny", device=torch.device("cpu"),
-                           dtype=torch.float32, encode=lambda text: torch.tensor([[len(text) % 60 + 1, 2, 3, 4]]))
+    fake = SimpleNamespace(target=pair.target, draft=HybridDrafter(pair.draft), preset="tiny", device=torch.device("cpu"),
+                           dtype=torch.float32, encode=lambda text: torch.tensor([[len(text) % 60 + 1, 2, 3, 4]]),
+                           with_draft=lambda spec: SimpleNamespace(draft=PromptLookupDrafter()))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("specdec_helpers.pairs.load_pair", lambda *args, **kwargs: fake)
         assert perf.main(["--preset", "tiny", "--k", "2", "--max-new-tokens", "6", "--repeats", "1",
@@ -266,4 +267,9 @@ def test_perf_command_prints_every_ratio(pair, tmp_path, capsys):
     for header in ("vs HF assisted", "vs greedy", "of bound", "geometric mean (2 prompts)", "target_forward", "c = "):
         assert header in printed
     saved = json.loads((tmp_path / "results" / "perf.json").read_text())
-    assert len(saved["ratios"]) == 3 and saved["profiles"]
+    # The hybrid default, the model inside it (which HF assisted can run too), and prompt lookup.
+    drafters = [r["drafter"] for r in saved["ratios"] if r["prompt"].startswith("geometric mean")]
+    assert drafters == ["hybrid", bench.draft_label(pair.draft), "prompt-lookup"]
+    hybrid, model = (next(r for r in saved["ratios"] if r["drafter"] == d) for d in drafters[:2])
+    assert hybrid["vs_hf_assisted"] is None and model["vs_hf_assisted"] > 0
+    assert len(saved["profiles"]) == 3

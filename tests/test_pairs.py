@@ -338,3 +338,20 @@ def test_model_pair_encode_plain_and_chat():
     pair = ModelPair(tiny_model("llama"), None, tok, torch.device("cpu"), torch.float32)
     assert pair.encode("the cat").tolist() == [[2, 3]]
     assert pair.encode("the cat", chat=True).tolist() == [[1, 2, 3, 7]]
+
+
+def test_hybrid_puts_ngram_lookup_before_the_presets_draft_model():
+    from specdec_helpers.drafters import HybridDrafter
+
+    pair = load_pair("toy", progress=False)
+    hybrid = load_pair("toy", draft="hybrid", progress=False).draft
+    assert isinstance(hybrid, HybridDrafter) and uses_onednn(hybrid.model)
+    assert type(hybrid.model) is type(pair.draft) and hybrid.model.config.num_hidden_layers == pair.draft.config.num_hidden_layers
+    assert pair.with_draft("hybrid").draft.model is pair.draft
+    ids = pair.encode("The \"if\" statement is used for")
+    out = speculative_decode(pair.target, pair.with_draft("hybrid").draft, ids, max_new_tokens=30, num_speculative_tokens=4)
+    with torch.no_grad():
+        expected = pair.target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=30)
+    assert torch.equal(out.sequences, expected)
+    with pytest.raises(ValueError, match="hybrid.*PromptLookupDrafter with no model"):
+        pair.with_draft("prompt-lookup").with_draft("hybrid")
