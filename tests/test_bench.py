@@ -256,9 +256,10 @@ def test_profile_splits_the_round_into_phases(pair):
 def test_perf_command_prints_every_ratio(pair, tmp_path, capsys):
     from specdec_helpers import perf
 
-    fake = SimpleNamespace(target=pair.target, draft=HybridDrafter(pair.draft), preset="tiny", device=torch.device("cpu"),
+    drafts = {"hybrid": HybridDrafter(pair.draft), "prompt-lookup": PromptLookupDrafter()}
+    fake = SimpleNamespace(target=pair.target, draft=pair.draft, preset="tiny", device=torch.device("cpu"),
                            dtype=torch.float32, encode=lambda text: torch.tensor([[len(text) % 60 + 1, 2, 3, 4]]),
-                           with_draft=lambda spec: SimpleNamespace(draft=PromptLookupDrafter()))
+                           with_draft=lambda spec: SimpleNamespace(draft=drafts[spec]))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("specdec_helpers.pairs.load_pair", lambda *args, **kwargs: fake)
         assert perf.main(["--preset", "tiny", "--k", "2", "--max-new-tokens", "6", "--repeats", "1",
@@ -273,3 +274,18 @@ def test_perf_command_prints_every_ratio(pair, tmp_path, capsys):
     hybrid, model = (next(r for r in saved["ratios"] if r["drafter"] == d) for d in drafters[:2])
     assert hybrid["vs_hf_assisted"] is None and model["vs_hf_assisted"] > 0
     assert len(saved["profiles"]) == 3
+
+
+def test_bound_for_rounds_is_the_refined_bound_for_constant_k_and_counts_short_rounds():
+    from specdec_helpers import perf
+
+    curve = dict(sizes=[1, 2, 3, 4, 5], median_s=[0.010, 0.011, 0.012, 0.013, 0.014])
+    constant = perf.bound_for_rounds(0.6, [4] * 10, 40, 0.1, curve)
+    assert constant == pytest.approx(bench.refined_speedup(0.6, 4, 0.1, 1.4))
+    # Rounds that proposed nothing yield one token for one step: they pull the bound towards 1.
+    mixed = perf.bound_for_rounds(0.6, [4] * 10 + [0] * 10, 40, 0.1, curve)
+    tokens = 10 * bench.expected_tokens_per_step(0.6, 4) + 10
+    assert mixed == pytest.approx(tokens / (10 * (0.4 + 1.4) + 10 * 1.0))
+    assert 1 < mixed < constant
+    # Proposals that cost no draft step (n-gram lookup) raise it.
+    assert perf.bound_for_rounds(0.6, [4] * 10, 0, 0.1, curve) > constant
