@@ -162,9 +162,8 @@ def build_methods(target, draft, k: int, names=METHODS, eos_token_id=None) -> di
             kwargs.update(prompt_lookup_num_tokens=k, max_matching_ngram_size=draft.max_ngram)
             return MethodOutput(target.generate(ids, **kwargs))
         assistant = _model_of(draft)
-        kwargs.update(assistant_model=assistant, num_assistant_tokens=k, num_assistant_tokens_schedule="constant")
-        with _constant_k(assistant):
-            return MethodOutput(target.generate(ids, **kwargs))
+        with _constant_k(assistant, k):
+            return MethodOutput(target.generate(ids, assistant_model=assistant, **kwargs))
 
     available = {"hf_greedy": hf_greedy, "greedy": greedy, "spec_vectorized": speculative(False),
                  "spec_cached": speculative(True), "hf_assisted": assisted}
@@ -179,18 +178,24 @@ def build_methods(target, draft, k: int, names=METHODS, eos_token_id=None) -> di
 
 
 @contextlib.contextmanager
-def _constant_k(assistant):
-    """HF stops drafting early when the assistant's top probability falls below
-    ``assistant_confidence_threshold`` (0.4 unless the assistant's generation config says otherwise),
-    so its "constant" k is not constant. 0 turns that off for the call: both sides then draft exactly
-    k tokens a round, and the comparison measures the loops, not two drafting policies."""
+def _constant_k(assistant, k: int):
+    """Make HF assisted generation draft exactly ``k`` tokens every round, for one call.
+
+    transformers 5.x reads the draft length from the *assistant's* generation config, not from the
+    ``num_assistant_tokens=`` given to ``generate`` (unset, it drafts 20), and it stops drafting early
+    when the assistant's top probability falls below ``assistant_confidence_threshold`` (0.4 by
+    default). Both sides then draft k tokens a round, and the comparison measures the loops, not
+    two drafting policies. The assistant's config is restored afterwards."""
     config = assistant.generation_config
-    saved = config.assistant_confidence_threshold
-    config.assistant_confidence_threshold = 0.0
+    wanted = dict(num_assistant_tokens=k, num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+    saved = {name: getattr(config, name, None) for name in wanted}
+    for name, value in wanted.items():
+        setattr(config, name, value)
     try:
         yield
     finally:
-        config.assistant_confidence_threshold = saved
+        for name, value in saved.items():
+            setattr(config, name, value)
 
 
 @contextlib.contextmanager

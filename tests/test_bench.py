@@ -221,7 +221,26 @@ def test_hf_assisted_drafts_k_tokens_every_round_and_restores_the_threshold(pair
         handle.remove()
     assert len(calls) > early_stopped  # HF's own early stop is off: every round drafts k tokens
     assert unsure.generation_config.assistant_confidence_threshold == 0.7
+    assert unsure.generation_config.num_assistant_tokens is None  # restored
     assert torch.equal(out.sequences, bench._reference(target, PROMPT, 12, None))
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_hf_assisted_and_ours_feed_the_target_alike(pair, k):
+    """The same constant k on both sides: round by round, HF's target is fed as many tokens as ours
+    (k drafts + 1, fewer only where max_new_tokens leaves less room)."""
+    fed = []
+    handle = pair.target.register_forward_hook(lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[1]),
+                                               with_kwargs=True)
+    methods = bench.build_methods(pair.target, pair.draft, k, names=["hf_assisted", "spec_cached"])
+    try:
+        methods["hf_assisted"](PROMPT, 20)
+        theirs = list(fed)
+        fed.clear()
+        methods["spec_cached"](PROMPT, 20)
+    finally:
+        handle.remove()
+    assert theirs == fed and max(fed[1:]) == k + 1
 
 
 def test_perf_ratios_and_geometric_means(sweep):
