@@ -64,15 +64,13 @@ class OneDNNLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-def _swap(model: torch.nn.Module, convert) -> int:
-    swapped = 0
+def _swap(model: torch.nn.Module, convert) -> None:
+    """Replace each submodule for which ``convert`` returns a module (None keeps it)."""
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             new = convert(child)
             if new is not None:
                 setattr(module, name, new)
-                swapped += 1
-    return swapped
 
 
 def use_onednn_linears(model: torch.nn.Module) -> torch.nn.Module:

@@ -23,7 +23,6 @@ import copy
 import json
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -279,6 +278,8 @@ def distill_draft(target, tokenizer, *, name: str, recipe: DistillRecipe = Disti
     """Generate data with ``target``, train a truncated draft, save it (atomically); returns the folder."""
     from safetensors.torch import save_file
 
+    from .toy import atomic_folder
+
     folder = Path(folder) if folder is not None else distilled_dir(name)
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if progress else (lambda m: None)
     say(f"{name}: distilling a draft from the target ({len(prompts)} prompts, {recipe.epochs} epochs; "
@@ -298,18 +299,9 @@ def distill_draft(target, tokenizer, *, name: str, recipe: DistillRecipe = Disti
         threads=torch.get_num_threads(),
     )
     state = {k: v.detach().contiguous() for k, v in draft.state_dict().items() if not k.startswith("model.embed_tokens")}
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".tmp-", dir=folder.parent))
-    try:
+    with atomic_folder(folder, lambda f: (f / "draft.safetensors").is_file()) as tmp:
         save_file(state, tmp / "draft.safetensors")
         (tmp / "draft.json").write_text(json.dumps(meta, indent=1))
-        try:
-            tmp.rename(folder)
-        except OSError:
-            if not (folder / "draft.safetensors").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     say(f"{name}: draft distilled in {meta['total_s']:.0f} s (target writing {generated_s:.0f} s); "
         f"{meta['tokens_written']} tokens, head over {meta['vocab_subset']} token ids, losses {[round(x, 3) for x in losses]}")
     return folder

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import copy
 import os
-import shutil
 import socket
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -23,7 +21,7 @@ from urllib.parse import urlparse
 import torch
 
 from .cpu_kernels import use_onednn_linears, use_plain_linears, uses_onednn
-from .toy import cache_root, load_toy  # one cache root for the package: $SPECDEC_CACHE_DIR, else the user cache
+from .toy import atomic_folder, cache_root, load_toy  # one cache root for the package: $SPECDEC_CACHE_DIR, else the user cache
 
 OFFLINE_PRESETS = ("toy", "smollm2-135m")
 DRAFTER_NAMES = ("distilled", "hybrid", "int8", "prompt-lookup")
@@ -437,18 +435,9 @@ def _convert_smollm2(folder: Path, progress: bool) -> None:
     model.generation_config.bos_token_id = tokenizer.bos_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".tmp-", dir=folder.parent))
-    try:
+    with atomic_folder(folder, lambda f: (f / "model.safetensors").is_file()) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        try:
-            tmp.rename(folder)
-        except OSError:
-            if not (folder / "model.safetensors").is_file():  # another process did not win the race
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     _say(progress, f"smollm2-135m: converted in {time.perf_counter() - start:.0f} s")
 
 

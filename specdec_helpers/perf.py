@@ -81,8 +81,7 @@ def ratio_rows(results: dict) -> list[dict]:
         vs_greedy = greedy / ours if greedy else None
         bound = bound_for_rounds(alpha, stats["draft_lengths"], stats["draft_calls"], cost["c"], cost["target_forward"])
         row = dict(preset=run["preset"], drafter=run["drafter"], k=k, prompt=run["prompt"],
-                   acceptance=run["methods"]["spec_cached"]["stats"]["acceptance_rate"], alpha=alpha,
-                   tokens_per_call=run["methods"]["spec_cached"]["stats"]["mean_accepted_length"],
+                   acceptance=stats["acceptance_rate"], alpha=alpha, tokens_per_call=stats["mean_accepted_length"],
                    vs_hf_assisted=hf / ours if hf else None, vs_greedy=vs_greedy,
                    vs_hf_greedy=hf_greedy / ours if hf_greedy else None, bound=bound,
                    of_bound=vs_greedy / bound if vs_greedy else None, c=cost["c"], v=v,
@@ -135,32 +134,27 @@ def _with_inner_models(cases: list) -> list:
     return out
 
 
-def _fmt(value, spec: str) -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
-
-
 def print_ratios(rows: list[dict], file=None) -> None:
-    out = file or sys.stdout
-    print("| preset | draft | k | prompt | acceptance | tokens/call | vs HF assisted | vs greedy | vs HF greedy "
-          "| bound | of bound | identical |", file=out)
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|", file=out)
-    for r in rows:
-        prompt = r["prompt"] if len(r["prompt"]) <= 40 else r["prompt"][:37] + "..."
-        print(f"| {r['preset']} | {r['drafter']} | {r['k']} | {prompt} | {_fmt(r['acceptance'], '.1%')} "
-              f"| {_fmt(r['tokens_per_call'], '.2f')} | {_fmt(r['vs_hf_assisted'], '.2f')}x | {_fmt(r['vs_greedy'], '.2f')}x "
-              f"| {_fmt(r['vs_hf_greedy'], '.2f')}x | {_fmt(r['bound'], '.2f')}x | {_fmt(r['of_bound'], '.0%')} "
-              f"| {r['identical']} |", file=out)
+    from .report import to_markdown
+
+    columns = ["preset", "draft", "k", "prompt", "acceptance", "tokens/call", "vs HF assisted (x)", "vs greedy (x)",
+               "vs HF greedy (x)", "bound (x)", "of bound", "identical"]
+    keys = ["preset", "drafter", "k", "prompt", "acceptance", "tokens_per_call", "vs_hf_assisted", "vs_greedy",
+            "vs_hf_greedy", "bound", "of_bound", "identical"]
+    table = [[r[key] if key != "prompt" or len(r[key]) <= 40 else r[key][:37] + "..." for key in keys] for r in rows]
+    formats = ["", "", "d", "", ".1%", ".2f", ".2f", ".2f", ".2f", ".2f", ".0%", ""]
+    print(to_markdown(columns, table, formats), file=file or sys.stdout)
 
 
 def print_profile(profiles: dict, file=None) -> None:
-    out = file or sys.stdout
-    print("| preset | ms/round | " + " | ".join(PHASES) + " | rest | draft calls/round | tokens/round |", file=out)
-    print("|---|---|" + "---|" * (len(PHASES) + 3), file=out)
-    for name, p in profiles.items():
-        cells = " | ".join(f"{p['ms_per_round'][ph]:.1f} ({p['ms_per_round'][ph] / p['wall_ms_per_round']:.0%})"
-                           for ph in (*PHASES, "rest"))
-        print(f"| {name} | {p['wall_ms_per_round']:.1f} | {cells} | {p['draft_calls_per_round']:.2f} "
-              f"| {p['tokens_per_round']:.2f} |", file=out)
+    from .report import to_markdown
+
+    columns = ["preset", "ms/round", *PHASES, "rest", "draft calls/round", "tokens/round"]
+    table = [[name, p["wall_ms_per_round"],
+              *(f"{p['ms_per_round'][ph]:.1f} ({p['ms_per_round'][ph] / p['wall_ms_per_round']:.0%})"
+                for ph in (*PHASES, "rest")),
+              p["draft_calls_per_round"], p["tokens_per_round"]] for name, p in profiles.items()]
+    print(to_markdown(columns, table, ["", ".1f", *[""] * (len(PHASES) + 1), ".2f", ".2f"]), file=file or sys.stdout)
 
 
 def main(argv=None) -> int:

@@ -14,6 +14,7 @@ draft useful, not its own perplexity.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import math
@@ -75,6 +76,26 @@ def cache_root() -> Path:
         return Path(env).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base).expanduser() / "specdec_helpers"
+
+
+@contextlib.contextmanager
+def atomic_folder(folder: Path, is_complete):
+    """Write a cache folder atomically: yields a fresh folder beside ``folder`` to fill, then moves
+    it into place, so readers see no folder or a whole one. ``is_complete(folder)`` says whether a
+    folder already there is whole: another process finishing first is fine, a partial leftover goes."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        yield tmp
+        if folder.exists() and not is_complete(folder):
+            shutil.rmtree(folder)
+        try:
+            os.replace(tmp, folder)
+        except OSError:
+            if not is_complete(folder):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # no-op after the move; else lost a race
 
 
 def toy_cache_dir() -> Path:
@@ -265,18 +286,8 @@ def load_toy(device="cpu", dtype=torch.float32, progress: bool = True):
                 f"Training the toy pair once (about {EXPECTED_SECONDS} s); cached at {folder}",
                 file=sys.stderr,
             )
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-        try:
+        with atomic_folder(folder, _is_complete) as tmp:
             train_toy(tmp, progress=progress)
-            if folder.exists() and not _is_complete(folder):
-                shutil.rmtree(folder)  # a leftover from an older, non-atomic write
-            try:
-                os.replace(tmp, folder)  # atomic: readers see no folder or a whole one
-            except OSError:
-                if not _is_complete(folder):  # another process finishing first is fine
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)  # no-op after the rename; else lost a race
 
     tokenizer = AutoTokenizer.from_pretrained(folder / "target")
     target, draft = (
