@@ -110,9 +110,11 @@ def _model_of(draft):
 def draft_label(draft) -> str:
     """A short name for tables: 'prompt-lookup', 'int8', or the draft model's name."""
     if isinstance(draft, PromptLookupDrafter):
-        return "prompt-lookup"
+        return "prompt-lookup" if draft.min_ngram == 1 else f"prompt-lookup:{draft.min_ngram}"
     if isinstance(draft, HybridDrafter):
         return "hybrid"
+    if hasattr(draft, "observe_target"):
+        return "eagle"
     model = _model_of(draft)
     if model is None:
         return type(draft).__name__
@@ -172,6 +174,8 @@ def build_methods(target, draft, k: int, names=METHODS, eos_token_id=None) -> di
             raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
         if name == "hf_assisted" and not (isinstance(draft, PromptLookupDrafter) or _model_of(draft) is not None):
             methods[name] = Skip(f"HF assisted generation cannot express a {type(draft).__name__}")
+        elif name == "hf_assisted" and isinstance(draft, PromptLookupDrafter) and draft.min_ngram > 1:
+            methods[name] = Skip("HF's prompt lookup always falls back to single-token matches (min_ngram=1)")
         else:
             methods[name] = available[name]
     return methods
@@ -488,7 +492,15 @@ def measure_costs(target, draft, input_ids, ks, repeats: int = 5, target_curve: 
     curve = target_curve or measure_forward_cost(target, input_ids, sizes=sizes, repeats=repeats, warmup=1)
     step = curve["median_s"][0]
     model = _model_of(draft) or getattr(draft, "model", None)  # also the model inside a hybrid drafter
-    draft_step = measure_forward_cost(model, input_ids, sizes=[1], repeats=repeats)["median_s"][0] if model else 0.0
+    features = getattr(draft, "model_drafter", draft)  # a drafter reading the target's features (eagle)
+    if hasattr(features, "observe_target"):
+        from .eagle import measure_draft_step
+
+        draft_step = measure_draft_step(target, features, input_ids, repeats)
+    elif model is not None:
+        draft_step = measure_forward_cost(model, input_ids, sizes=[1], repeats=repeats)["median_s"][0]
+    else:
+        draft_step = 0.0
     return dict(target_forward=curve, target_step_s=step, draft_step_s=draft_step, c=draft_step / step,
                 verify_cost={int(k): curve["median_s"][curve["sizes"].index(k + 1)] / step for k in ks})
 

@@ -181,6 +181,7 @@ def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: 
     cache = new_cache(target) if use_cache else None
     stats, steps = DecodeStats(), []
     drafter.reset()
+    observe = getattr(drafter, "observe_target", None)  # drafts that read the target's features (`eagle`)
 
     sync_device(device)
     start_time = time.perf_counter()
@@ -190,7 +191,11 @@ def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: 
         with record_function("specdec::draft"):
             proposal = drafter.propose(context, min(schedule.current, end - length - 1), sampler)
         with record_function("specdec::target_forward"):
-            logits = score_draft(target, context, proposal.tokens, cache)
+            if observe is None:
+                logits = score_draft(target, context, proposal.tokens, cache)
+            else:
+                logits, features = score_draft(target, context, proposal.tokens, cache, features=True)
+                observe(features, length + proposal.tokens.numel() - features.shape[1])
         with record_function("specdec::accept"):
             result = verify(logits, proposal.tokens, proposal.probs, sampler)
             emitted = cut_at_eos(result.tokens.tolist(), eos_set)

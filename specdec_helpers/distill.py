@@ -130,10 +130,10 @@ def _llama_parts(model):
     return parts
 
 
-def truncated_copy(target, layers, token_ids) -> torch.nn.Module:
-    """A draft made of the target's ``layers`` (copied), its embeddings (shared, frozen), its final norm
-    and a `VocabSubsetHead` over ``token_ids`` (initialised from the target's output rows)."""
-    embeddings, target_layers, _ = _llama_parts(target)
+def truncated_body(target, layers):
+    """The target's inner model cut down to its ``layers`` (copied) and its final norm (copied); the
+    embeddings are the target's own (shared, not copied)."""
+    embeddings, target_layers, norm = _llama_parts(target)
     layers = tuple(int(i) for i in layers)
     if not layers or any(not 0 <= i < len(target_layers) for i in layers):
         raise ValueError(f"layers must be indices of the target's {len(target_layers)} layers, got {layers}")
@@ -142,16 +142,24 @@ def truncated_copy(target, layers, token_ids) -> torch.nn.Module:
     config.tie_word_embeddings = False
     if getattr(config, "layer_types", None):
         config.layer_types = [config.layer_types[i] for i in layers]
-    draft = type(target)(config).to(dtype=embeddings.weight.dtype)
-    _, draft_layers, draft_norm = _llama_parts(draft)
-    for mine, theirs in zip(draft_layers, (target_layers[i] for i in layers)):
-        mine.load_state_dict(theirs.state_dict())
-    draft_norm.load_state_dict(_llama_parts(target)[2].state_dict())
-    draft.model.embed_tokens = embeddings  # shared with the target: no copy, never trained
+    body = type(target.model)(config).to(dtype=embeddings.weight.dtype)
+    for mine, index in zip(body.layers, layers):
+        mine.load_state_dict(target_layers[index].state_dict())
+    body.norm.load_state_dict(norm.state_dict())
+    body.embed_tokens = embeddings
+    return body.to(embeddings.weight.device)
+
+
+def truncated_copy(target, layers, token_ids) -> torch.nn.Module:
+    """A draft made of the target's ``layers`` (copied), its embeddings (shared, frozen), its final norm
+    and a `VocabSubsetHead` over ``token_ids`` (initialised from the target's output rows)."""
+    body = truncated_body(target, layers)
+    draft = type(target)(body.config).to(dtype=body.embed_tokens.weight.dtype)
+    draft.model = body
     head = target.get_output_embeddings().weight.detach()
-    draft.lm_head = VocabSubsetHead(head, token_ids, config.vocab_size)
+    draft.lm_head = VocabSubsetHead(head, token_ids, body.config.vocab_size)
     draft.generation_config = copy.deepcopy(target.generation_config)
-    return draft.to(embeddings.weight.device).eval()
+    return draft.to(body.embed_tokens.weight.device).eval()
 
 
 # --------------------------------------------------------------------------- data
@@ -191,6 +199,51 @@ def _generate_data(target, tokenizer, prompts, recipe: DistillRecipe, progress: 
     return data
 
 
+def _text_key(target, recipe: DistillRecipe, prompts) -> dict:
+    """What decides the target's text: the target, the prompts and how it wrote them."""
+    import hashlib
+
+    digest = hashlib.sha256("\n".join(prompts).encode()).hexdigest()[:16]
+    return dict(target=_fingerprint(target), prompts=len(prompts), prompts_sha256=digest,
+                max_new_tokens=recipe.max_new_tokens, generate_batch=recipe.generate_batch)
+
+
+def text_dir(name: str) -> Path:
+    from .toy import cache_root
+
+    return cache_root() / f"{name}-target-text-v{DISTILL_VERSION}"
+
+
+def target_text(target, tokenizer, *, recipe: DistillRecipe, prompts, folder: Path,
+                progress: bool = True) -> list[tuple[torch.Tensor, int]]:
+    """`_generate_data`, cached in ``folder`` (the slow part: ~10 minutes on 2 cores for SmolLM2), so
+    every draft trained on the target's text (`distill`, `eagle`) pays for it once."""
+    from safetensors.torch import load_file, save_file
+
+    from .toy import atomic_folder
+
+    folder, key = Path(folder), _text_key(target, recipe, prompts)
+    meta_file = folder / "text.json"
+    if not (meta_file.is_file() and json.loads(meta_file.read_text()).get("key") == key):
+        start = time.perf_counter()
+        data = _generate_data(target, tokenizer, prompts, recipe, progress)
+        meta = dict(key=key, generate_s=round(time.perf_counter() - start, 1), threads=torch.get_num_threads(),
+                    tokens_written=sum(len(ids) - begin for ids, begin in data))
+        shutil.rmtree(folder, ignore_errors=True)  # text of other prompts or another target
+        with atomic_folder(folder, lambda f: (f / "text.json").is_file()) as tmp:
+            save_file({"ids": torch.cat([ids for ids, _ in data]), "lengths": torch.tensor([len(ids) for ids, _ in data]),
+                       "starts": torch.tensor([begin for _, begin in data])}, tmp / "text.safetensors")
+            (tmp / "text.json").write_text(json.dumps(meta, indent=1))
+    tensors = load_file(folder / "text.safetensors")
+    pieces = torch.split(tensors["ids"], tensors["lengths"].tolist())
+    return [(ids.clone(), int(begin)) for ids, begin in zip(pieces, tensors["starts"])]
+
+
+def text_meta(folder: Path) -> dict:
+    """How the cached text was made (its cost included)."""
+    return json.loads((Path(folder) / "text.json").read_text())
+
+
 def _token_subset(data, tokenizer) -> torch.Tensor:
     """Every token the target wrote (the draft may only propose these), plus the special tokens."""
     used = set()
@@ -213,39 +266,28 @@ def _right_padded(sequences) -> tuple[torch.Tensor, torch.Tensor]:
 # --------------------------------------------------------------------------- training
 
 
-def _train(draft, data, recipe: DistillRecipe, progress: bool) -> list[float]:
-    """Cross-entropy of the draft's subset head against the target's greedy token at every position
-    the target wrote; returns the mean loss of each epoch. (Distilling the target's whole distribution
-    instead, with a KL term, cost 100 s more for the target's logits and gained 1% agreement.)"""
+def fit(model, params, n_items: int, recipe, loss_of, desc: str, progress: bool, clip: float | None = None) -> list[float]:
+    """The training loop both trained drafts share: AdamW with a one-cycle schedule over ``recipe.epochs``
+    shuffled passes (``recipe.seed``) in batches of ``recipe.batch_size`` item indices; ``loss_of(indices)``
+    gives a batch's loss. Returns the mean loss of each epoch."""
     from tqdm.auto import tqdm
 
-    head: VocabSubsetHead = draft.lm_head
-    to_subset = torch.full((head.vocab_size,), -100, dtype=torch.long)
-    to_subset[head.token_ids.cpu()] = torch.arange(head.token_ids.numel())
-    params = [p for name, p in draft.named_parameters() if not name.startswith("model.embed_tokens")]
-    draft.model.embed_tokens.weight.requires_grad_(False)
     optimizer = torch.optim.AdamW(params, lr=recipe.lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(recipe.seed)
-    steps = recipe.epochs * -(-len(data) // recipe.batch_size)
+    steps = recipe.epochs * -(-n_items // recipe.batch_size)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=recipe.lr, total_steps=steps, pct_start=0.1)
     losses = []
-    draft.train()
-    bar = tqdm(total=steps, desc="training the draft", disable=not progress, unit="step")
+    model.train()
+    bar = tqdm(total=steps, desc=desc, disable=not progress, unit="step")
     for _ in range(recipe.epochs):
-        order = torch.randperm(len(data), generator=generator).tolist()
+        order = torch.randperm(n_items, generator=generator).tolist()
         total, count = 0.0, 0
-        for first in range(0, len(order), recipe.batch_size):
-            batch = [data[i] for i in order[first : first + recipe.batch_size]]
-            input_ids, mask = _right_padded([ids for ids, _ in batch])
-            device = head.token_ids.device
-            hidden = draft.model(input_ids=input_ids.to(device), attention_mask=mask.to(device)).last_hidden_state
-            # Only the positions where the target wrote: their logits predict its next token.
-            logits = torch.cat([head.subset_logits(hidden[row, start - 1 : len(ids) - 1])
-                                for row, (ids, start) in enumerate(batch)])
-            labels = torch.cat([to_subset[ids[start:]] for ids, start in batch]).to(device)
-            loss = F.cross_entropy(logits, labels, ignore_index=-100)
+        for first in range(0, n_items, recipe.batch_size):
+            loss = loss_of(order[first : first + recipe.batch_size])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(params, clip)
             optimizer.step()
             schedule.step()
             total, count = total + loss.item(), count + 1
@@ -253,8 +295,38 @@ def _train(draft, data, recipe: DistillRecipe, progress: bool) -> list[float]:
             bar.set_postfix(loss=f"{total / count:.3f}")
         losses.append(total / count)
     bar.close()
-    draft.eval()
+    model.eval()
     return losses
+
+
+def subset_labels(head: VocabSubsetHead) -> torch.Tensor:
+    """Token id -> its row in ``head`` (-100, ignored by cross-entropy, for tokens outside the subset)."""
+    to_subset = torch.full((head.vocab_size,), -100, dtype=torch.long)
+    to_subset[head.token_ids.cpu()] = torch.arange(head.token_ids.numel())
+    return to_subset
+
+
+def _train(draft, data, recipe: DistillRecipe, progress: bool) -> list[float]:
+    """Cross-entropy of the draft's subset head against the target's greedy token at every position
+    the target wrote; returns the mean loss of each epoch. (Distilling the target's whole distribution
+    instead, with a KL term, cost 100 s more for the target's logits and gained 1% agreement.)"""
+    head: VocabSubsetHead = draft.lm_head
+    to_subset = subset_labels(head)
+    params = [p for name, p in draft.named_parameters() if not name.startswith("model.embed_tokens")]
+    draft.model.embed_tokens.weight.requires_grad_(False)
+    device = head.token_ids.device
+
+    def loss_of(indices):
+        batch = [data[i] for i in indices]
+        input_ids, mask = _right_padded([ids for ids, _ in batch])
+        hidden = draft.model(input_ids=input_ids.to(device), attention_mask=mask.to(device)).last_hidden_state
+        # Only the positions where the target wrote: their logits predict its next token.
+        logits = torch.cat([head.subset_logits(hidden[row, start - 1 : len(ids) - 1])
+                            for row, (ids, start) in enumerate(batch)])
+        labels = torch.cat([to_subset[ids[start:]] for ids, start in batch]).to(device)
+        return F.cross_entropy(logits, labels, ignore_index=-100)
+
+    return fit(draft, params, len(data), recipe, loss_of, "training the draft", progress)
 
 
 # --------------------------------------------------------------------------- cache
@@ -267,26 +339,63 @@ def _fingerprint(target) -> dict:
                 layers=len(_llama_parts(target)[1]), embedding_checksum=round(float(weight[:64].double().abs().sum()), 3))
 
 
+def save_draft(folder: Path, state: dict, meta: dict) -> None:
+    """A trained draft's weights and how it was made, written atomically into ``folder``."""
+    from safetensors.torch import save_file
+
+    from .toy import atomic_folder
+
+    with atomic_folder(Path(folder), lambda f: (f / "draft.safetensors").is_file()) as tmp:
+        save_file({k: v.detach().contiguous() for k, v in state.items()}, tmp / "draft.safetensors")
+        (tmp / "draft.json").write_text(json.dumps(meta, indent=1))
+
+
+def read_draft(target, folder: Path, kind: str) -> tuple[dict, dict]:
+    """``(meta, state)`` of a draft saved by `save_draft`, refusing one trained for another target."""
+    from safetensors.torch import load_file
+
+    meta = json.loads((Path(folder) / "draft.json").read_text())
+    if meta.get("target") != _fingerprint(target):
+        raise ValueError(f"the {kind} draft in {folder} was trained from another target ({meta.get('target')}, this one "
+                         f"is {_fingerprint(target)}): delete that folder, or run "
+                         f"`python -m specdec_helpers distill --draft {kind} --force`")
+    return meta, load_file(Path(folder) / "draft.safetensors")
+
+
 def distilled_dir(name: str) -> Path:
     from .toy import cache_root
 
     return cache_root() / f"{name}-distilled-draft-v{DISTILL_VERSION}"
 
 
+def draft_folders(folder: Path | None, default: Path, name: str) -> tuple[Path, Path]:
+    """``(draft folder, text folder)``: the named cache folders, or, for a draft saved elsewhere, its text beside it."""
+    if folder is None:
+        return default, text_dir(name)
+    folder = Path(folder)
+    return folder, folder.with_name(folder.name + "-text")
+
+
+def start_training(target, tokenizer, *, name, seed, text_recipe, prompts, folder, default, what, progress):
+    """What training any draft here starts with: its folders, a line saying what comes, the seed, and the
+    target's text (cached). Returns ``(folder, text_folder, data, say)``."""
+    folder, text_folder = draft_folders(folder, default, name)
+    say = (lambda m: print(m, file=sys.stderr, flush=True)) if progress else (lambda m: None)
+    say(f"{name}: {what} -> {folder}")
+    torch.manual_seed(seed)
+    data = target_text(target, tokenizer, recipe=text_recipe, prompts=prompts, folder=text_folder, progress=progress)
+    return folder, text_folder, data, say
+
+
 def distill_draft(target, tokenizer, *, name: str, recipe: DistillRecipe = DistillRecipe(),
                   prompts=DISTILL_PROMPTS, progress: bool = True, folder: Path | None = None) -> Path:
-    """Generate data with ``target``, train a truncated draft, save it (atomically); returns the folder."""
-    from safetensors.torch import save_file
-
-    from .toy import atomic_folder
-
-    folder = Path(folder) if folder is not None else distilled_dir(name)
-    say = (lambda m: print(m, file=sys.stderr, flush=True)) if progress else (lambda m: None)
-    say(f"{name}: distilling a draft from the target ({len(prompts)} prompts, {recipe.epochs} epochs; "
-        f"about 15 minutes on 2 CPU cores, once) -> {folder}")
-    torch.manual_seed(recipe.seed)
+    """Have ``target`` write text (cached), train a truncated draft on it, save it (atomically); returns the folder."""
     start = time.perf_counter()
-    data = _generate_data(target, tokenizer, prompts, recipe, progress)
+    folder, text_folder, data, say = start_training(
+        target, tokenizer, name=name, seed=recipe.seed, text_recipe=recipe, prompts=prompts, folder=folder,
+        default=distilled_dir(name), progress=progress,
+        what=f"distilling a draft from the target ({len(prompts)} prompts, {recipe.epochs} epochs; about 15 minutes "
+             "on 2 CPU cores, once)")
     generated_s = time.perf_counter() - start
     token_ids = _token_subset(data, tokenizer)
     draft = truncated_copy(target, recipe.layers, token_ids)
@@ -295,13 +404,10 @@ def distill_draft(target, tokenizer, *, name: str, recipe: DistillRecipe = Disti
     meta = dict(
         version=DISTILL_VERSION, target=_fingerprint(target), recipe=asdict(recipe), prompts=len(prompts),
         tokens_written=sum(len(ids) - start for ids, start in data), vocab_subset=int(token_ids.numel()),
-        epoch_losses=losses, generate_s=round(generated_s, 1), total_s=round(time.perf_counter() - start, 1),
+        epoch_losses=losses, text=text_meta(text_folder), generate_s=round(generated_s, 1), total_s=round(time.perf_counter() - start, 1),
         threads=torch.get_num_threads(),
     )
-    state = {k: v.detach().contiguous() for k, v in draft.state_dict().items() if not k.startswith("model.embed_tokens")}
-    with atomic_folder(folder, lambda f: (f / "draft.safetensors").is_file()) as tmp:
-        save_file(state, tmp / "draft.safetensors")
-        (tmp / "draft.json").write_text(json.dumps(meta, indent=1))
+    save_draft(folder, {k: v for k, v in draft.state_dict().items() if not k.startswith("model.embed_tokens")}, meta)
     say(f"{name}: draft distilled in {meta['total_s']:.0f} s (target writing {generated_s:.0f} s); "
         f"{meta['tokens_written']} tokens, head over {meta['vocab_subset']} token ids, losses {[round(x, 3) for x in losses]}")
     return folder
@@ -309,13 +415,7 @@ def distill_draft(target, tokenizer, *, name: str, recipe: DistillRecipe = Disti
 
 def load_distilled(target, folder: Path) -> torch.nn.Module:
     """The draft saved in ``folder``, rebuilt around ``target`` (whose embeddings it shares)."""
-    from safetensors.torch import load_file
-
-    meta = json.loads((Path(folder) / "draft.json").read_text())
-    if meta.get("target") != _fingerprint(target):
-        raise ValueError(f"the draft in {folder} was distilled from another target ({meta.get('target')}, this one is "
-                         f"{_fingerprint(target)}): delete that folder, or run `python -m specdec_helpers distill --force`")
-    state = load_file(Path(folder) / "draft.safetensors")
+    meta, state = read_draft(target, folder, "distilled")
     draft = truncated_copy(target, meta["recipe"]["layers"], state["lm_head.token_ids"])
     missing, unexpected = draft.load_state_dict(state, strict=False)
     if unexpected or any(not k.startswith("model.embed_tokens") for k in missing):
@@ -336,24 +436,29 @@ def main(argv=None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m specdec_helpers distill",
-                                     description="Train (once, then cached) the distilled draft of a preset; prints its cost.")
+                                     description="Train (once, then cached) a draft of a preset from its target's own text; "
+                                                 "prints what it cost.")
     parser.add_argument("--preset", default="smollm2-135m", help="a preset whose target is LLaMA-style (default: smollm2-135m)")
+    parser.add_argument("--draft", choices=("eagle", "distilled"), default="eagle",
+                        help="eagle: one layer reading the target's features (default); distilled: a truncated copy")
     parser.add_argument("--force", action="store_true", help="train again even if a cached draft exists")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (the result depends on it)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from .pairs import load_pair
+    from . import eagle
+    from .pairs import _model_name, load_pair
 
     pair = load_pair(args.preset, draft="prompt-lookup")
-    name = Path(pair.target.config._name_or_path).name
-    folder = distilled_dir(name)
+    name = _model_name(pair.target)
+    folder, train = ((eagle.eagle_dir(name), eagle.train_eagle) if args.draft == "eagle"
+                     else (distilled_dir(name), distill_draft))
     if args.force:
         shutil.rmtree(folder, ignore_errors=True)
     if (folder / "draft.safetensors").is_file():
         print(f"cached: {folder} (--force trains again)", file=sys.stderr)
     else:
-        distill_draft(pair.target, pair.tokenizer, name=name)
+        train(pair.target, pair.tokenizer, name=name)
     meta = json.loads((folder / "draft.json").read_text())
     print(json.dumps(meta, indent=1))
     return 0

@@ -38,6 +38,20 @@ class Drafter(Protocol):
         """Only the first ``n_kept`` tokens of the last context are still valid."""
 
 
+def check_threshold(threshold: float | None) -> float | None:
+    if threshold is not None and not 0 <= threshold <= 1:
+        raise ValueError(f"confidence_threshold must be in [0, 1] (None disables it), got {threshold!r}")
+    return threshold
+
+
+def unsure(logits: torch.Tensor, prob: torch.Tensor | None, threshold: float | None) -> bool:
+    """Whether to stop drafting after this token: its distribution's top probability is below ``threshold``."""
+    if threshold is None:
+        return False
+    top = prob.max() if prob is not None else torch.softmax(logits.float(), -1).max()
+    return float(top) < threshold
+
+
 class ModelDrafter:
     """A small causal LM drafting token by token with its own KV cache.
 
@@ -55,9 +69,7 @@ class ModelDrafter:
         self.model = model
         # Draft logits beyond the target's vocabulary (padding rows) must never be proposed.
         self.vocab_limit = vocab_limit
-        if confidence_threshold is not None and not 0 <= confidence_threshold <= 1:
-            raise ValueError(f"confidence_threshold must be in [0, 1] (None disables it), got {confidence_threshold!r}")
-        self.confidence_threshold = confidence_threshold
+        self.confidence_threshold = check_threshold(confidence_threshold)
         # Ids the draft can read; the target may emit more (its padding ids) when the draft's table is narrower.
         embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
         self.input_vocab = getattr(embeddings, "num_embeddings", None) or vocab_size(model)
@@ -86,10 +98,8 @@ class ModelDrafter:
             tokens.append(token)
             probs.append(prob)
             fed = token.view(1, 1)
-            if self.confidence_threshold is not None:
-                top = prob.max() if prob is not None else torch.softmax(logits.float(), -1).max()
-                if float(top) < self.confidence_threshold:
-                    break
+            if unsure(logits, prob, self.confidence_threshold):
+                break
         if not tokens:
             return Proposal(input_ids.new_empty(0))
         return Proposal(torch.cat(tokens), None if sampler.greedy else torch.cat(probs), forward_calls=len(tokens))
@@ -155,14 +165,17 @@ class HybridDrafter:
     """
 
     def __init__(self, model, max_ngram: int = 3, min_ngram: int = 2, vocab_limit: int | None = None):
-        self.model_drafter = model if isinstance(model, ModelDrafter) else ModelDrafter(model, vocab_limit)
+        # A model is wrapped in a ModelDrafter; a drafter (e.g. a `FeatureDrafter`) is used as is.
+        self.model_drafter = ModelDrafter(model, vocab_limit) if isinstance(model, torch.nn.Module) else model
         self.lookup = PromptLookupDrafter(max_ngram, min_ngram)
         self.last_source: str | None = None
+        if hasattr(model, "observe_target"):  # it reads the target's features: pass them on every round
+            self.observe_target = model.observe_target
 
     @property
     def model(self):
-        """The draft model (the decode loop checks its vocabulary and context through this)."""
-        return self.model_drafter.model
+        """The draft model, if any (the decode loop checks its vocabulary and context through this)."""
+        return getattr(self.model_drafter, "model", None)
 
     def reset(self) -> None:
         self.model_drafter.reset()

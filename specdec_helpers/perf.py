@@ -30,9 +30,10 @@ from .bench import _load_cases, environment, expected_tokens_per_step, run_sweep
 PERF_METHODS = ("hf_greedy", "greedy", "spec_cached", "hf_assisted")
 PHASES = ("draft", "target_forward", "accept", "rollback")
 # Drafts compared when --draft is not given: n-gram lookup, then the preset's draft model (hybrid), that
-# model alone (added by `_with_inner_models`), and lookup alone. smollm2-135m's default is the lookup,
-# so its model draft is named.
-DEFAULT_DRAFTS = {"smollm2-135m": "prompt-lookup,distilled"}
+# model alone (added by `_with_inner_models`), and lookup alone. smollm2-135m's default is a lookup of
+# 2-token n-grams or more, which HF cannot express: the plain lookup and the distilled draft are where
+# ours meets HF there; the feature draft (eagle) is trained on first use (see `eagle`).
+DEFAULT_DRAFTS = {"smollm2-135m": "default,prompt-lookup,distilled,eagle"}
 
 
 def geometric_mean(values) -> float:
@@ -119,8 +120,8 @@ def profile_decode(target, draft, input_ids, k: int, max_new_tokens: int = 100) 
 
 
 def _with_inner_models(cases: list) -> list:
-    """Each case, and after a drafter that wraps a model (hybrid) a case with that model alone: HF
-    assisted generation can run the model, so that is where ours and HF's are compared."""
+    """Each case, and after a hybrid drafter a case with its inner draft alone: a model, which HF
+    assisted generation can run too (that is where ours and HF's are compared), or a feature drafter."""
     from dataclasses import replace
 
     from .bench import draft_label
@@ -130,7 +131,8 @@ def _with_inner_models(cases: list) -> list:
     for case in cases:
         out.append(case)
         if isinstance(case.draft, HybridDrafter):
-            out.append(replace(case, drafter=draft_label(case.draft.model), draft=case.draft.model))
+            inner = case.draft.model if case.draft.model is not None else case.draft.model_drafter
+            out.append(replace(case, drafter=draft_label(inner), draft=inner))
     return out
 
 
@@ -164,7 +166,7 @@ def main(argv=None) -> int:
     parser.add_argument("--draft", default=None,
                         help="draft(s), comma-separated (default: 'hybrid,prompt-lookup': n-gram lookup before the preset's draft, "
                              "that draft alone (added after any hybrid), and n-gram lookup alone; smollm2-135m: "
-                             "'prompt-lookup,distilled')")
+                             f"'{DEFAULT_DRAFTS['smollm2-135m']}')")
     parser.add_argument("--k", type=int, default=None, help="draft length (default: each preset's k)")
     parser.add_argument("--max-new-tokens", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per method (interleaved)")

@@ -17,20 +17,24 @@ from .cache import cache_length
 from .sampling import Sampler
 
 
-def score_draft(target, input_ids: torch.Tensor, draft_tokens: torch.Tensor, cache=None) -> torch.Tensor:
+def score_draft(target, input_ids: torch.Tensor, draft_tokens: torch.Tensor, cache=None, features: bool = False):
     """Logits ``[k + 1, vocab]`` from ONE target pass; row ``j`` judges draft token ``j``.
 
     Rows ``0..k-1`` are the target's distribution for draft positions ``0..k-1``; row ``k`` is the
     distribution for the token after the whole draft (the bonus token). ``input_ids`` is the
     verified text ``[1, start]``; with a ``cache``, only the positions it does not hold yet are fed.
+    ``features=True`` returns ``(logits, hidden)`` instead: the target's last hidden states of every
+    fed position ``[1, fed, H]`` (the last ``fed`` positions of text + draft), for drafts that read them.
     """
     k = draft_tokens.numel()
     fed = input_ids[:, cache_length(cache):]
     if k:
         fed = torch.cat([fed, draft_tokens.view(1, -1).to(fed.device)], dim=1)
     # The last k + 1 positions are start - 1 .. start + k - 1: exactly the off-by-one shift.
-    out = target(input_ids=fed, past_key_values=cache, use_cache=cache is not None, logits_to_keep=k + 1)
-    return out.logits[0, -(k + 1):]
+    out = target(input_ids=fed, past_key_values=cache, use_cache=cache is not None, logits_to_keep=k + 1,
+                 output_hidden_states=features)
+    logits = out.logits[0, -(k + 1):]
+    return (logits, out.hidden_states[-1]) if features else logits
 
 
 @dataclass

@@ -104,7 +104,7 @@ def test_same_recipe_same_draft(distilled, tmp_path):
 def test_load_refuses_a_draft_of_another_target(distilled):
     _, folder = distilled
     for other in (tiny_model("llama", layers=3, vocab=VOCAB * 2), tiny_target(seed=1)):
-        with pytest.raises(ValueError, match="distilled from another target.*--force"):
+        with pytest.raises(ValueError, match="distilled draft .* trained from another target.*--force"):
             distill.load_distilled(other, folder)
 
 

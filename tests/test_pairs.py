@@ -10,7 +10,7 @@ from tiny_models import tiny_model
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from specdec_helpers import demo, pairs
+from specdec_helpers import bench, demo, pairs
 from specdec_helpers.cpu_kernels import uses_onednn
 from specdec_helpers.decode import speculative_decode
 from specdec_helpers.pairs import GatedModelError, HubUnreachableError, ModelPair, check_compatible, load_pair
@@ -186,6 +186,11 @@ def test_load_pair_from_folders_with_named_drafts(tiny_folder):
     lookup = load_pair(target=str(tiny_folder), draft="prompt-lookup", progress=False, num_speculative_tokens=3)
     assert type(lookup.draft).__name__ == "PromptLookupDrafter" and lookup.num_speculative_tokens == 3
     assert "PromptLookupDrafter" in repr(lookup)
+    assert (lookup.draft.min_ngram, lookup.draft.max_ngram) == (1, 3)
+    two = lookup.with_draft("prompt-lookup:2").draft
+    assert (two.min_ngram, two.max_ngram) == (2, 3)
+    with pytest.raises(ValueError, match="prompt-lookup:N"):
+        lookup.with_draft("prompt-lookup:two")
     int8 = lookup.with_draft("int8")
     assert int8.target is lookup.target and int8.num_speculative_tokens == 3
     assert any("quantized" in type(m).__module__ for m in int8.draft.modules())
@@ -253,7 +258,7 @@ def test_smollm2_distilled_draft_is_lossless(smollm2_pair, tmp_path, monkeypatch
     from specdec_helpers import distill
 
     pair = smollm2_pair
-    assert pairs.get_preset("smollm2-135m").draft == "prompt-lookup"  # it measured fastest: see the preset's comment
+    assert pairs.get_preset("smollm2-135m").draft == "prompt-lookup:2"  # it measured fastest: see the preset's comment
     folder = tmp_path / "draft"
     monkeypatch.setattr(distill, "distilled_dir", lambda name: folder)
     # What the first use does, with a 4-prompt recipe (the real one takes minutes); later uses load it.
@@ -354,3 +359,5 @@ def test_hybrid_puts_ngram_lookup_before_the_presets_draft_model():
     assert torch.equal(out.sequences, expected)
     with pytest.raises(ValueError, match="hybrid.*PromptLookupDrafter with no model"):
         pair.with_draft("prompt-lookup").with_draft("hybrid")
+    named = pair.with_draft("hybrid:int8").draft  # lookup before a named draft
+    assert isinstance(named, HybridDrafter) and bench.draft_label(named.model) == "int8"

@@ -1,0 +1,260 @@
+"""A draft that reads the target's own features (after EAGLE, Li et al. 2024), trained here on the CPU.
+
+Why: a small draft that sees only tokens must re-derive what the target "thinks" from scratch. The
+target has already computed that: its last hidden state at position ``i`` (the *feature* ``f_i``,
+from which its head reads the token at ``i + 1``), and every verify pass produces these features
+anyway. So this draft reads them beside the tokens:
+
+    input at position i:  fc([f_i, embedding(token i+1)])  ->  the target's first layer(s), copied
+                          ->  its final norm  ->  f'_{i+1}
+    draft token i + 2:    head(f'_{i+1})            (the target's output rows over a vocabulary subset)
+
+Drafting several tokens feeds the draft's predicted feature back in place of the target's. After
+verification the kept positions are fed again with the target's true features: the draft's KV cache
+keeps only positions computed from true features. ``fc`` starts as ``[0 | I]``, so training starts
+from a truncated copy of the target (as `distill` does) and learns how to use the feature.
+
+Training: the text the target wrote for `distill` (cached, shared), the target's features and greedy
+choices on it (one batched pass), then cross-entropy against the greedy choice plus a small
+regression of the predicted feature. Measured on SmolLM2-135M (2 cores): ~44% of held-out
+positions right, but on the benchmark prompts it agrees on only 5-18% of draft tokens (the
+text is ~100k tokens of 640 template answers; it overfits), so it does not beat prompt lookup there.
+
+Speculative decoding stays lossless whatever this draft proposes: the target verifies every token.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .cache import crop_cache, new_cache
+from .distill import (DistillRecipe, VocabSubsetHead, _fingerprint, _right_padded, fit, read_draft, save_draft,
+                      subset_labels, truncated_body)
+from .drafters import GREEDY, Proposal, check_threshold, unsure
+from .sampling import Sampler
+
+EAGLE_VERSION = 1  # bump when anything below changes the trained result: it names the cache folder
+
+
+@dataclass(frozen=True)
+class EagleRecipe:
+    """Everything that decides the trained feature draft (with the text recipe it trains on)."""
+
+    layers: tuple[int, ...] = (0,)  # target layers the draft starts from
+    epochs: int = 4
+    batch_size: int = 8
+    lr: float = 1e-3
+    feature_weight: float = 0.1  # regression of the predicted feature, beside the token's cross-entropy
+    seed: int = 0
+
+
+def target_features(target, input_ids: torch.Tensor, attention_mask=None, logits_to_keep: int = 0):
+    """``(logits, features)`` from one target pass; features are its last hidden states ``[B, T, H]``."""
+    out = target(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
+                 logits_to_keep=logits_to_keep)
+    return out.logits, out.hidden_states[-1]
+
+
+class FeatureDraft(torch.nn.Module):
+    """fc + a few decoder layers copied from the target + its final norm + a `VocabSubsetHead`.
+
+    ``fc`` starts as ``[0 | I]``: the layers first see just the token's embedding, as they did in the
+    target, so training starts from a truncated copy of the target and learns how much of the
+    target's feature to mix in."""
+
+    def __init__(self, target, token_ids: torch.Tensor, layers=(0,)):
+        super().__init__()
+        body = truncated_body(target, layers)
+        embeddings, body.embed_tokens = body.embed_tokens, None  # the body reads inputs_embeds only
+        self.embed = [embeddings]  # the target's, shared and frozen (a list: not a submodule, not saved)
+        hidden, dtype = body.config.hidden_size, embeddings.weight.dtype
+        self.fc = torch.nn.Linear(2 * hidden, hidden, bias=True, dtype=dtype)
+        with torch.no_grad():
+            self.fc.weight.zero_()
+            self.fc.weight[:, hidden:].copy_(torch.eye(hidden))
+            self.fc.bias.zero_()
+        self.body = body
+        self.layers = tuple(int(i) for i in layers)
+        self.lm_head = VocabSubsetHead(target.get_output_embeddings().weight.detach(), token_ids, body.config.vocab_size)
+        self.config = body.config
+        self.to(embeddings.weight.device)
+
+    def forward(self, features: torch.Tensor, next_tokens: torch.Tensor, cache=None, attention_mask=None):
+        """Predicted features ``[B, T, H]`` of the positions after those of ``features``."""
+        x = self.fc(torch.cat([features, self.embed[0](next_tokens)], dim=-1))
+        out = self.body(inputs_embeds=x, attention_mask=attention_mask, past_key_values=cache,
+                        use_cache=cache is not None)
+        return out.last_hidden_state
+
+
+class FeatureDrafter:
+    """Drafts with a `FeatureDraft` from the features the target computed while verifying.
+
+    The decode loop hands over the target's features after each pass (`observe_target`); the first
+    round, before any target pass, proposes nothing (that pass is the prompt's prefill anyway).
+    """
+
+    def __init__(self, draft: FeatureDraft, confidence_threshold: float | None = None):
+        self.draft = draft
+        self.confidence_threshold = check_threshold(confidence_threshold)  # as in `ModelDrafter`
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = new_cache(self.draft.body)
+        self.features = None  # [1, n, H]: the target's features of positions 0 .. n-1
+        self.true_length = 0  # cached draft positions computed from the target's (not predicted) features
+
+    def observe_target(self, features: torch.Tensor, start: int) -> None:
+        """The target's features for positions ``start ..``, from its latest pass."""
+        kept = self.features[:, :start] if self.features is not None else features[:, :0]
+        self.features = torch.cat([kept, features.to(self.draft.fc.weight.dtype)], dim=1)
+
+    def rollback(self, n_kept: int) -> None:
+        if self.features is not None:
+            self.features = self.features[:, :n_kept]
+
+    @torch.inference_mode()
+    def propose(self, input_ids: torch.Tensor, k: int, sampler: Sampler = GREEDY) -> Proposal:
+        length = input_ids.shape[1]
+        known = 0 if self.features is None else self.features.shape[1]
+        if k < 1 or known < length - 1 or length < 2:
+            return Proposal(input_ids.new_empty(0))
+        # Position i reads (f_i, token i + 1); only positions built from true features stay cached, and
+        # the last one (length - 2) is always fed again if cached, since its output gives the first token.
+        self.true_length = min(self.true_length, length - 2)
+        crop_cache(self.cache, self.true_length)
+        features = self.features[:, self.true_length : length - 1]
+        fed = input_ids[:, self.true_length + 1 : length]
+        self.true_length = length - 1
+        tokens, probs = [], []
+        for _ in range(k):
+            predicted = self.draft(features, fed, self.cache)[:, -1:]
+            logits = self.draft.lm_head(predicted)[0]
+            token, prob = sampler.choose(logits)
+            tokens.append(token)
+            probs.append(prob)
+            if unsure(logits, prob, self.confidence_threshold):
+                break
+            features, fed = predicted, token.view(1, 1)
+        return Proposal(torch.cat(tokens), None if sampler.greedy else torch.cat(probs), forward_calls=len(tokens))
+
+
+def measure_draft_step(target, drafter: FeatureDrafter, input_ids: torch.Tensor, repeats: int = 5) -> float:
+    """Median seconds of one drafting step (one position through the draft, its head, the choice)."""
+    from .bench import spread, timed
+
+    drafter.reset()
+    with torch.inference_mode():
+        drafter.observe_target(target_features(target, input_ids)[1], 0)
+        drafter.propose(input_ids, 1)  # fills the draft's cache; each timed call feeds one position
+        times = [timed(lambda: drafter.propose(input_ids, 1), input_ids.device)[1] for _ in range(repeats + 1)][1:]
+    drafter.reset()
+    return spread(times)["median"]
+
+
+# --------------------------------------------------------------------------- training
+
+
+def _feature_data(target, data, batch_size: int, progress: bool):
+    """Per text: the target's features ``[T, H]`` and its greedy choice at every position ``[T]``."""
+    from tqdm.auto import tqdm
+
+    out = []
+    device = target.get_input_embeddings().weight.device
+    for first in tqdm(range(0, len(data), batch_size), desc="target features", disable=not progress, unit="batch"):
+        batch = [ids for ids, _ in data[first : first + batch_size]]
+        input_ids, mask = _right_padded(batch)
+        with torch.inference_mode():
+            logits, features = target_features(target, input_ids.to(device), mask.to(device))
+        for row, ids in enumerate(batch):
+            out.append((features[row, : len(ids)].clone(), logits[row, : len(ids)].argmax(-1)))
+    return out
+
+
+def _train(draft: FeatureDraft, data, features, recipe: EagleRecipe, progress: bool) -> list[float]:
+    """Cross-entropy against the target's greedy token + feature regression. (Also training a second,
+    unrolled drafting step on the draft's own predicted feature, as EAGLE does, cost twice as much
+    and did not raise the second token's agreement here.)"""
+    to_subset = subset_labels(draft.lm_head)
+    device = draft.fc.weight.device
+    hidden = features[0][0].shape[-1]
+
+    def loss_of(indices):
+        width = max(len(data[i][0]) for i in indices) - 1
+        feats = torch.zeros(len(indices), width, hidden, device=device)
+        tokens = torch.zeros(len(indices), width, dtype=torch.long, device=device)
+        labels = torch.full((len(indices), width), -100, dtype=torch.long, device=device)
+        mask = torch.zeros(len(indices), width, dtype=torch.long, device=device)
+        for row, i in enumerate(indices):
+            ids, n = data[i][0], len(data[i][0]) - 1
+            f, choice = features[i]
+            feats[row, :n], tokens[row, :n], mask[row, :n] = f[:n], ids[1:], 1
+            # Position j predicts the target's feature at j + 1, whose head reads the token at j + 2.
+            labels[row, : n - 1] = to_subset[choice[1:n].cpu()].to(device)
+        true_next = torch.zeros_like(feats)
+        true_next[:, :-1] = feats[:, 1:]
+        valid = (labels != -100).unsqueeze(-1)
+        predicted = draft(feats, tokens, attention_mask=mask)
+        loss = F.cross_entropy(draft.lm_head.subset_logits(predicted).flatten(0, 1), labels.flatten(), ignore_index=-100)
+        return loss + recipe.feature_weight * F.smooth_l1_loss(predicted * valid, true_next * valid)
+
+    params = [p for p in draft.parameters() if p.requires_grad]
+    return fit(draft, params, len(data), recipe, loss_of, "training the feature draft", progress, clip=1.0)
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def eagle_dir(name: str) -> Path:
+    from .toy import cache_root
+
+    return cache_root() / f"{name}-eagle-draft-v{EAGLE_VERSION}"
+
+
+def train_eagle(target, tokenizer, *, name: str, recipe: EagleRecipe = EagleRecipe(),
+                text_recipe: DistillRecipe = DistillRecipe(), prompts=None, progress: bool = True,
+                folder: Path | None = None) -> Path:
+    """Train a `FeatureDraft` on the target's own text and features, save it (atomically); returns the folder."""
+    from .distill import DISTILL_PROMPTS, _token_subset, start_training, text_meta
+
+    prompts = DISTILL_PROMPTS if prompts is None else prompts
+    start = time.perf_counter()
+    folder, text_folder, data, say = start_training(
+        target, tokenizer, name=name, seed=recipe.seed, text_recipe=text_recipe, prompts=prompts, folder=folder,
+        default=eagle_dir(name), progress=progress,
+        what=f"training a feature draft (EAGLE) on the target's own text ({len(prompts)} prompts; about 8 minutes "
+             "on 2 CPU cores, plus 8 once for the text)")
+    features = _feature_data(target, data, text_recipe.generate_batch // 8 or 1, progress)
+    features_s = time.perf_counter() - start
+    draft = FeatureDraft(target, _token_subset(data, tokenizer), recipe.layers)
+    with torch.enable_grad():
+        losses = _train(draft, data, features, recipe, progress)
+    meta = dict(version=EAGLE_VERSION, target=_fingerprint(target), recipe=asdict(recipe), text=text_meta(text_folder),
+                vocab_subset=int(draft.lm_head.token_ids.numel()), epoch_losses=losses,
+                features_s=round(features_s, 1), train_s=round(time.perf_counter() - start - features_s, 1),
+                threads=torch.get_num_threads())
+    save_draft(folder, draft.state_dict(), meta)
+    say(f"{name}: feature draft trained in {meta['train_s']:.0f} s (+{features_s:.0f} s for the target's text and "
+        f"features); losses {[round(x, 3) for x in losses]}")
+    return folder
+
+
+def load_eagle(target, folder: Path) -> FeatureDraft:
+    """The feature draft saved in ``folder``, rebuilt around ``target`` (whose embeddings it reads)."""
+    meta, state = read_draft(target, folder, "eagle")
+    draft = FeatureDraft(target, state["lm_head.token_ids"], meta["recipe"]["layers"])
+    draft.load_state_dict(state)
+    draft.meta = meta
+    return draft.eval()
+
+
+def eagle_drafter(target, tokenizer, name: str, progress: bool = True, **kwargs) -> FeatureDrafter:
+    """A `FeatureDrafter` with the cached feature draft for ``name``, trained first if not cached yet."""
+    folder = eagle_dir(name)
+    if not (folder / "draft.safetensors").is_file():
+        train_eagle(target, tokenizer, name=name, progress=progress, **kwargs)
+    return FeatureDrafter(load_eagle(target, folder))
