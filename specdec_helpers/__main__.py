@@ -8,7 +8,7 @@ COMMANDS = {
     "demo": ("specdec_helpers.demo", "speculative decoding on an offline pair, tokens coloured"),
     "bench": ("specdec_helpers.bench", "benchmark sweep: methods, k, theory; writes results, figures, tables"),
     "perf": ("specdec_helpers.perf", "performance ratios from one run: ours vs HF assisted, vs greedy, vs the bound; a profile"),
-    "distill": ("specdec_helpers.distill", "train (once) the distilled draft of a preset: smollm2-135m's default"),
+    "distill": ("specdec_helpers.distill", "train (once) a draft from a preset's target: eagle (default) or distilled"),
     "report": ("specdec_helpers.report", "build report/build/report.md, report.html (and a PDF with Chromium)"),
     "release": ("specdec_helpers.assignment.release", "instructor: write the student kit (solutions stubbed, hidden tests removed)"),
     "grade": ("specdec_helpers.assignment.grader", "instructor: grade a submission, write Gradescope results.json"),

@@ -492,10 +492,10 @@ def measure_costs(target, draft, input_ids, ks, repeats: int = 5, target_curve: 
     curve = target_curve or measure_forward_cost(target, input_ids, sizes=sizes, repeats=repeats, warmup=1)
     step = curve["median_s"][0]
     model = _model_of(draft) or getattr(draft, "model", None)  # also the model inside a hybrid drafter
-    features = getattr(draft, "model_drafter", draft)  # a drafter reading the target's features (eagle)
-    if hasattr(features, "observe_target"):
-        from .eagle import measure_draft_step
+    from .eagle import feature_drafter_in, measure_draft_step
 
+    features = feature_drafter_in(draft)  # a drafter reading the target's features, alone or in a hybrid
+    if features is not None:
         draft_step = measure_draft_step(target, features, input_ids, repeats)
     elif model is not None:
         draft_step = measure_forward_cost(model, input_ids, sizes=[1], repeats=repeats)["median_s"][0]
@@ -736,7 +736,7 @@ def _load_cases(args) -> list[Case]:
         encoded = [(p, encode(p)) for p in prompts]
         for spec in (args.draft or "default").split(","):
             spec = spec.strip()
-            draft = pair.draft if spec == "default" else pair.with_draft(spec).draft
+            draft = pair.draft if spec == "default" else pair.with_draft(spec, progress=True).draft  # may train once
             cases.append(Case(preset=pair.preset or preset, drafter=draft_label(draft), target=pair.target,
                               draft=draft, prompts=encoded, eos_token_id=None,
                               extra=dict(device=str(pair.device), dtype=str(pair.dtype))))
@@ -761,7 +761,8 @@ def main(argv=None) -> int:
                                      description="Benchmark speculative decoding against greedy baselines (sweep over k).")
     parser.add_argument("--preset", default="toy", help="preset name(s), comma-separated (default: toy)")
     parser.add_argument("--draft", default=None,
-                        help="draft(s), comma-separated: default, prompt-lookup, int8, or a hub id (default: the preset's)")
+                        help="draft(s), comma-separated: default, or a drafter name as in load_pair (prompt-lookup, "
+                             "prompt-lookup:2, int8, distilled, eagle, hybrid:<name>), or a hub id (default: the preset's)")
     parser.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)), help="draft lengths k (default: 1,2,4,8,16)")
     parser.add_argument("--max-new-tokens", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per method (interleaved)")

@@ -1,4 +1,5 @@
-"""A cheap draft distilled from the target, here, on the CPU: the ``smollm2-135m`` preset's default draft.
+"""A cheap draft distilled from the target, here, on the CPU (``draft="distilled"``); and the target's own
+text that this draft and the feature draft (`eagle`) are trained on, cached once for both.
 
 Why: a draft pays only if one of its steps costs a small fraction of a target step *and* it agrees
 with the target often. An int8 copy of SmolLM2-135M agrees often but costs ~0.6 of a target step;
@@ -159,7 +160,7 @@ def truncated_copy(target, layers, token_ids) -> torch.nn.Module:
     head = target.get_output_embeddings().weight.detach()
     draft.lm_head = VocabSubsetHead(head, token_ids, body.config.vocab_size)
     draft.generation_config = copy.deepcopy(target.generation_config)
-    return draft.to(body.embed_tokens.weight.device).eval()
+    return draft.to(body.embed_tokens.weight.device, body.embed_tokens.weight.dtype).eval()
 
 
 # --------------------------------------------------------------------------- data
@@ -390,6 +391,7 @@ def start_training(target, tokenizer, *, name, seed, text_recipe, prompts, folde
 def distill_draft(target, tokenizer, *, name: str, recipe: DistillRecipe = DistillRecipe(),
                   prompts=DISTILL_PROMPTS, progress: bool = True, folder: Path | None = None) -> Path:
     """Have ``target`` write text (cached), train a truncated draft on it, save it (atomically); returns the folder."""
+    _llama_parts(target)  # a clear error now, not after minutes of text generation
     start = time.perf_counter()
     folder, text_folder, data, say = start_training(
         target, tokenizer, name=name, seed=recipe.seed, text_recipe=recipe, prompts=prompts, folder=folder,

@@ -148,13 +148,14 @@ def as_drafter(draft, target) -> Drafter:
                 inner.vocab_limit = vocab_size(target)
         return draft
     raise TypeError(
-        f"draft must be a Hugging Face causal LM or a Drafter (ModelDrafter, PromptLookupDrafter), "
+        f"draft must be a Hugging Face causal LM or a Drafter (ModelDrafter, PromptLookupDrafter, HybridDrafter, "
+        f"eagle.FeatureDrafter), "
         f"got {type(draft).__name__}"
     )
 
 
 class HybridDrafter:
-    """N-gram lookup first, the draft model only where no n-gram matches.
+    """N-gram lookup first, the draft model (or another drafter, e.g. a feature drafter) only where no n-gram matches.
 
     Where text repeats (code, quotes, lists) the lookup's proposals are free and long; elsewhere the
     model drafts as usual. The model's KV cache stays consistent either way: `ModelDrafter.propose`
@@ -166,7 +167,12 @@ class HybridDrafter:
 
     def __init__(self, model, max_ngram: int = 3, min_ngram: int = 2, vocab_limit: int | None = None):
         # A model is wrapped in a ModelDrafter; a drafter (e.g. a `FeatureDrafter`) is used as is.
-        self.model_drafter = ModelDrafter(model, vocab_limit) if isinstance(model, torch.nn.Module) else model
+        if isinstance(model, torch.nn.Module) and hasattr(model, "get_output_embeddings"):
+            model = ModelDrafter(model, vocab_limit)
+        elif not isinstance(model, Drafter):
+            raise TypeError(f"HybridDrafter needs a causal LM or a Drafter to ask when no n-gram matches, "
+                            f"got {type(model).__name__}")
+        self.model_drafter = model
         self.lookup = PromptLookupDrafter(max_ngram, min_ngram)
         self.last_source: str | None = None
         if hasattr(model, "observe_target"):  # it reads the target's features: pass them on every round

@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 
 from .cache import crop_cache, new_cache
-from .distill import (DistillRecipe, VocabSubsetHead, _fingerprint, _right_padded, fit, read_draft, save_draft,
-                      subset_labels, truncated_body)
+from .distill import (DistillRecipe, VocabSubsetHead, _fingerprint, _llama_parts, _right_padded, fit, read_draft,
+                      save_draft, subset_labels, truncated_body)
 from .drafters import GREEDY, Proposal, check_threshold, unsure
 from .sampling import Sampler
 
@@ -81,11 +81,12 @@ class FeatureDraft(torch.nn.Module):
         self.layers = tuple(int(i) for i in layers)
         self.lm_head = VocabSubsetHead(target.get_output_embeddings().weight.detach(), token_ids, body.config.vocab_size)
         self.config = body.config
-        self.to(embeddings.weight.device)
+        self.to(embeddings.weight.device, embeddings.weight.dtype)
 
     def forward(self, features: torch.Tensor, next_tokens: torch.Tensor, cache=None, attention_mask=None):
         """Predicted features ``[B, T, H]`` of the positions after those of ``features``."""
-        x = self.fc(torch.cat([features, self.embed[0](next_tokens)], dim=-1))
+        # detach: the target's embeddings are read, never trained (and get no gradient).
+        x = self.fc(torch.cat([features, self.embed[0](next_tokens).detach()], dim=-1))
         out = self.body(inputs_embeds=x, attention_mask=attention_mask, past_key_values=cache,
                         use_cache=cache is not None)
         return out.last_hidden_state
@@ -110,12 +111,20 @@ class FeatureDrafter:
 
     def observe_target(self, features: torch.Tensor, start: int) -> None:
         """The target's features for positions ``start ..``, from its latest pass."""
+        known = 0 if self.features is None else self.features.shape[1]
+        if features.shape[-1] != self.draft.fc.in_features // 2:
+            raise ValueError(f"the target's features have {features.shape[-1]} dimensions but this feature draft reads "
+                             f"{self.draft.fc.in_features // 2}: it was made for another target; train one for this target")
+        if not 0 <= start <= known:
+            raise ValueError(f"features from position {start} leave a gap after the {known} positions held: "
+                             "pass every position the target computed")
         kept = self.features[:, :start] if self.features is not None else features[:, :0]
         self.features = torch.cat([kept, features.to(self.draft.fc.weight.dtype)], dim=1)
 
     def rollback(self, n_kept: int) -> None:
         if self.features is not None:
             self.features = self.features[:, :n_kept]
+        self.true_length = min(self.true_length, max(n_kept - 1, 0))  # cached rows past the kept text are stale
 
     @torch.inference_mode()
     def propose(self, input_ids: torch.Tensor, k: int, sampler: Sampler = GREEDY) -> Proposal:
@@ -141,6 +150,12 @@ class FeatureDrafter:
                 break
             features, fed = predicted, token.view(1, 1)
         return Proposal(torch.cat(tokens), None if sampler.greedy else torch.cat(probs), forward_calls=len(tokens))
+
+
+def feature_drafter_in(draft) -> FeatureDrafter | None:
+    """The `FeatureDrafter` that is ``draft`` or sits inside it (a hybrid's), else None."""
+    inner = getattr(draft, "model_drafter", draft)
+    return inner if isinstance(inner, FeatureDrafter) else None
 
 
 def measure_draft_step(target, drafter: FeatureDrafter, input_ids: torch.Tensor, repeats: int = 5) -> float:
@@ -185,7 +200,7 @@ def _train(draft: FeatureDraft, data, features, recipe: EagleRecipe, progress: b
 
     def loss_of(indices):
         width = max(len(data[i][0]) for i in indices) - 1
-        feats = torch.zeros(len(indices), width, hidden, device=device)
+        feats = torch.zeros(len(indices), width, hidden, device=device, dtype=draft.fc.weight.dtype)
         tokens = torch.zeros(len(indices), width, dtype=torch.long, device=device)
         labels = torch.full((len(indices), width), -100, dtype=torch.long, device=device)
         mask = torch.zeros(len(indices), width, dtype=torch.long, device=device)
@@ -221,6 +236,7 @@ def train_eagle(target, tokenizer, *, name: str, recipe: EagleRecipe = EagleReci
     """Train a `FeatureDraft` on the target's own text and features, save it (atomically); returns the folder."""
     from .distill import DISTILL_PROMPTS, _token_subset, start_training, text_meta
 
+    _llama_parts(target)  # a clear error now, not after minutes of text generation
     prompts = DISTILL_PROMPTS if prompts is None else prompts
     start = time.perf_counter()
     folder, text_folder, data, say = start_training(

@@ -328,7 +328,7 @@ def int8_copy(model):
     """A copy of ``model`` with every Linear layer (the output head too) dynamically quantized to
     int8, for the CPU. SmolLM2-135M on 2 cores: about 45 ms a step against 55-65 ms for the fp32 target
     on oneDNN, agreeing with it on 42-78% of its greedy tokens (int8 activations cost the rest): too
-    slow to pay as a draft there (see `distill` for the default one).
+    slow to pay as a draft there (the preset's comment lists what was measured).
     """
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("draft='int8' quantizes for the CPU; on a GPU use draft='prompt-lookup' or a smaller model")
@@ -349,16 +349,19 @@ def _draft_model(draft):
 
 def _feature_draft(draft):
     """The `FeatureDraft` inside a feature drafter (alone or in a hybrid), else None."""
-    inner = getattr(draft, "model_drafter", draft)
-    return inner.draft if hasattr(inner, "observe_target") else None
+    from .eagle import feature_drafter_in
+
+    inner = feature_drafter_in(draft)
+    return None if inner is None else inner.draft
 
 
 def _hybrid(draft):
     """N-gram lookup first, then ``draft``'s model or feature drafter (see `HybridDrafter`)."""
     from .drafters import HybridDrafter
+    from .eagle import feature_drafter_in
 
-    if _feature_draft(draft) is not None:
-        return HybridDrafter(draft)
+    if feature_drafter_in(draft) is not None:
+        return HybridDrafter(feature_drafter_in(draft))
     model = _draft_model(draft)
     if model is None:
         raise ValueError(f"draft='hybrid' puts n-gram lookup before a draft model, but this pair's draft is a "
@@ -546,8 +549,10 @@ def load_pair(
     if model.generation_config.pad_token_id is None:  # quiets generate()'s warning
         model.generation_config.pad_token_id = tokenizer.pad_token_id
 
-    hybrid = draft == "hybrid"  # n-gram lookup before the preset's own draft
-    draft_model = _make_draft(default_draft if draft is None or hybrid else draft, model, tokenizer, device, dtype,
+    hybrid = isinstance(draft, str) and (draft == "hybrid" or draft.startswith("hybrid:"))  # n-gram lookup first,
+    if hybrid:  # then the preset's own draft ("hybrid") or the one named after the colon
+        draft = draft.partition(":")[2] or None
+    draft_model = _make_draft(default_draft if draft is None else draft, model, tokenizer, device, dtype,
                               gated, progress)
     if hybrid:
         draft_model = _hybrid(draft_model)

@@ -255,6 +255,10 @@ def _draft_parts(draft, target):
         checks.check_model(draft, "draft")
         return draft, vocab, None
     if isinstance(draft, HybridDrafter):
+        if not isinstance(draft.model_drafter, ModelDrafter):
+            raise TypeError(f"tree drafting needs a draft model behind the n-gram lookup; this hybrid asks a "
+                            f"{type(draft.model_drafter).__name__} (it reads the target's features, which a tree "
+                            "pass does not give): use a HybridDrafter over a model, or speculative_decode")
         limit = draft.model_drafter.vocab_limit
         return draft.model, vocab if limit is None else min(limit, vocab), draft.lookup
     if isinstance(draft, ModelDrafter):

@@ -282,7 +282,7 @@ def test_perf_command_prints_every_ratio(pair, tmp_path, capsys):
     drafts = {"hybrid": HybridDrafter(pair.draft), "prompt-lookup": PromptLookupDrafter()}
     fake = SimpleNamespace(target=pair.target, draft=pair.draft, preset="tiny", device=torch.device("cpu"),
                            dtype=torch.float32, encode=lambda text: torch.tensor([[len(text) % 60 + 1, 2, 3, 4]]),
-                           with_draft=lambda spec: SimpleNamespace(draft=drafts[spec]))
+                           with_draft=lambda spec, progress=False: SimpleNamespace(draft=drafts[spec]))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("specdec_helpers.pairs.load_pair", lambda *args, **kwargs: fake)
         assert perf.main(["--preset", "tiny", "--k", "2", "--max-new-tokens", "6", "--repeats", "1",

@@ -1,4 +1,6 @@
 """The feature draft (EAGLE): feature bookkeeping, losslessness, exact sampling, training and its cache."""
+import functools
+import itertools
 import json
 import shutil
 
@@ -24,9 +26,16 @@ def tiny_target(seed=0, vocab=VOCAB):
     return tiny_model("llama", seed=seed, layers=3, vocab=vocab, eos_token_id=EOS)
 
 
-def fresh_drafter(target, seed=1):
-    torch.manual_seed(seed)
-    return eagle.FeatureDrafter(eagle.FeatureDraft(target, torch.arange(target.config.vocab_size)))
+def fresh_drafter(target, seed=1, read_features=True):
+    """An untrained feature drafter. Its ``fc`` starts as [0 | I] (features ignored); ``read_features``
+    mixes random feature weights in, so a feature from the wrong position changes what it drafts."""
+    draft = eagle.FeatureDraft(target, torch.arange(target.config.vocab_size))
+    if read_features:
+        torch.manual_seed(seed)
+        hidden = draft.fc.in_features // 2
+        with torch.no_grad():
+            draft.fc.weight[:, :hidden].normal_(std=0.3)
+    return eagle.FeatureDrafter(draft)
 
 
 @pytest.fixture(scope="module")
@@ -51,17 +60,21 @@ def test_output_equals_target_greedy(k, use_cache):
 
 def test_eos_inside_a_draft_ends_the_text_like_generate():
     target = tiny_target()
+    drafted_eos = 0
     for start in range(4, 40, 5):
         ids = torch.tensor([[start, start + 1, start + 2]])
         expected = hf_greedy(target, ids, 40)
         # The untrained draft is the target's first layer under its head: it agrees now and then, EOS included.
-        out = speculative_decode(target, fresh_drafter(target), ids, max_new_tokens=40, num_speculative_tokens=4)
+        out = speculative_decode(target, fresh_drafter(target, read_features=False), ids, max_new_tokens=40,
+                                 num_speculative_tokens=4)
         assert out.sequences.tolist() == expected.tolist()
+        drafted_eos += any(EOS in step.draft[: step.accepted + 1] for step in out.steps)
+    assert drafted_eos  # some EOS was drafted and judged, not only emitted by the target
 
 
 def test_features_kept_are_the_targets_own_and_proposals_match_a_fresh_draft():
-    """After decoding, the drafter holds exactly the target's features of the kept text, and its cached
-    proposal equals one computed from scratch (no stale cache rows, no off-by-one)."""
+    """After decoding, the drafter holds exactly the target's features of the kept text, and every token
+    of its cached proposal equals one computed from scratch (no stale cache rows, no off-by-one)."""
     target = tiny_target()
     drafter = fresh_drafter(target)
     ids = torch.tensor([[5, 9, 14, 2, 30, 7]])
@@ -71,13 +84,38 @@ def test_features_kept_are_the_targets_own_and_proposals_match_a_fresh_draft():
     with torch.no_grad():
         _, features = eagle.target_features(target, text)
         torch.testing.assert_close(drafter.features[0, :n], features[0, :n], rtol=1e-4, atol=1e-4)
-        proposal = drafter.propose(text, 3).tokens
-        fresh = fresh_drafter(target)
-        fresh.observe_target(features[:, :n], 0)
-        assert torch.equal(fresh.propose(text, 3).tokens, proposal)
-        # By hand: position n - 1 reads (f_{n-1}, last token) for the first draft token.
-        predicted = drafter.draft(features[:, :n], text[:, 1:])[:, -1:]
-        assert int(drafter.draft.lm_head(predicted).argmax(-1)) == int(proposal[0])
+        proposal = drafter.propose(text, 3).tokens.tolist()
+        # By hand, no cache: position n - 1 reads (f_{n-1}, last token); each later position reads the
+        # feature predicted one position before and the token drafted there.
+        draft, feats, tokens, expected = drafter.draft, features[:, :n], text[:, 1:], []
+        for _ in range(3):
+            predicted = draft(feats, tokens)
+            token = int(draft.lm_head(predicted[:, -1:]).argmax(-1))
+            expected.append(token)
+            feats = torch.cat([feats, predicted[:, -1:]], dim=1)
+            tokens = torch.cat([tokens, torch.tensor([[token]])], dim=1)
+        assert proposal == expected
+        # The draft really reads the features: one position off gives another prediction (so the check
+        # above would see a misalignment).
+        shifted = draft(torch.cat([features[:, :1], features[:, : n - 1]], dim=1), text[:, 1:])
+        assert not torch.allclose(shifted[:, -1], draft(features[:, :n], text[:, 1:])[:, -1], atol=1e-3)
+
+
+def test_bad_features_are_refused_clearly():
+    target = tiny_target()
+    drafter = fresh_drafter(target)
+    with pytest.raises(ValueError, match="dimensions.*another target"):
+        drafter.observe_target(torch.zeros(1, 4, 7), 0)
+    drafter.observe_target(torch.zeros(1, 4, target.config.hidden_size), 0)
+    with pytest.raises(ValueError, match="gap"):
+        drafter.observe_target(torch.zeros(1, 2, target.config.hidden_size), 6)
+
+
+def test_half_precision_target_drafts_without_dtype_errors():
+    target = tiny_target().to(torch.bfloat16)
+    ids = torch.tensor([[5, 9, 14, 2, 30, 7]])
+    out = speculative_decode(target, fresh_drafter(target), ids, max_new_tokens=10, num_speculative_tokens=3)
+    assert out.sequences.tolist() == hf_greedy(target, ids, 10).tolist() and out.stats.proposed > 0
 
 
 def test_confidence_threshold_stops_drafting_and_stays_lossless():
@@ -107,31 +145,31 @@ def test_hybrid_passes_features_on_and_stays_lossless():
 
 
 def test_sampling_keeps_the_targets_distribution():
-    """The first three sampled tokens (a 5-token vocabulary, so every triple is counted) against the exact
-    joint. The first round has no features yet, so the draft proposes for tokens 2 and 3."""
-    vocab = 5
+    """The first four sampled tokens (a 3-token vocabulary, so every sequence is counted) against the exact
+    joint. The first round has no features yet; the second proposes two sampled tokens at once."""
+    vocab = 3
     target = tiny_model("llama", seed=3, layers=2, vocab=vocab)
     drafter = fresh_drafter(target, seed=4)
-    prompt = [1, 4, 2]
+    prompt = [1, 2, 0]
     sampler = Sampler(1.0)
 
+    @functools.cache
     def probs(text):
         with torch.no_grad():
-            return sampler.probs(target(torch.tensor([text])).logits[0, -1]).numpy()
+            return sampler.probs(target(torch.tensor([list(text)])).logits[0, -1]).numpy()
 
-    exact = np.zeros((vocab,) * 3)
-    for a in range(vocab):
-        for b in range(vocab):
-            exact[a, b] = probs(prompt)[a] * probs(prompt + [a])[b] * probs(prompt + [a, b])
-    counts = np.zeros((vocab,) * 3)
+    exact = np.zeros((vocab,) * 4)
+    for seq in itertools.product(range(vocab), repeat=4):
+        exact[seq] = np.prod([probs(tuple(prompt) + seq[:i])[seq[i]] for i in range(4)])
+    counts = np.zeros((vocab,) * 4)
     g = torch.Generator().manual_seed(0)
-    proposed = 0
+    two_token_proposals = 0
     for _ in range(2000):
-        out = speculative_decode(target, drafter, torch.tensor([prompt]), max_new_tokens=3, num_speculative_tokens=2,
+        out = speculative_decode(target, drafter, torch.tensor([prompt]), max_new_tokens=4, num_speculative_tokens=2,
                                  temperature=1.0, generator=g)
         counts[tuple(out.new_tokens.tolist())] += 1
-        proposed += out.stats.proposed
-    assert proposed > 0  # the feature draft really proposed
+        two_token_proposals += any(len(step.draft) == 2 for step in out.steps)
+    assert two_token_proposals > 1000  # the feature draft really proposed (sampled) two tokens a round
     assert_fits(fit(counts.ravel(), exact.ravel()), "feature draft, k=2")
 
 
@@ -161,10 +199,36 @@ def test_same_recipe_same_draft_and_the_text_is_reused(trained, tmp_path, monkey
 
 def test_other_prompts_write_the_text_again(trained, tmp_path):
     target, folder = trained
-    text = distill.target_text(target, CharTokenizer(), recipe=TEXT, prompts=DISTILL_PROMPTS[20:22],
-                               folder=tmp_path / "text", progress=False)
-    assert len(text) == 2
-    assert distill.text_meta(tmp_path / "text")["key"]["prompts"] == 2
+    text = tmp_path / "text"
+    shutil.copytree(folder.with_name("draft-text"), text)
+    assert len(distill.target_text(target, CharTokenizer(), recipe=TEXT, prompts=DISTILL_PROMPTS[:12], folder=text,
+                                   progress=False)) == 12  # the same prompts: read back
+    again = distill.target_text(target, CharTokenizer(), recipe=TEXT, prompts=DISTILL_PROMPTS[20:22], folder=text,
+                                progress=False)
+    assert len(again) == 2 and distill.text_meta(text)["key"]["prompts"] == 2
+
+
+def test_eagle_by_name_loads_the_cached_draft_and_hybrid_wraps_it(trained, monkeypatch):
+    from specdec_helpers.pairs import ModelPair
+
+    target, folder = trained
+    monkeypatch.setattr(eagle, "eagle_dir", lambda name: folder)
+    pair = ModelPair(target, None, CharTokenizer(), torch.device("cpu"), torch.float32)
+    drafter = pair.with_draft("eagle").draft
+    assert isinstance(drafter, eagle.FeatureDrafter) and drafter.draft.meta["recipe"]["epochs"] == TINY.epochs
+    hybrid = pair.with_draft("hybrid:eagle").draft
+    assert isinstance(hybrid, HybridDrafter) and isinstance(hybrid.model_drafter, eagle.FeatureDrafter)
+    assert isinstance(pair.with_draft(hybrid).with_draft("hybrid").draft.model_drafter, eagle.FeatureDrafter)  # no nesting
+
+
+def test_a_hybrid_needs_a_model_or_a_drafter_and_trees_need_a_model():
+    from specdec_helpers.tree import tree_speculative_decode
+
+    target = tiny_target()
+    with pytest.raises(TypeError, match="causal LM or a Drafter"):
+        HybridDrafter("eagle")
+    with pytest.raises(TypeError, match="tree drafting needs a draft model"):
+        tree_speculative_decode(target, HybridDrafter(fresh_drafter(target)), torch.tensor([[5, 9, 14]]), max_new_tokens=4)
 
 
 def test_load_refuses_a_draft_of_another_target(trained):
