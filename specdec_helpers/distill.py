@@ -346,9 +346,14 @@ def save_draft(folder: Path, state: dict, meta: dict) -> None:
 
     from .toy import atomic_folder
 
-    with atomic_folder(Path(folder), lambda f: (f / "draft.safetensors").is_file()) as tmp:
+    with atomic_folder(Path(folder), is_saved) as tmp:
         save_file({k: v.detach().contiguous() for k, v in state.items()}, tmp / "draft.safetensors")
         (tmp / "draft.json").write_text(json.dumps(meta, indent=1))
+
+
+def is_saved(folder: Path) -> bool:
+    """Whether ``folder`` holds a whole draft written by `save_draft`."""
+    return (Path(folder) / "draft.safetensors").is_file()
 
 
 def read_draft(target, folder: Path, kind: str) -> tuple[dict, dict]:
@@ -380,6 +385,7 @@ def draft_folders(folder: Path | None, default: Path, name: str) -> tuple[Path, 
 def start_training(target, tokenizer, *, name, seed, text_recipe, prompts, folder, default, what, progress):
     """What training any draft here starts with: its folders, a line saying what comes, the seed, and the
     target's text (cached). Returns ``(folder, text_folder, data, say)``."""
+    _llama_parts(target)  # a clear error now, not after minutes of text generation
     folder, text_folder = draft_folders(folder, default, name)
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if progress else (lambda m: None)
     say(f"{name}: {what} -> {folder}")
@@ -391,26 +397,25 @@ def start_training(target, tokenizer, *, name, seed, text_recipe, prompts, folde
 def distill_draft(target, tokenizer, *, name: str, recipe: DistillRecipe = DistillRecipe(),
                   prompts=DISTILL_PROMPTS, progress: bool = True, folder: Path | None = None) -> Path:
     """Have ``target`` write text (cached), train a truncated draft on it, save it (atomically); returns the folder."""
-    _llama_parts(target)  # a clear error now, not after minutes of text generation
     start = time.perf_counter()
     folder, text_folder, data, say = start_training(
         target, tokenizer, name=name, seed=recipe.seed, text_recipe=recipe, prompts=prompts, folder=folder,
         default=distilled_dir(name), progress=progress,
         what=f"distilling a draft from the target ({len(prompts)} prompts, {recipe.epochs} epochs; about 15 minutes "
              "on 2 CPU cores, once)")
-    generated_s = time.perf_counter() - start
+    text_s = time.perf_counter() - start  # the target writing it, or reading it from the cache
     token_ids = _token_subset(data, tokenizer)
     draft = truncated_copy(target, recipe.layers, token_ids)
     with torch.enable_grad():
         losses = _train(draft, data, recipe, progress)
     meta = dict(
         version=DISTILL_VERSION, target=_fingerprint(target), recipe=asdict(recipe), prompts=len(prompts),
-        tokens_written=sum(len(ids) - start for ids, start in data), vocab_subset=int(token_ids.numel()),
-        epoch_losses=losses, text=text_meta(text_folder), generate_s=round(generated_s, 1), total_s=round(time.perf_counter() - start, 1),
+        tokens_written=sum(len(ids) - begin for ids, begin in data), vocab_subset=int(token_ids.numel()),
+        epoch_losses=losses, text=text_meta(text_folder), text_s=round(text_s, 1), total_s=round(time.perf_counter() - start, 1),
         threads=torch.get_num_threads(),
     )
     save_draft(folder, {k: v for k, v in draft.state_dict().items() if not k.startswith("model.embed_tokens")}, meta)
-    say(f"{name}: draft distilled in {meta['total_s']:.0f} s (target writing {generated_s:.0f} s); "
+    say(f"{name}: draft distilled in {meta['total_s']:.0f} s (the target's text {text_s:.0f} s of it); "
         f"{meta['tokens_written']} tokens, head over {meta['vocab_subset']} token ids, losses {[round(x, 3) for x in losses]}")
     return folder
 
@@ -429,7 +434,7 @@ def load_distilled(target, folder: Path) -> torch.nn.Module:
 def distilled_draft(target, tokenizer, name: str, progress: bool = True, **kwargs) -> torch.nn.Module:
     """The cached distilled draft for ``name``, trained first if it is not cached yet."""
     folder = distilled_dir(name)
-    if not (folder / "draft.safetensors").is_file():
+    if not is_saved(folder):
         distill_draft(target, tokenizer, name=name, progress=progress, **kwargs)
     return load_distilled(target, folder)
 
@@ -457,7 +462,7 @@ def main(argv=None) -> int:
                      else (distilled_dir(name), distill_draft))
     if args.force:
         shutil.rmtree(folder, ignore_errors=True)
-    if (folder / "draft.safetensors").is_file():
+    if is_saved(folder):
         print(f"cached: {folder} (--force trains again)", file=sys.stderr)
     else:
         train(pair.target, pair.tokenizer, name=name)

@@ -32,10 +32,11 @@ import torch
 import torch.nn.functional as F
 
 from .cache import crop_cache, new_cache
-from .distill import (DistillRecipe, VocabSubsetHead, _fingerprint, _llama_parts, _right_padded, fit, read_draft,
+from .distill import (DistillRecipe, VocabSubsetHead, _fingerprint, _right_padded, fit, is_saved, read_draft,
                       save_draft, subset_labels, truncated_body)
 from .drafters import GREEDY, Proposal, check_threshold, unsure
 from .sampling import Sampler
+from .verify import last_hidden
 
 EAGLE_VERSION = 1  # bump when anything below changes the trained result: it names the cache folder
 
@@ -56,7 +57,7 @@ def target_features(target, input_ids: torch.Tensor, attention_mask=None, logits
     """``(logits, features)`` from one target pass; features are its last hidden states ``[B, T, H]``."""
     out = target(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
                  logits_to_keep=logits_to_keep)
-    return out.logits, out.hidden_states[-1]
+    return out.logits, last_hidden(out)
 
 
 class FeatureDraft(torch.nn.Module):
@@ -106,31 +107,29 @@ class FeatureDrafter:
 
     def reset(self) -> None:
         self.cache = new_cache(self.draft.body)
-        self.features = None  # [1, n, H]: the target's features of positions 0 .. n-1
+        # [1, n, H]: the target's features of positions 0 .. n-1 (none yet)
+        self.features = self.draft.fc.weight.new_zeros(1, 0, self.draft.fc.in_features // 2)
         self.true_length = 0  # cached draft positions computed from the target's (not predicted) features
 
     def observe_target(self, features: torch.Tensor, start: int) -> None:
         """The target's features for positions ``start ..``, from its latest pass."""
-        known = 0 if self.features is None else self.features.shape[1]
-        if features.shape[-1] != self.draft.fc.in_features // 2:
+        known, width = self.features.shape[1:]
+        if features.shape[-1] != width:
             raise ValueError(f"the target's features have {features.shape[-1]} dimensions but this feature draft reads "
-                             f"{self.draft.fc.in_features // 2}: it was made for another target; train one for this target")
+                             f"{width}: it was made for another target; train one for this target")
         if not 0 <= start <= known:
             raise ValueError(f"features from position {start} leave a gap after the {known} positions held: "
                              "pass every position the target computed")
-        kept = self.features[:, :start] if self.features is not None else features[:, :0]
-        self.features = torch.cat([kept, features.to(self.draft.fc.weight.dtype)], dim=1)
+        self.features = torch.cat([self.features[:, :start], features.to(self.features.dtype)], dim=1)
 
     def rollback(self, n_kept: int) -> None:
-        if self.features is not None:
-            self.features = self.features[:, :n_kept]
+        self.features = self.features[:, :n_kept]
         self.true_length = min(self.true_length, max(n_kept - 1, 0))  # cached rows past the kept text are stale
 
     @torch.inference_mode()
     def propose(self, input_ids: torch.Tensor, k: int, sampler: Sampler = GREEDY) -> Proposal:
         length = input_ids.shape[1]
-        known = 0 if self.features is None else self.features.shape[1]
-        if k < 1 or known < length - 1 or length < 2:
+        if k < 1 or self.features.shape[1] < length - 1 or length < 2:
             return Proposal(input_ids.new_empty(0))
         # Position i reads (f_i, token i + 1); only positions built from true features stay cached, and
         # the last one (length - 2) is always fed again if cached, since its output gives the first token.
@@ -236,7 +235,6 @@ def train_eagle(target, tokenizer, *, name: str, recipe: EagleRecipe = EagleReci
     """Train a `FeatureDraft` on the target's own text and features, save it (atomically); returns the folder."""
     from .distill import DISTILL_PROMPTS, _token_subset, start_training, text_meta
 
-    _llama_parts(target)  # a clear error now, not after minutes of text generation
     prompts = DISTILL_PROMPTS if prompts is None else prompts
     start = time.perf_counter()
     folder, text_folder, data, say = start_training(
@@ -271,6 +269,6 @@ def load_eagle(target, folder: Path) -> FeatureDraft:
 def eagle_drafter(target, tokenizer, name: str, progress: bool = True, **kwargs) -> FeatureDrafter:
     """A `FeatureDrafter` with the cached feature draft for ``name``, trained first if not cached yet."""
     folder = eagle_dir(name)
-    if not (folder / "draft.safetensors").is_file():
+    if not is_saved(folder):
         train_eagle(target, tokenizer, name=name, progress=progress, **kwargs)
     return FeatureDrafter(load_eagle(target, folder))

@@ -189,10 +189,10 @@ class ModelPair:
     def with_draft(self, draft, progress: bool = False) -> "ModelPair":
         """The same target and tokenizer with another draft: a drafter name ('distilled', 'eagle', 'hybrid', 'int8',
         'prompt-lookup', or 'hybrid:<name>' for n-gram lookup before that draft), a hub id or folder, a model, or a Drafter."""
-        if draft == "hybrid":
-            return replace(self, draft=_hybrid(self.draft))
-        if isinstance(draft, str) and draft.startswith("hybrid:"):  # e.g. "hybrid:eagle": lookup, then that draft
-            return self.with_draft(draft.split(":", 1)[1], progress).with_draft("hybrid")
+        hybrid, draft = _split_hybrid(draft)
+        if hybrid:  # lookup before this pair's draft, or before the one named after "hybrid:"
+            inner = self if draft is None else self.with_draft(draft, progress)
+            return replace(self, draft=_hybrid(inner.draft))
         made = _make_draft(draft, self.target, self.tokenizer, self.device, self.dtype, progress=progress)
         if isinstance(draft, str) and uses_onednn(self.target):  # the target's kernels; never rewrite a model
             _use_onednn_in_draft(made)  # that the caller passed in
@@ -355,13 +355,21 @@ def _feature_draft(draft):
     return None if inner is None else inner.draft
 
 
+def _split_hybrid(draft) -> tuple[bool, object]:
+    """``("hybrid", "hybrid:<name>", other)`` -> ``(True, None)``, ``(True, "<name>")``, ``(False, other)``."""
+    if isinstance(draft, str) and (draft == "hybrid" or draft.startswith("hybrid:")):
+        return True, draft.partition(":")[2] or None
+    return False, draft
+
+
 def _hybrid(draft):
     """N-gram lookup first, then ``draft``'s model or feature drafter (see `HybridDrafter`)."""
     from .drafters import HybridDrafter
     from .eagle import feature_drafter_in
 
-    if feature_drafter_in(draft) is not None:
-        return HybridDrafter(feature_drafter_in(draft))
+    features = feature_drafter_in(draft)
+    if features is not None:
+        return HybridDrafter(features)
     model = _draft_model(draft)
     if model is None:
         raise ValueError(f"draft='hybrid' puts n-gram lookup before a draft model, but this pair's draft is a "
@@ -549,9 +557,7 @@ def load_pair(
     if model.generation_config.pad_token_id is None:  # quiets generate()'s warning
         model.generation_config.pad_token_id = tokenizer.pad_token_id
 
-    hybrid = isinstance(draft, str) and (draft == "hybrid" or draft.startswith("hybrid:"))  # n-gram lookup first,
-    if hybrid:  # then the preset's own draft ("hybrid") or the one named after the colon
-        draft = draft.partition(":")[2] or None
+    hybrid, draft = _split_hybrid(draft)  # n-gram lookup before the preset's draft, or the one named
     draft_model = _make_draft(default_draft if draft is None else draft, model, tokenizer, device, dtype,
                               gated, progress)
     if hybrid:

@@ -186,13 +186,15 @@ def main(argv=None) -> int:
     for preset in [p.strip() for p in args.preset.split(",") if p.strip()]:
         drafts = args.draft or DEFAULT_DRAFTS.get(preset, "hybrid,prompt-lookup")
         sub = argparse.Namespace(**{**vars(args), "preset": preset, "draft": drafts})
-        for case in _with_inner_models(_load_cases(sub)):
-            k = args.k or get_preset(case.preset).num_speculative_tokens
-            result = run_sweep([case], [k], max_new_tokens=args.max_new_tokens, repeats=args.repeats,
-                               warmup=args.warmup, methods=PERF_METHODS)
-            runs += result["runs"]
-            costs.update(result["costs"])
-            if not args.no_profile:
+        cases = _with_inner_models(_load_cases(sub))
+        k = args.k or get_preset(cases[0].preset).num_speculative_tokens
+        # One sweep for all of a preset's drafts: one measured target cost curve serves every bound.
+        result = run_sweep(cases, [k], max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+                           warmup=args.warmup, methods=PERF_METHODS)
+        runs += result["runs"]
+        costs.update(result["costs"])
+        if not args.no_profile:
+            for case in cases:
                 profiles[f"{case.preset}/{case.drafter} k={k}"] = profile_decode(
                     case.target, case.draft, case.prompts[0][1], k, args.max_new_tokens)
     results = dict(runs=runs, costs=costs, profiles=profiles, env=environment(preset=args.preset),

@@ -34,7 +34,13 @@ def score_draft(target, input_ids: torch.Tensor, draft_tokens: torch.Tensor, cac
     out = target(input_ids=fed, past_key_values=cache, use_cache=cache is not None, logits_to_keep=k + 1,
                  output_hidden_states=features)
     logits = out.logits[0, -(k + 1):]
-    return (logits, out.hidden_states[-1]) if features else logits
+    return (logits, last_hidden(out)) if features else logits
+
+
+def last_hidden(out) -> torch.Tensor:
+    """The last hidden states ``[B, T, H]`` of an ``output_hidden_states=True`` pass: after the final norm,
+    the input of the head (transformers 4.x and 5.x alike; read here only, for drafts that use them)."""
+    return out.hidden_states[-1]
 
 
 @dataclass
