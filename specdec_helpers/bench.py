@@ -109,8 +109,10 @@ def _model_of(draft):
 
 def draft_label(draft) -> str:
     """A short name for tables: 'prompt-lookup', 'int8', or the draft model's name."""
-    if isinstance(draft, PromptLookupDrafter):
-        return "prompt-lookup" if draft.min_ngram == 1 else f"prompt-lookup:{draft.min_ngram}"
+    if isinstance(draft, PromptLookupDrafter):  # the names `pairs.load_pair` reads
+        if draft.grow_with_match:
+            return f"prompt-lookup:{draft.min_ngram}"
+        return "prompt-lookup" if draft.min_ngram == 1 else f"prompt-lookup (min_ngram={draft.min_ngram})"
     if isinstance(draft, HybridDrafter):
         return "hybrid"
     if hasattr(draft, "observe_target"):
@@ -174,8 +176,8 @@ def build_methods(target, draft, k: int, names=METHODS, eos_token_id=None) -> di
             raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
         if name == "hf_assisted" and not (isinstance(draft, PromptLookupDrafter) or _model_of(draft) is not None):
             methods[name] = Skip(f"HF assisted generation cannot express a {type(draft).__name__}")
-        elif name == "hf_assisted" and isinstance(draft, PromptLookupDrafter) and draft.min_ngram > 1:
-            methods[name] = Skip("HF's prompt lookup always falls back to single-token matches (min_ngram=1)")
+        elif name == "hf_assisted" and isinstance(draft, PromptLookupDrafter) and (draft.min_ngram > 1 or draft.grow_with_match):
+            methods[name] = Skip("HF's prompt lookup always falls back to single-token matches and proposes k tokens")
         else:
             methods[name] = available[name]
     return methods

@@ -107,13 +107,20 @@ class ModelDrafter:
 
 class PromptLookupDrafter:
     """Model-free drafting: find the latest earlier occurrence of the text's last n-gram and
-    propose what followed it. Free to run; pays off when text repeats (code, lyrics, quotes)."""
+    propose what followed it. Free to run; pays off when text repeats (code, lyrics, quotes).
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+    ``grow_with_match``: propose at most twice as many tokens as the text matched, counting the match
+    back past ``max_ngram`` (k still caps it). A short match is often a coincidence, a long one
+    means a whole passage repeats: with a large k this proposes little on the first and much on the
+    second. Off by default, which is HF's prompt lookup (always up to k tokens).
+    """
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, grow_with_match: bool = False):
         self.max_ngram = check_positive_int(max_ngram, "max_ngram", 1)
         self.min_ngram = check_positive_int(min_ngram, "min_ngram", 1)
         if self.min_ngram > self.max_ngram:
             raise ValueError(f"min_ngram ({min_ngram}) must not exceed max_ngram ({max_ngram})")
+        self.grow_with_match = bool(grow_with_match)
 
     def reset(self) -> None:
         pass
@@ -130,8 +137,20 @@ class PromptLookupDrafter:
             hits = (windows == ids[length - n:]).all(dim=1).nonzero()
             if hits.numel():
                 start = int(hits[-1]) + n
+                if self.grow_with_match:
+                    k = min(k, 2 * _match_length(ids, start, length, n, limit=k))
                 return Proposal(ids[start : start + k].clone())
         return Proposal(ids.new_empty(0))
+
+
+def _match_length(ids: torch.Tensor, start: int, length: int, n: int, limit: int) -> int:
+    """How many tokens before ``start`` equal those before ``length`` (at least the ``n`` matched), up to ``limit``."""
+    back = min(limit, start)
+    if back <= n:
+        return n
+    earlier, recent = ids[start - back : start].flip(0), ids[length - back : length].flip(0)
+    differ = (earlier != recent).nonzero()
+    return int(differ[0]) if differ.numel() else back
 
 
 def as_drafter(draft, target) -> Drafter:
@@ -161,11 +180,15 @@ class HybridDrafter:
     model drafts as usual. The model's KV cache stays consistent either way: `ModelDrafter.propose`
     crops its cache to the text and feeds whatever tokens it has not seen, however many rounds the
     lookup answered in between. ``min_ngram`` defaults to 2 because single-token matches are nearly
-    always found in long text and would crowd out the (usually better) model draft.
+    always found in long text and would crowd out the (usually better) model draft. The lookup grows
+    its proposals with the match (`PromptLookupDrafter`'s ``grow_with_match``), so a large k pays
+    where passages repeat; ``model_tokens`` caps what the model drafts (None: k), for a draft whose
+    second and later tokens are rarely right.
     ``last_source`` says who proposed last ("ngram" or "model"), for tracing.
     """
 
-    def __init__(self, model, max_ngram: int = 3, min_ngram: int = 2, vocab_limit: int | None = None):
+    def __init__(self, model, max_ngram: int = 3, min_ngram: int = 2, vocab_limit: int | None = None,
+                 model_tokens: int | None = None):
         # A model is wrapped in a ModelDrafter; a drafter (e.g. a `FeatureDrafter`) is used as is.
         if isinstance(model, torch.nn.Module) and hasattr(model, "get_output_embeddings"):
             model = ModelDrafter(model, vocab_limit)
@@ -173,7 +196,8 @@ class HybridDrafter:
             raise TypeError(f"HybridDrafter needs a causal LM or a Drafter to ask when no n-gram matches, "
                             f"got {type(model).__name__}")
         self.model_drafter = model
-        self.lookup = PromptLookupDrafter(max_ngram, min_ngram)
+        self.model_tokens = None if model_tokens is None else check_positive_int(model_tokens, "model_tokens", 1)
+        self.lookup = PromptLookupDrafter(max_ngram, min_ngram, grow_with_match=True)
         self.last_source: str | None = None
         if hasattr(model, "observe_target"):  # it reads the target's features: pass them on every round
             self.observe_target = model.observe_target
@@ -200,4 +224,4 @@ class HybridDrafter:
             self.last_source = "ngram"
             return found
         self.last_source = "model"
-        return self.model_drafter.propose(input_ids, k, sampler)
+        return self.model_drafter.propose(input_ids, k if self.model_tokens is None else min(k, self.model_tokens), sampler)

@@ -113,10 +113,13 @@ def test_hf_assisted_is_skipped_for_custom_drafters(pair):
     methods = bench.build_methods(pair.target, Custom(), 2)
     assert isinstance(methods["hf_assisted"], bench.Skip)
     assert callable(bench.build_methods(pair.target, PromptLookupDrafter(), 2)["hf_assisted"])
-    # HF's lookup always falls back to single tokens: a 2-token minimum is not the same draft.
+    # HF's lookup always falls back to single tokens and proposes k: neither variant is the same draft.
     two = PromptLookupDrafter(min_ngram=2)
-    assert "min_ngram=1" in bench.build_methods(pair.target, two, 2)["hf_assisted"]
-    assert bench.draft_label(two) == "prompt-lookup:2" and bench.draft_label(PromptLookupDrafter()) == "prompt-lookup"
+    growing = PromptLookupDrafter(min_ngram=2, grow_with_match=True)
+    for other in (two, growing, PromptLookupDrafter(grow_with_match=True)):
+        assert "single-token" in bench.build_methods(pair.target, other, 2)["hf_assisted"]
+    assert bench.draft_label(growing) == "prompt-lookup:2" and bench.draft_label(PromptLookupDrafter()) == "prompt-lookup"
+    assert bench.draft_label(two) == "prompt-lookup (min_ngram=2)"
 
 
 # --------------------------------------------------------------------------- the sweep and its files

@@ -8,7 +8,7 @@ from tiny_models import FAMILIES, VOCAB, hf_greedy, perturbed_copy, tiny_model
 import specdec_helpers as sd
 from specdec_helpers.cache import cache_length
 
-DRAFTS = ["same", "unrelated", "perturbed", "prompt_lookup"]
+DRAFTS = ["same", "unrelated", "perturbed", "prompt_lookup", "growing_hybrid"]
 
 
 def make_draft(kind, target, family):
@@ -18,6 +18,8 @@ def make_draft(kind, target, family):
         return tiny_model(family, seed=7)
     if kind == "perturbed":
         return perturbed_copy(target, scale=0.05)
+    if kind == "growing_hybrid":  # lookup whose proposals grow with the match, else one model token
+        return sd.HybridDrafter(perturbed_copy(target, scale=0.05), min_ngram=1, model_tokens=1)
     return sd.PromptLookupDrafter()
 
 

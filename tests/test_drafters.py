@@ -1,6 +1,7 @@
 """Drafters on their own: what they propose and how their caches roll back."""
 from __future__ import annotations
 
+import pytest
 import torch
 from tiny_models import hf_greedy, tiny_model
 
@@ -20,6 +21,31 @@ def test_prompt_lookup_proposes_what_followed_the_latest_match():
 def test_prompt_lookup_falls_back_to_shorter_ngrams():
     drafter = sd.PromptLookupDrafter(max_ngram=3, min_ngram=1)
     assert drafter.propose(torch.tensor([[5, 9, 4, 2, 3, 9]]), 2).tokens.tolist() == [4, 2]
+
+
+def test_prompt_lookup_grows_its_proposal_with_the_match():
+    growing = sd.PromptLookupDrafter(max_ngram=3, min_ngram=2, grow_with_match=True)
+    # "12 13" matched, and the token before differs (11 vs 20): a 2-token match proposes 4 tokens.
+    short = torch.tensor([[10, 11, 12, 13, 14, 15, 16, 20, 12, 13]])
+    assert growing.propose(short, 10).tokens.tolist() == [14, 15, 16, 20]
+    assert sd.PromptLookupDrafter(3, 2).propose(short, 10).tokens.tolist() == [14, 15, 16, 20, 12, 13]
+    # "5 10 11 12" repeats (a 4-token match, past max_ngram): up to 8 tokens, and k still caps it.
+    long = torch.tensor([[5, 10, 11, 12, 13, 14, 15, 16, 17, 18, 5, 10, 11, 12]])
+    assert growing.propose(long, 16).tokens.tolist() == [13, 14, 15, 16, 17, 18, 5, 10]
+    assert growing.propose(long, 3).tokens.tolist() == [13, 14, 15]
+
+
+def test_hybrid_caps_the_model_but_not_the_lookup():
+    model = tiny_model("gpt2")
+    hybrid = sd.HybridDrafter(model, model_tokens=2)
+    no_match = torch.tensor([[3, 1, 4, 1, 5]])
+    proposal = hybrid.propose(no_match, 6)
+    assert hybrid.last_source == "model" and proposal.forward_calls == 2
+    assert torch.equal(proposal.tokens, hf_greedy(model, no_match, 2)[0, 5:])
+    repeated = torch.tensor([[7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9]])  # "7 8 9" matched: lookup, 6 tokens
+    assert hybrid.propose(repeated, 6).tokens.tolist() == [1, 2, 3, 4, 5, 6] and hybrid.last_source == "ngram"
+    with pytest.raises(ValueError, match="model_tokens"):
+        sd.HybridDrafter(model, model_tokens=0)
 
 
 def test_model_drafter_proposes_its_own_greedy_continuation_and_rolls_back():

@@ -186,11 +186,12 @@ def test_load_pair_from_folders_with_named_drafts(tiny_folder):
     lookup = load_pair(target=str(tiny_folder), draft="prompt-lookup", progress=False, num_speculative_tokens=3)
     assert type(lookup.draft).__name__ == "PromptLookupDrafter" and lookup.num_speculative_tokens == 3
     assert "PromptLookupDrafter" in repr(lookup)
-    assert (lookup.draft.min_ngram, lookup.draft.max_ngram) == (1, 3)
+    assert (lookup.draft.min_ngram, lookup.draft.max_ngram, lookup.draft.grow_with_match) == (1, 3, False)
     two = lookup.with_draft("prompt-lookup:2").draft
-    assert (two.min_ngram, two.max_ngram) == (2, 3)
-    with pytest.raises(ValueError, match="prompt-lookup:N"):
-        lookup.with_draft("prompt-lookup:two")
+    assert (two.min_ngram, two.max_ngram, two.grow_with_match) == (2, 3, True)
+    for bad in ("prompt-lookup:two", "prompt-lookup:0", "prompt-lookup:"):
+        with pytest.raises(ValueError, match="prompt-lookup:N"):
+            lookup.with_draft(bad)
     int8 = lookup.with_draft("int8")
     assert int8.target is lookup.target and int8.num_speculative_tokens == 3
     assert any("quantized" in type(m).__module__ for m in int8.draft.modules())
