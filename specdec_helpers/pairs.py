@@ -367,11 +367,11 @@ def _split_hybrid(draft) -> tuple[bool, object]:
 def _hybrid(draft):
     """N-gram lookup first, then ``draft``'s model or feature drafter (see `HybridDrafter`)."""
     from .drafters import HybridDrafter
-    from .eagle import feature_drafter_in
+    from .eagle import HYBRID_TOKENS, feature_drafter_in
 
     features = feature_drafter_in(draft)
     if features is not None:
-        return HybridDrafter(features)
+        return HybridDrafter(features, model_tokens=HYBRID_TOKENS)
     model = _draft_model(draft)
     if model is None:
         raise ValueError(f"draft='hybrid' puts n-gram lookup before a draft model, but this pair's draft is a "

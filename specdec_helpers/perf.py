@@ -30,10 +30,11 @@ from .bench import _load_cases, environment, expected_tokens_per_step, run_sweep
 PERF_METHODS = ("hf_greedy", "greedy", "spec_cached", "hf_assisted")
 PHASES = ("draft", "target_forward", "accept", "rollback")
 # Drafts compared when --draft is not given: n-gram lookup, then the preset's draft model (hybrid), that
-# model alone (added by `_with_inner_models`), and lookup alone. smollm2-135m's default is a lookup of
-# 2-token n-grams or more, which HF cannot express: the plain lookup and the distilled draft are where
-# ours meets HF there; the feature draft (eagle) is trained on first use (see `eagle`).
-DEFAULT_DRAFTS = {"smollm2-135m": "default,prompt-lookup,distilled,eagle"}
+# model alone (added by `_with_inner_models`), and lookup alone. smollm2-135m's default is the kit's own
+# lookup (2-token n-grams or more, proposals growing with the match), which HF cannot express: the
+# plain lookup and the distilled draft are where ours meets HF there; the feature draft (eagle, trained
+# on first use, see `eagle`) runs behind the lookup, since alone it loses at any k.
+DEFAULT_DRAFTS = {"smollm2-135m": "default,hybrid:eagle,prompt-lookup,distilled"}
 
 
 def geometric_mean(values) -> float:
@@ -120,8 +121,9 @@ def profile_decode(target, draft, input_ids, k: int, max_new_tokens: int = 100) 
 
 
 def _with_inner_models(cases: list) -> list:
-    """Each case, and after a hybrid drafter a case with its inner draft alone: a model, which HF
-    assisted generation can run too (that is where ours and HF's are compared), or a feature drafter."""
+    """Each case, and after a hybrid drafter with a draft model a case with that model alone, which HF
+    assisted generation can run too: that is where ours and HF's are compared. (A feature drafter behind
+    the lookup gets no case alone: HF cannot run it, and alone it loses at any k; ask for 'eagle' to see.)"""
     from dataclasses import replace
 
     from .bench import draft_label
@@ -130,9 +132,8 @@ def _with_inner_models(cases: list) -> list:
     out = []
     for case in cases:
         out.append(case)
-        if isinstance(case.draft, HybridDrafter):
-            inner = case.draft.model if case.draft.model is not None else case.draft.model_drafter
-            out.append(replace(case, drafter=draft_label(inner), draft=inner))
+        if isinstance(case.draft, HybridDrafter) and case.draft.model is not None:
+            out.append(replace(case, drafter=draft_label(case.draft.model), draft=case.draft.model))
     return out
 
 

@@ -134,13 +134,14 @@ def test_nothing_is_proposed_before_the_target_has_run():
     assert fresh_drafter(target).propose(torch.tensor([[5, 9, 14]]), 3).tokens.numel() == 0
 
 
-def test_hybrid_passes_features_on_and_stays_lossless():
+@pytest.mark.parametrize("model_tokens,k", [(None, 3), (1, 6)])
+def test_hybrid_passes_features_on_and_stays_lossless(model_tokens, k):
     target = tiny_target()
     inner = fresh_drafter(target)
-    hybrid = HybridDrafter(inner)
+    hybrid = HybridDrafter(inner, model_tokens=model_tokens)
     assert hybrid.model is None and hybrid.observe_target == inner.observe_target
     ids = torch.tensor([[5, 9, 14, 5, 9, 14, 5, 9]])  # repeats: the lookup answers some rounds
-    out = speculative_decode(target, hybrid, ids, max_new_tokens=25, num_speculative_tokens=3)
+    out = speculative_decode(target, hybrid, ids, max_new_tokens=25, num_speculative_tokens=k)
     assert out.sequences.tolist() == hf_greedy(target, ids, 25).tolist()
 
 
@@ -218,6 +219,7 @@ def test_eagle_by_name_loads_the_cached_draft_and_hybrid_wraps_it(trained, monke
     assert isinstance(drafter, eagle.FeatureDrafter) and drafter.draft.meta["recipe"]["epochs"] == TINY.epochs
     hybrid = pair.with_draft("hybrid:eagle").draft
     assert isinstance(hybrid, HybridDrafter) and isinstance(hybrid.model_drafter, eagle.FeatureDrafter)
+    assert hybrid.model_tokens == eagle.HYBRID_TOKENS  # behind the lookup it drafts what paid (see HYBRID_TOKENS)
     assert isinstance(pair.with_draft(hybrid).with_draft("hybrid").draft.model_drafter, eagle.FeatureDrafter)  # no nesting
 
 
@@ -251,5 +253,4 @@ def test_bench_measures_its_step_labels_it_and_knows_hf_cannot_run_it():
     assert bench.draft_label(drafter) == "eagle"
     assert isinstance(bench.build_methods(target, drafter, 2)["hf_assisted"], bench.Skip)
     case = bench.Case("tiny", "hybrid", target, HybridDrafter(drafter), [("p", ids)])
-    inner = perf._with_inner_models([case])[1]
-    assert inner.draft is drafter and inner.drafter == "eagle"
+    assert perf._with_inner_models([case]) == [case]  # no case alone: HF cannot run it either
