@@ -470,7 +470,9 @@ if draft_model is not None:
 When the output repeats the input (summaries quoting the source, code edits, song lyrics), the best
 guess for the next tokens is often "what followed the same words last time". `PromptLookupDrafter`
 finds the latest earlier occurrence of the text's last n-gram and proposes what came after it. It
-costs no forward pass at all, so even a low acceptance rate is free.
+costs no forward pass at all, so even a low acceptance rate is free. (Its `grow_with_match` option,
+off by default, proposes at most twice as many tokens as the text matched: a long match means a
+whole passage repeats. The `"prompt-lookup:2"` draft uses it.)
 """),
         code("""
 print(inspect.getsource(PromptLookupDrafter.propose))

@@ -109,7 +109,7 @@ def _model_of(draft):
 
 def draft_label(draft) -> str:
     """A short name for tables: 'prompt-lookup', 'int8', or the draft model's name."""
-    if isinstance(draft, PromptLookupDrafter):  # the names `pairs.load_pair` reads
+    if isinstance(draft, PromptLookupDrafter):  # "prompt-lookup" and "prompt-lookup:N" as `pairs.load_pair` names them
         if draft.grow_with_match:
             return f"prompt-lookup:{draft.min_ngram}"
         return "prompt-lookup" if draft.min_ngram == 1 else f"prompt-lookup (min_ngram={draft.min_ngram})"

@@ -32,8 +32,9 @@ def parse_args(argv):
     parser.add_argument("-k", "--num-speculative-tokens", type=int, dest="k",
                         help="draft tokens per round (default: the preset's)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--draft", help="override the preset's draft: 'eagle', 'distilled', 'hybrid', 'int8', 'prompt-lookup', "
-                                         "'prompt-lookup:N' (n-grams of N tokens or more), 'hybrid:<name>' (lookup, then that "
+    parser.add_argument("--draft", help="override the preset's draft: 'eagle', 'distilled', 'hybrid', 'int8', 'prompt-lookup' (HF's), "
+                                         "'prompt-lookup:N' (n-grams of N tokens or more, proposals growing with the match), "
+                                         "'hybrid:<name>' (lookup, then that "
                                          "draft), or a hub id / folder")
     parser.add_argument("--show-rejected", action="store_true", help="also show rejected draft tokens, struck out")
     parser.add_argument("--color", choices=["auto", "always", "never"], default="auto",

@@ -144,7 +144,7 @@ class PromptLookupDrafter:
 
 
 def _match_length(ids: torch.Tensor, start: int, length: int, n: int, limit: int) -> int:
-    """How many tokens before ``start`` equal those before ``length`` (at least the ``n`` matched), up to ``limit``."""
+    """How many tokens before ``start`` equal those before ``length``: the ``n`` matched, or more, up to ``limit``."""
     back = min(limit, start)
     if back <= n:
         return n
@@ -182,8 +182,9 @@ class HybridDrafter:
     lookup answered in between. ``min_ngram`` defaults to 2 because single-token matches are nearly
     always found in long text and would crowd out the (usually better) model draft. The lookup grows
     its proposals with the match (`PromptLookupDrafter`'s ``grow_with_match``), so a large k pays
-    where passages repeat; ``model_tokens`` caps what the model drafts (None: k), for a draft whose
-    second and later tokens are rarely right.
+    where passages repeat (at k <= 4 this changes nothing: a 2-token match already proposes 4);
+    ``model_tokens`` caps what the model drafts (None: k), for a draft whose second and later tokens
+    are rarely right.
     ``last_source`` says who proposed last ("ngram" or "model"), for tracing.
     """
 

