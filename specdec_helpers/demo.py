@@ -34,8 +34,7 @@ def parse_args(argv):
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--draft", help="override the preset's draft: 'eagle', 'distilled', 'hybrid', 'int8', 'prompt-lookup' (HF's), "
                                          "'prompt-lookup:N' (n-grams of N tokens or more, proposals growing with the match), "
-                                         "'hybrid:<name>' (lookup, then that "
-                                         "draft), or a hub id / folder")
+                                         "'hybrid:<name>' (lookup, then that draft), or a hub id / folder")
     parser.add_argument("--show-rejected", action="store_true", help="also show rejected draft tokens, struck out")
     parser.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                         help="ANSI colours (auto: when stdout is a terminal and NO_COLOR is unset)")
