@@ -45,8 +45,12 @@ METHOD_LABELS = {
     "spec_vectorized": "ours speculative, no cache",
     "spec_cached": "ours speculative, KV cache",
     "hf_assisted": "HF assisted generation",
+    "greedy_compiled": "ours greedy, compiled",
+    "spec_compiled": "ours speculative, compiled",
 }
-SPECULATIVE_METHODS = ("spec_vectorized", "spec_cached", "hf_assisted")  # the ones that depend on k
+# Opt-in (minutes of compiling first, see `compiled`): the target's forward compiled over a static cache.
+COMPILED_METHODS = ("greedy_compiled", "spec_compiled")
+SPECULATIVE_METHODS = ("spec_vectorized", "spec_cached", "hf_assisted", "spec_compiled")  # the ones that depend on k
 BASELINE, SPECULATIVE = "hf_greedy", "spec_cached"  # what PA3's "baseline"/"speculative" keys mean here
 
 
@@ -149,14 +153,16 @@ def build_methods(target, draft, k: int, names=METHODS, eos_token_id=None) -> di
     def hf_greedy(ids, n):
         return MethodOutput(target.generate(ids, **_generate_kwargs(target, ids, n, eos_token_id)))
 
-    def greedy(ids, n):
-        out = greedy_decode(target, ids, max_new_tokens=n, eos_token_id=eos_token_id)
-        return MethodOutput(out.sequences, out.stats.as_dict())
+    def greedy(compile):
+        def run(ids, n):
+            out = greedy_decode(target, ids, max_new_tokens=n, eos_token_id=eos_token_id, compile=compile)
+            return MethodOutput(out.sequences, out.stats.as_dict())
+        return run
 
-    def speculative(use_cache):
+    def speculative(use_cache, compile=False):
         def run(ids, n):
             out = speculative_decode(target, draft, ids, max_new_tokens=n, num_speculative_tokens=k,
-                                     eos_token_id=eos_token_id, use_cache=use_cache)
+                                     eos_token_id=eos_token_id, use_cache=use_cache, compile=compile)
             return MethodOutput(out.sequences, out.stats.as_dict(), out.steps)
         return run
 
@@ -169,11 +175,12 @@ def build_methods(target, draft, k: int, names=METHODS, eos_token_id=None) -> di
         with _constant_k(assistant, k):
             return MethodOutput(target.generate(ids, assistant_model=assistant, **kwargs))
 
-    available = {"hf_greedy": hf_greedy, "greedy": greedy, "spec_vectorized": speculative(False),
-                 "spec_cached": speculative(True), "hf_assisted": assisted}
+    available = {"hf_greedy": hf_greedy, "greedy": greedy(False), "spec_vectorized": speculative(False),
+                 "spec_cached": speculative(True), "hf_assisted": assisted,
+                 "greedy_compiled": greedy(True), "spec_compiled": speculative(True, compile=True)}
     for name in names:
         if name not in available:
-            raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
+            raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS + COMPILED_METHODS)}")
         if name == "hf_assisted" and not (isinstance(draft, PromptLookupDrafter) or _model_of(draft) is not None):
             methods[name] = Skip(f"HF assisted generation cannot express a {type(draft).__name__}")
         elif name == "hf_assisted" and isinstance(draft, PromptLookupDrafter) and (draft.min_ngram > 1 or draft.grow_with_match):
@@ -444,10 +451,11 @@ def measure_forward_cost(model, input_ids: torch.Tensor | None = None, sizes=ran
     from .cache import crop_cache, new_cache
 
     prefix = _random_prefix(model) if input_ids is None else input_ids.to(model.device)
-    cache = new_cache(model)
-    model(input_ids=prefix, past_key_values=cache, use_cache=True)
     prefix_length = prefix.shape[1]
     sizes = [int(n) for n in sizes]
+    # A `compiled.CompiledForward` brings its own (static) cache.
+    cache = model.new_cache(prefix_length + max(sizes)) if hasattr(model, "new_cache") else new_cache(model)
+    model(input_ids=prefix, past_key_values=cache, use_cache=True)
     filler = _random_prefix(model, max(sizes), seed=1)
 
     def run(n):

@@ -7,7 +7,7 @@ about caches lives here so the decode loop only speaks of lengths.
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, StaticCache
 
 
 def new_cache(model) -> DynamicCache:
@@ -15,17 +15,33 @@ def new_cache(model) -> DynamicCache:
     return DynamicCache(config=model.config)
 
 
-def cache_length(cache: DynamicCache | None) -> int:
+def new_static_cache(model, max_length: int) -> StaticCache:
+    """An empty cache of ``max_length`` preallocated positions: fixed shapes, for a compiled forward."""
+    return StaticCache(config=model.config, max_cache_len=max_length)
+
+
+def cache_length(cache: DynamicCache | StaticCache | None) -> int:
     """Number of positions the cache holds (0 for ``None``)."""
     return 0 if cache is None else int(cache.get_seq_length())
 
 
-def crop_cache(cache: DynamicCache, length: int) -> None:
+def crop_cache(cache: DynamicCache | StaticCache, length: int) -> None:
     """Keep the first ``length`` positions, dropping the rest (rollback after rejection)."""
     drop = cache_length(cache) - length
     if drop < 0:
         raise ValueError(f"cannot crop a cache of {cache_length(cache)} positions to {length}")
-    if drop:
+    if not drop:
+        return
+    if isinstance(cache, StaticCache):
+        from transformers.cache_utils import StaticLayer
+
+        if any(type(layer) is not StaticLayer for layer in cache.layers):
+            raise NotImplementedError("only plain full-attention static caches can be rolled back (no sliding window)")
+        # transformers 5.x: each static layer writes at its ``cumulative_length`` counter, and the causal
+        # mask hides whatever lies beyond the query, so moving the counter back is the whole rollback.
+        for layer in cache.layers:
+            layer.cumulative_length.fill_(length)
+    else:
         cache.crop(-drop)  # transformers 5.x: negative = number of tokens to remove
 
 

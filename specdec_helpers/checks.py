@@ -111,3 +111,12 @@ def eos_ids(target, eos_token_id) -> list[int]:
     ):
         raise TypeError(f"eos_token_id must be an int or a list of ints, got {eos_token_id!r}")
     return [int(i) for i in ids]
+
+
+def check_compilable(use_cache: bool, drafter) -> None:
+    """``compile=True`` compiles the target's cached forward; it cannot serve the uncached or feature-reading paths."""
+    if not use_cache:
+        raise ValueError("compile=True needs use_cache=True (it compiles the forward over a static KV cache)")
+    if getattr(drafter, "observe_target", None) is not None:
+        raise ValueError("a draft that reads the target's hidden states (eagle) cannot run with compile=True: "
+                         "the compiled forward returns logits only; use compile=False")

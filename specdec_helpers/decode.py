@@ -10,6 +10,7 @@ from torch.profiler import record_function  # labels phases for `profile_decode`
 from . import checks
 from .adaptive import KSchedule, as_schedule
 from .cache import crop_cache, new_cache
+from .compiled import compiled_forward
 from .drafters import Drafter, Proposal, as_drafter
 from .sampling import Sampler
 from .verify import score_draft, verify
@@ -138,6 +139,7 @@ def speculative_decode(
     eos_token_id=None,
     use_cache: bool = True,
     generator: torch.Generator | None = None,
+    compile: bool = False,
 ) -> DecodeOutput:
     """Generate with ``draft`` proposing and ``target`` verifying; output is the target's own.
 
@@ -146,6 +148,8 @@ def speculative_decode(
     exactly (rejection sampling). ``use_cache=False`` re-runs the target over the whole text each
     round (vectorized verification); ``True`` keeps a KV cache and feeds only new positions.
     ``num_speculative_tokens="auto"`` adapts k each round (HF's heuristic, see `adaptive.KSchedule`).
+    ``compile=True`` runs the target's forward compiled over a static cache (`compiled`): faster
+    per pass, after minutes of compiling on first use.
     """
     checks.check_model(target, "target")
     input_ids = checks.check_input_ids(target, input_ids)
@@ -160,17 +164,20 @@ def speculative_decode(
     if draft_model is not None:
         checks.check_draft_vocab(draft_model, input_ids)
         checks.check_fits_context(draft_model, "draft", prompt_length + max_new_tokens, prompt_length, max_new_tokens)
-    return _decode_loop(target, drafter, input_ids, max_new_tokens, schedule, sampler, eos, use_cache)
+    if compile:
+        checks.check_compilable(use_cache, drafter)
+    return _decode_loop(target, drafter, input_ids, max_new_tokens, schedule, sampler, eos, use_cache, compile)
 
 
-def greedy_decode(target, input_ids, *, max_new_tokens: int = 100, eos_token_id=None, use_cache: bool = True):
+def greedy_decode(target, input_ids, *, max_new_tokens: int = 100, eos_token_id=None, use_cache: bool = True,
+                  compile: bool = False):
     """Plain greedy decoding (one target pass per token), the baseline speculative decoding must match."""
-    return speculative_decode(
-        target, _NoDraft(), input_ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, use_cache=use_cache
-    )
+    return speculative_decode(target, _NoDraft(), input_ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+                              use_cache=use_cache, compile=compile)
 
 
-def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: KSchedule, sampler, eos, use_cache):
+def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: KSchedule, sampler, eos, use_cache,
+                 compile=False):
     device = input_ids.device
     prompt_length = input_ids.shape[1]
     buffer = torch.empty(1, prompt_length + max_new_tokens, dtype=torch.long, device=device)
@@ -178,7 +185,11 @@ def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: 
     length = prompt_length
     end = prompt_length + max_new_tokens
     eos_set = set(eos)
-    cache = new_cache(target) if use_cache else None
+    if compile:  # the same loop, with the target's compiled forward over a static cache
+        target = compiled_forward(target)
+        cache = target.new_cache(end)
+    else:
+        cache = new_cache(target) if use_cache else None
     stats, steps = DecodeStats(), []
     drafter.reset()
     observe = getattr(drafter, "observe_target", None)  # drafts that read the target's features (`eagle`)

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import torch
 
-from .bench import _load_cases, environment, expected_tokens_per_step, run_sweep, save_results
+from .bench import (COMPILED_METHODS, _load_cases, environment, expected_tokens_per_step, measure_forward_cost,
+                    run_sweep, save_results)
 
 PERF_METHODS = ("hf_greedy", "greedy", "spec_cached", "hf_assisted")
 PHASES = ("draft", "target_forward", "accept", "rollback")
@@ -67,22 +68,27 @@ def _median_time(run: dict, method: str):
     return run["methods"].get(method, {}).get("median_time")
 
 
+# (label suffix, our speculative method, our greedy method): `--compile` adds the compiled variant's rows.
+VARIANTS = (("", "spec_cached", "greedy"), (" compiled", "spec_compiled", "greedy_compiled"))
+
+
 def ratio_rows(results: dict) -> list[dict]:
     """One row per (preset, drafter, k, prompt) with the ratios above, then one geometric-mean row each."""
     rows, groups = [], {}
-    for run in results["runs"]:
-        ours, greedy = _median_time(run, "spec_cached"), _median_time(run, "greedy")
+    for run, suffix, spec, greedy_method in ((run, *variant) for run in results["runs"] for variant in VARIANTS):
+        ours, greedy = _median_time(run, spec), _median_time(run, greedy_method)
         hf, hf_greedy = _median_time(run, "hf_assisted"), _median_time(run, "hf_greedy")
         if not ours:
             continue
-        cost = results["costs"][f"{run['preset']}/{run['drafter']}"]
+        drafter = run["drafter"] + suffix
+        cost = results["costs"][f"{run['preset']}/{drafter}"]
         k = run["k"]
         v = cost["verify_cost"].get(k) or cost["verify_cost"].get(str(k))
-        stats = run["methods"]["spec_cached"]["stats"]
+        stats = run["methods"][spec]["stats"]
         alpha = stats["alpha"]
         vs_greedy = greedy / ours if greedy else None
         bound = bound_for_rounds(alpha, stats["draft_lengths"], stats["draft_calls"], cost["c"], cost["target_forward"])
-        row = dict(preset=run["preset"], drafter=run["drafter"], k=k, prompt=run["prompt"],
+        row = dict(preset=run["preset"], drafter=drafter, k=k, prompt=run["prompt"],
                    acceptance=stats["acceptance_rate"], alpha=alpha, tokens_per_call=stats["mean_accepted_length"],
                    vs_hf_assisted=hf / ours if hf else None, vs_greedy=vs_greedy,
                    vs_hf_greedy=hf_greedy / ours if hf_greedy else None, bound=bound,
@@ -118,6 +124,21 @@ def profile_decode(target, draft, input_ids, k: int, max_new_tokens: int = 100) 
     draft_calls = out.stats.draft_calls / rounds
     return dict(ms_per_round=phases, wall_ms_per_round=wall, rounds=rounds, draft_calls_per_round=draft_calls,
                 tokens_per_round=out.stats.mean_accepted_length)
+
+
+def compiled_costs(costs: dict, target, input_ids) -> dict:
+    """The same costs with the target's forward-cost curve measured again through its compiled forward."""
+    from .compiled import compiled_forward
+
+    first = next(iter(costs.values()))
+    curve = measure_forward_cost(compiled_forward(target), input_ids, sizes=first["target_forward"]["sizes"], warmup=1)
+    step = curve["median_s"][0]
+    out = {}
+    for name, cost in costs.items():
+        out[f"{name} compiled"] = dict(cost, target_forward=curve, target_step_s=step, c=cost["draft_step_s"] / step,
+                                       verify_cost={k: curve["median_s"][curve["sizes"].index(int(k) + 1)] / step
+                                                    for k in cost["verify_cost"]})
+    return out
 
 
 def _with_inner_models(cases: list) -> list:
@@ -177,6 +198,9 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--out", default="report", help="results JSON goes to OUT/results/perf.json")
     parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time ours with the target's forward compiled over a static cache (`compiled`; "
+                             "minutes of compiling first): rows labelled '<draft> compiled'")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -190,10 +214,13 @@ def main(argv=None) -> int:
         cases = _with_inner_models(_load_cases(sub))
         k = args.k or get_preset(cases[0].preset).num_speculative_tokens
         # One sweep for all of a preset's drafts: one measured target cost curve serves every bound.
+        methods = PERF_METHODS + COMPILED_METHODS if args.compile else PERF_METHODS
         result = run_sweep(cases, [k], max_new_tokens=args.max_new_tokens, repeats=args.repeats,
-                           warmup=args.warmup, methods=PERF_METHODS)
+                           warmup=args.warmup, methods=methods)
         runs += result["runs"]
         costs.update(result["costs"])
+        if args.compile:
+            costs.update(compiled_costs(result["costs"], cases[0].target, cases[0].prompts[0][1]))
         if not args.no_profile:
             for case in cases:
                 profiles[f"{case.preset}/{case.drafter} k={k}"] = profile_decode(

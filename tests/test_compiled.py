@@ -1,0 +1,100 @@
+"""The compiled target forward over a static cache (``compile=True``): same tokens, rolled back right.
+
+Compiling costs tens of seconds even for tiny models, so one target per family is compiled once
+(module scope) and every test reuses its graphs.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny_models import hf_greedy, perturbed_copy, tiny_model
+
+import specdec_helpers as sd
+from specdec_helpers.cache import cache_length, crop_cache, new_static_cache
+from specdec_helpers.compiled import CACHE_BLOCK, compiled_forward
+from specdec_helpers.cpu_kernels import use_onednn_linears
+
+
+def prompt(length, seed=3):
+    return torch.randint(1, 64, (1, length), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt_neox"])
+def target(request):
+    # Packed oneDNN linears, as `load_pair` makes them on a CPU: the compiled copy must undo them.
+    return use_onednn_linears(tiny_model(request.param))
+
+
+@pytest.fixture(scope="module")
+def draft(target):
+    return perturbed_copy(tiny_model(target.config.model_type), scale=0.05)  # eager, not packed
+
+
+@torch.inference_mode()
+def test_static_cache_rollback_then_continue_matches_a_fresh_pass():
+    model = tiny_model("llama")
+    first, second = prompt(10), prompt(10, seed=4)
+    cache = new_static_cache(model, 32)
+    model(input_ids=first, past_key_values=cache, use_cache=True)
+    assert cache_length(cache) == 10
+    crop_cache(cache, 6)  # drop 4 positions: their rows stay in memory and must never be read again
+    assert cache_length(cache) == 6
+    # Feed 2 other tokens: positions 8 and 9 still hold the dropped text's keys and values.
+    rolled = model(input_ids=second[:, 6:8], past_key_values=cache, use_cache=True).logits
+    assert cache_length(cache) == 8
+    text = torch.cat([first[:, :6], second[:, 6:8]], dim=1)
+    fresh = model(input_ids=text, use_cache=False).logits[:, 6:]
+    torch.testing.assert_close(rolled, fresh, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="cannot crop"):
+        crop_cache(cache, 20)
+
+
+@torch.inference_mode()
+def test_compiled_decode_equals_hf_greedy(target, draft):
+    lookup = sd.PromptLookupDrafter()
+    for ids, max_new in [(prompt(1), 23), (prompt(6, seed=5), 17)]:
+        expected = hf_greedy(target, ids, max_new)
+        assert torch.equal(sd.greedy_decode(target, ids, max_new_tokens=max_new, compile=True).sequences, expected)
+        for k in (1, 3, 6):
+            for drafter in (draft, lookup):
+                out = sd.speculative_decode(target, drafter, ids, max_new_tokens=max_new, num_speculative_tokens=k,
+                                            compile=True)
+                assert torch.equal(out.sequences, expected), (k, type(drafter).__name__)
+    # A draft identical to the target gets everything accepted: rollback is exercised only by the bonus.
+    out = sd.speculative_decode(target, target, prompt(4), max_new_tokens=20, num_speculative_tokens=4, compile=True)
+    assert out.stats.acceptance_rate == 1.0 and torch.equal(out.sequences, hf_greedy(target, prompt(4), 20))
+
+
+@torch.inference_mode()
+def test_compiled_decode_stops_at_eos(target):
+    ids = prompt(5)
+    eos = hf_greedy(target, ids, 30)[0, ids.shape[1] + 4].item()
+    expected = hf_greedy(target, ids, 30, eos_token_id=eos)
+    out = sd.speculative_decode(target, target, ids, max_new_tokens=30, num_speculative_tokens=5, eos_token_id=eos,
+                                compile=True)
+    assert torch.equal(out.sequences, expected) and out.sequences[0, -1] == eos
+
+
+@torch.inference_mode()
+def test_compiled_forward_is_shared_and_its_cache_is_rounded(target):
+    forward = compiled_forward(target)
+    assert compiled_forward(target) is forward  # compiled once per model
+    cache = forward.new_cache(CACHE_BLOCK + 1)
+    assert cache.layers[0].max_cache_len == 2 * CACHE_BLOCK
+    with pytest.raises(ValueError, match="hidden states"):
+        forward(prompt(3), cache, output_hidden_states=True)
+    curve = sd.measure_forward_cost(forward, prompt(4), sizes=[1, 3], repeats=1, warmup=0)
+    assert curve["sizes"] == [1, 3] and all(t > 0 for t in curve["median_s"])
+
+
+def test_compile_refuses_what_it_cannot_run():
+    target = tiny_model("gpt2")
+    with pytest.raises(ValueError, match="use_cache=True"):
+        sd.speculative_decode(target, target, prompt(3), max_new_tokens=4, use_cache=False, compile=True)
+
+    class FeatureReader(sd.PromptLookupDrafter):
+        def observe_target(self, features, position):
+            pass
+
+    with pytest.raises(ValueError, match="hidden states"):
+        sd.speculative_decode(target, FeatureReader(), prompt(3), max_new_tokens=4, compile=True)
