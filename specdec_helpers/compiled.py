@@ -1,13 +1,14 @@
 """Opt-in: the target's forward compiled with ``torch.compile`` over a static KV cache (gpt-fast's recipe).
 
-Why: in eager mode a decoder pays per call for Python, a growing cache (``torch.cat`` per layer) and
-kernels it cannot fuse (norms, rotary embeddings, GQA heads copied out for masked attention). On 2 CPU
-cores SmolLM2-135M's eager forward took 66 ms for 1 token and 94 ms for 11; compiled over a static
-cache, 60 ms and 81 ms (same run, interleaved). Our loop owns its cache, so it can keep it static and
-roll it back by moving one counter; HF's assisted generation cannot, which is where ours gets ahead
-of it on the same draft. The price: compiling (on 2 CPU cores, about 2 minutes per graph; there are
-two, one for a single token and one for several), so it is off by default and worth it only for long
-runs or a GPU. Logits differ from eager in the last bits (fused kernels), as with any kernel change.
+Why try it: in eager mode a decoder pays per call for Python, a growing cache (``torch.cat`` per layer)
+and kernels it cannot fuse (norms, rotary embeddings, GQA heads copied out for masked attention). Our
+loop owns its cache, so it can keep it static and roll it back by moving one counter (`cache.crop_cache`);
+HF's assisted generation cannot. What it gave on 2 CPU cores (SmolLM2-135M, 5 prompts, 100 tokens,
+``perf --compile``, interleaved): greedy decoding 6% faster than eager, but speculative decoding 3% slower,
+because the several-token graph (dynamic shapes) verifies less efficiently than eager oneDNN; so 0.98x
+HF assisted on the same lookup draft, against 1.13x eager. Compiling costs about 2 minutes per graph on
+such a CPU (two graphs: one token, several), so it is off by default; on a GPU it is worth measuring
+again. Logits differ from eager in the last bits (fused kernels), as with any kernel change.
 """
 from __future__ import annotations
 
@@ -51,15 +52,23 @@ class CompiledForward:
         # Rounded up, so texts of different lengths share one cache shape (and one compiled graph).
         return new_static_cache(self.model, -(-max_length // CACHE_BLOCK) * CACHE_BLOCK)
 
+    @torch.inference_mode()
     def __call__(self, input_ids, past_key_values, use_cache=True, logits_to_keep: int = 0,
                  output_hidden_states: bool = False):
         if output_hidden_states:
             raise ValueError("a compiled target does not return hidden states: drafts that read the target's "
                              "features (eagle) need compile=False")
+        if not past_key_values.layers[0].is_initialized:
+            # The prefill runs eagerly: it allocates the cache once, and the graphs then only ever see a
+            # ready cache (one graph for a single token, one for several, instead of a third for the prefill).
+            return self.model(input_ids=input_ids, past_key_values=past_key_values, use_cache=True,
+                              logits_to_keep=logits_to_keep)
         start = int(past_key_values.get_seq_length())
         positions = torch.arange(start, start + input_ids.shape[1], device=input_ids.device)
-        # contiguous: a slice of a longer buffer has other strides, and new strides mean a recompile.
-        logits = self._logits(input_ids.contiguous(), past_key_values, positions)
+        # A fresh inference tensor with standard strides: other strides, or a tensor made outside inference mode,
+        # would each cost a recompile.
+        fresh = input_ids.new_empty(input_ids.shape).copy_(input_ids)
+        logits = self._logits(fresh, past_key_values, positions)
         return _Output(logits[:, -logits_to_keep:] if logits_to_keep else logits)
 
 

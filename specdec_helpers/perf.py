@@ -12,6 +12,10 @@ Per preset and prompt, at the preset's k and with its default draft:
   predicts from this run's acceptance alpha, draft/target step cost c and verify cost v, round by
   round with the number of tokens each round actually proposed (`bound_for_rounds`).
 
+``--compile`` adds, per run, a row ``<draft> compiled``: ours with the target's forward compiled over a
+static cache (`compiled`) against HF assisted, against our greedy compiled the same way, and against the
+bound from a forward-cost curve measured through the compiled forward.
+
 Then the geometric means, and where one round's time goes (torch profiler over the phases the
 decode loop labels: draft, target forward, acceptance, cache rollback, the rest).
 Timings are medians of interleaved runs; tests never assert them.
@@ -136,7 +140,7 @@ def compiled_costs(costs: dict, target, input_ids) -> dict:
     out = {}
     for name, cost in costs.items():
         out[f"{name} compiled"] = dict(cost, target_forward=curve, target_step_s=step, c=cost["draft_step_s"] / step,
-                                       verify_cost={k: curve["median_s"][curve["sizes"].index(int(k) + 1)] / step
+                                       verify_cost={int(k): curve["median_s"][curve["sizes"].index(int(k) + 1)] / step
                                                     for k in cost["verify_cost"]})
     return out
 

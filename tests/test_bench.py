@@ -268,6 +268,35 @@ def test_perf_ratios_and_geometric_means(sweep):
         assert mean["vs_greedy"] == pytest.approx(math.exp(sum(map(math.log, group)) / len(group)))
 
 
+def test_perf_compiled_rows_compare_the_compiled_runs(sweep, pair):
+    import copy
+
+    from specdec_helpers import perf
+
+    _, results = sweep
+    results = copy.deepcopy(results)
+    for run in results["runs"]:  # pretend the compiled runs took half (spec) and a third (greedy) of the time
+        methods = run["methods"]
+        methods["spec_compiled"] = dict(methods["spec_cached"], median_time=methods["spec_cached"]["median_time"] / 2)
+        methods["greedy_compiled"] = dict(methods["greedy"], median_time=methods["greedy"]["median_time"] / 3)
+    with pytest.MonkeyPatch.context() as patch:  # a compiled curve twice as fast, without compiling anything
+        patch.setattr("specdec_helpers.compiled.compiled_forward", lambda target: target)
+        patch.setattr(perf, "measure_forward_cost",
+                      lambda model, ids, sizes, warmup: dict(sizes=sizes, median_s=[n / 2000 for n in sizes]))
+        results["costs"].update(perf.compiled_costs(results["costs"], pair.target, PROMPT))
+    name = next(iter(results["costs"]))
+    compiled = results["costs"][f"{name} compiled"]
+    assert compiled["target_step_s"] == 0.0005 and compiled["verify_cost"][1] == pytest.approx(2.0)
+    rows = [r for r in perf.ratio_rows(results) if not r["prompt"].startswith("geometric mean")]
+    eager = [r for r in rows if not r["drafter"].endswith(" compiled")]
+    assert len(rows) == 2 * len(eager)
+    for row in eager:
+        twin = next(r for r in rows if r["drafter"] == row["drafter"] + " compiled"
+                    and r["prompt"] == row["prompt"] and r["k"] == row["k"])
+        assert twin["vs_hf_assisted"] == pytest.approx(2 * row["vs_hf_assisted"])
+        assert twin["vs_greedy"] == pytest.approx(row["vs_greedy"] * 2 / 3)
+
+
 def test_profile_splits_the_round_into_phases(pair):
     from specdec_helpers import perf
 
