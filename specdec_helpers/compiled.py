@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import copy
 import weakref
+from types import SimpleNamespace
 
 import torch
 
-from .cache import new_static_cache
+from .cache import cache_length, new_static_cache
 from .cpu_kernels import use_plain_linears, uses_onednn
 
 CACHE_BLOCK = 256  # static cache lengths are multiples of this
@@ -58,23 +59,18 @@ class CompiledForward:
         if output_hidden_states:
             raise ValueError("a compiled target does not return hidden states: drafts that read the target's "
                              "features (eagle) need compile=False")
-        if not past_key_values.layers[0].is_initialized:
+        start = cache_length(past_key_values)
+        if start == 0:
             # The prefill runs eagerly: it allocates the cache once, and the graphs then only ever see a
             # ready cache (one graph for a single token, one for several, instead of a third for the prefill).
             return self.model(input_ids=input_ids, past_key_values=past_key_values, use_cache=True,
                               logits_to_keep=logits_to_keep)
-        start = int(past_key_values.get_seq_length())
         positions = torch.arange(start, start + input_ids.shape[1], device=input_ids.device)
         # A fresh inference tensor with standard strides: other strides, or a tensor made outside inference mode,
         # would each cost a recompile.
         fresh = input_ids.new_empty(input_ids.shape).copy_(input_ids)
         logits = self._logits(fresh, past_key_values, positions)
-        return _Output(logits[:, -logits_to_keep:] if logits_to_keep else logits)
-
-
-class _Output:
-    def __init__(self, logits):
-        self.logits = logits
+        return SimpleNamespace(logits=logits[:, -logits_to_keep:] if logits_to_keep else logits)
 
 
 def compiled_forward(model) -> CompiledForward:
