@@ -500,7 +500,6 @@ def measure_costs(target, draft, input_ids, ks, repeats: int = 5, target_curve: 
     # Dense where the curve bends (small n), sparse beyond; always every k + 1 the sweep verifies.
     sizes = sorted({*range(1, 9), 12, 16, 24, 32, *(k + 1 for k in ks)})
     curve = target_curve or measure_forward_cost(target, input_ids, sizes=sizes, repeats=repeats, warmup=1)
-    step = curve["median_s"][0]
     model = _model_of(draft) or getattr(draft, "model", None)  # also the model inside a hybrid drafter
     from .eagle import feature_drafter_in, measure_draft_step
 
@@ -511,8 +510,14 @@ def measure_costs(target, draft, input_ids, ks, repeats: int = 5, target_curve: 
         draft_step = measure_forward_cost(model, input_ids, sizes=[1], repeats=repeats)["median_s"][0]
     else:
         draft_step = 0.0
-    return dict(target_forward=curve, target_step_s=step, draft_step_s=draft_step, c=draft_step / step,
-                verify_cost={int(k): curve["median_s"][curve["sizes"].index(k + 1)] / step for k in ks})
+    return costs_from_curve(curve, draft_step, ks)
+
+
+def costs_from_curve(curve: dict, draft_step_s: float, ks) -> dict:
+    """Step cost, c and the verify cost v at each k, from a target forward-cost curve and a draft step time."""
+    step = curve["median_s"][curve["sizes"].index(1)]
+    return dict(target_forward=curve, target_step_s=step, draft_step_s=draft_step_s, c=draft_step_s / step,
+                verify_cost={int(k): curve["median_s"][curve["sizes"].index(int(k) + 1)] / step for k in ks})
 
 
 # --------------------------------------------------------------------------- sweeps

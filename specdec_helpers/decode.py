@@ -148,8 +148,8 @@ def speculative_decode(
     exactly (rejection sampling). ``use_cache=False`` re-runs the target over the whole text each
     round (vectorized verification); ``True`` keeps a KV cache and feeds only new positions.
     ``num_speculative_tokens="auto"`` adapts k each round (HF's heuristic, see `adaptive.KSchedule`).
-    ``compile=True`` runs the target's forward compiled over a static cache (`compiled`): faster
-    per pass, after minutes of compiling on first use.
+    ``compile=True`` runs the target's forward compiled over a static cache (`compiled`), after
+    minutes of compiling on first use; measure it (``perf --compile``): on 2 CPU cores it lost 3%.
     """
     checks.check_model(target, "target")
     input_ids = checks.check_input_ids(target, input_ids)

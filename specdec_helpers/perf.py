@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 
-from .bench import (COMPILED_METHODS, _load_cases, environment, expected_tokens_per_step, measure_forward_cost,
-                    run_sweep, save_results)
+from .bench import (COMPILED_METHODS, _load_cases, costs_from_curve, environment, expected_tokens_per_step,
+                    measure_forward_cost, run_sweep, save_results)
 
 PERF_METHODS = ("hf_greedy", "greedy", "spec_cached", "hf_assisted")
 PHASES = ("draft", "target_forward", "accept", "rollback")
@@ -136,13 +136,8 @@ def compiled_costs(costs: dict, target, input_ids) -> dict:
 
     first = next(iter(costs.values()))
     curve = measure_forward_cost(compiled_forward(target), input_ids, sizes=first["target_forward"]["sizes"], warmup=1)
-    step = curve["median_s"][0]
-    out = {}
-    for name, cost in costs.items():
-        out[f"{name} compiled"] = dict(cost, target_forward=curve, target_step_s=step, c=cost["draft_step_s"] / step,
-                                       verify_cost={int(k): curve["median_s"][curve["sizes"].index(int(k) + 1)] / step
-                                                    for k in cost["verify_cost"]})
-    return out
+    return {f"{name} compiled": costs_from_curve(curve, cost["draft_step_s"], cost["verify_cost"])
+            for name, cost in costs.items()}
 
 
 def _with_inner_models(cases: list) -> list:

@@ -60,7 +60,7 @@ def test_compiled_decode_equals_hf_greedy(target, draft):
                 out = sd.speculative_decode(target, drafter, ids, max_new_tokens=max_new, num_speculative_tokens=k,
                                             compile=True)
                 assert torch.equal(out.sequences, expected), (k, type(drafter).__name__)
-    # A draft identical to the target gets everything accepted: rollback is exercised only by the bonus.
+    # A draft identical to the target gets everything accepted: the cache is never rolled back.
     out = sd.speculative_decode(target, target, prompt(4), max_new_tokens=20, num_speculative_tokens=4, compile=True)
     assert out.stats.acceptance_rate == 1.0 and torch.equal(out.sequences, hf_greedy(target, prompt(4), 20))
 
