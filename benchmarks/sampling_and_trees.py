@@ -11,7 +11,7 @@ import argparse
 import torch
 
 import specdec_helpers as sd
-from specdec_helpers.bench import PA3_PROMPTS
+from specdec_helpers.measure.bench import PA3_PROMPTS
 
 
 def acceptance_vs_temperature(pair, prompts, temperatures, k, max_new_tokens, seed=0):

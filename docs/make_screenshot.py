@@ -1,5 +1,5 @@
 """Regenerate docs/token_render.png: a real run on the offline toy pair, rendered by
-`specdec_helpers.widgets.render_html` and photographed in headless Chromium.
+`specdec_helpers.present.widgets.render_html` and photographed in headless Chromium.
 
     python docs/make_screenshot.py   # needs: apt-get install chromium; pip install playwright
 """
@@ -16,8 +16,8 @@ sys.path.insert(0, str(ROOT))
 
 from specdec_helpers import notebook as nb  # noqa: E402
 from specdec_helpers import speculative_decode  # noqa: E402
-from specdec_helpers.pairs import load_pair  # noqa: E402
-from specdec_helpers.widgets import render_html  # noqa: E402
+from specdec_helpers.models.pairs import load_pair  # noqa: E402
+from specdec_helpers.present.widgets import render_html  # noqa: E402
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]

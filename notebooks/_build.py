@@ -4,7 +4,7 @@
     python notebooks/_build.py --execute       # ... and run them (SPECDEC_PRESET=toy) to save outputs
     python notebooks/_build.py --student DIR   # student copies: solutions replaced by NotImplementedError
 
-The notebooks are generated so that the repository URL (``specdec_helpers.notebook.REPO_URL``), the
+The notebooks are generated so that the repository URL (``specdec_helpers.present.notebook.REPO_URL``), the
 set-up cell and the conventions live in one place. Edit the cells here, not in the .ipynb files.
 Solutions sit between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` (nbgrader's markers).
 """
@@ -77,7 +77,7 @@ except ImportError:
         sys.path.insert(0, os.path.abspath(".."))  # notebooks/ -> the repository root
 
 import specdec_helpers as sd
-from specdec_helpers import notebook as nb
+from specdec_helpers.present import notebook as nb
 
 info = nb.setup()  # quiets library warnings, reports versions and whether there is a GPU
 import torch
@@ -119,10 +119,10 @@ forward pass. This notebook loads such a pair and measures why that check is che
 """),
         *setup_cells("""
 from IPython.display import Markdown, display
-from specdec_helpers import pairs as sd_pairs
-from specdec_helpers.pairs import check_compatible, load_pair
-from specdec_helpers.bench import measure_forward_cost
-from specdec_helpers.plots import plot_forward_cost
+from specdec_helpers.models import pairs as sd_pairs
+from specdec_helpers.models.pairs import check_compatible, load_pair
+from specdec_helpers.measure.bench import measure_forward_cost
+from specdec_helpers.present.plots import plot_forward_cost
 """, params="COST_SIZES = [*range(1, 10), 12, 16, 24, 32]  # tokens per forward pass for the cost curve\nCOST_REPEATS = 3"),
         md("""
 ## 1. The presets
@@ -316,10 +316,10 @@ how good it is.
 """),
         *setup_cells("""
 from IPython.display import HTML, display
-from specdec_helpers.bench import timed
-from specdec_helpers.pairs import load_pair
-from specdec_helpers.drafters import ModelDrafter, PromptLookupDrafter
-from specdec_helpers.widgets import render_html
+from specdec_helpers.core.timing import timed
+from specdec_helpers.models.pairs import load_pair
+from specdec_helpers.core.drafters import ModelDrafter, PromptLookupDrafter
+from specdec_helpers.present.widgets import render_html
 """, params="K = 5\nROUNDS = 12  # drafting rounds in the timing comparison"),
         code(LOAD_PAIR + """
 draft_model = pair.draft if isinstance(pair.draft, torch.nn.Module) else None
@@ -550,10 +550,10 @@ most first implementations go wrong.
 """),
         *setup_cells("""
 from IPython.display import HTML, Markdown, display
-from specdec_helpers.pairs import load_pair
-from specdec_helpers.drafters import ModelDrafter
-from specdec_helpers.verify import accept_greedy, score_draft
-from specdec_helpers.widgets import render_html, token_explorer
+from specdec_helpers.models.pairs import load_pair
+from specdec_helpers.core.drafters import ModelDrafter
+from specdec_helpers.core.verify import accept_greedy, score_draft
+from specdec_helpers.present.widgets import render_html, token_explorer
 """, params="K = 4\nMAX_NEW_TOKENS = 40"),
         code(LOAD_PAIR + """
 prompts = nb.prompts_for(pair)
@@ -827,12 +827,12 @@ out to be rejected draft tokens, and must be thrown away.
 """),
         *setup_cells("""
 from IPython.display import HTML, Markdown, display
-from specdec_helpers.bench import timed
-from specdec_helpers.pairs import load_pair
-from specdec_helpers.drafters import ModelDrafter
-from specdec_helpers.cache import cache_length, crop_cache, new_cache
-from specdec_helpers.verify import accept_greedy, score_draft
-from specdec_helpers.widgets import render_html
+from specdec_helpers.core.timing import timed
+from specdec_helpers.models.pairs import load_pair
+from specdec_helpers.core.drafters import ModelDrafter
+from specdec_helpers.core.cache import cache_length, crop_cache, new_cache
+from specdec_helpers.core.verify import accept_greedy, score_draft
+from specdec_helpers.present.widgets import render_html
 """, params="K = 4\nMAX_NEW_TOKENS = 40\nLENGTHS = [8, 32, 64, 128, 192]  # text lengths for the timing curve\nTIMING_REPEATS = 5"),
         code(LOAD_PAIR + """
 prompts = nb.prompts_for(pair)
@@ -1089,8 +1089,9 @@ explains each of its choices.
         *setup_cells("""
 import inspect
 from IPython.display import Markdown, display
-from specdec_helpers import bench, plots, report
-from specdec_helpers.pairs import load_pair
+from specdec_helpers.measure import bench
+from specdec_helpers.present import plots, report
+from specdec_helpers.models.pairs import load_pair
 """, params="""KS = [2, 4, 8, 16]
 MAX_NEW_TOKENS = 32   # per run; use 100 on a GPU
 REPEATS = 2           # timed runs per method (interleaved); use 5 for a report
@@ -1118,9 +1119,9 @@ And one check: every method's output is compared with Hugging Face's greedy `gen
 "speed-up" that changes the text is a bug.
 """),
         code("""
-print(inspect.getsource(bench.timed))
-print(inspect.getsource(bench.interleaved_order))
-print(bench.interleaved_order(["hf_greedy", "greedy", "spec_cached"], 2))
+print(inspect.getsource(timing.timed))
+print(inspect.getsource(timing.interleaved_order))
+print(timing.interleaved_order(["hf_greedy", "greedy", "spec_cached"], 2))
 """),
         md("""
 ## 2. One prompt
@@ -1136,7 +1137,7 @@ one = bench.benchmark(pair.target, pair.draft, ids, num_speculative_tokens=pair.
 bench.print_pa3(one)
 for name, m in one["methods"].items():
     if "median_time" in m:
-        print(f"{bench.METHOD_LABELS[name]:28s} median {m['median_time'] * 1e3:8.1f} ms  "
+        print(f"{results.METHOD_LABELS[name]:28s} median {m['median_time'] * 1e3:8.1f} ms  "
               f"speedup {m.get('speedup', float('nan')):5.2f}x  identical to HF greedy: {m['identical']}")
 """, ignore=True),
         code("""
@@ -1156,8 +1157,8 @@ case = bench.Case(preset=pair.preset or PRESET, drafter=bench.draft_label(pair.d
                   draft=pair.draft, prompts=encoded)
 results = bench.run_sweep([case], KS, max_new_tokens=MAX_NEW_TOKENS, repeats=REPEATS, methods=METHODS,
                           cost_repeats=3, progress=False)
-results["env"] = bench.environment(pair.device, pair.dtype, pair.preset)
-display(Markdown(report.to_markdown(*report.sweep_table(results))))
+results["env"] = results.environment(pair.device, pair.dtype, pair.preset)
+display(Markdown(tables.to_markdown(*tables.sweep_table(results))))
 """, ignore=True),
         code("""
 display(plots.plot_speedup_vs_k(results))
@@ -1195,7 +1196,7 @@ def expected_tokens(alpha: float, k: int) -> float:
     ### END SOLUTION
 """),
         code("""
-nb.check(lambda: all(abs(expected_tokens(a, k) - bench.expected_tokens_per_step(a, k)) < 1e-9
+nb.check(lambda: all(abs(expected_tokens(a, k) - theory.expected_tokens_per_step(a, k)) < 1e-9
                      for a in (0.0, 0.3, 0.8, 0.99, 1.0) for k in (1, 2, 4, 8, 16)),
          "expected tokens per pass match the formula, including alpha = 0 (1 token) and alpha = 1 (k + 1).",
          "(1 - alpha**(k+1)) / (1 - alpha), and k + 1 when alpha == 1.")
@@ -1232,7 +1233,7 @@ def best_k(results) -> int:
     ### END SOLUTION
 """),
         code("""
-nb.check(lambda: best_k(results) == bench.best_k(results),
+nb.check(lambda: best_k(results) == results.best_k(results),
          "you found the k with the highest measured speed-up.",
          "filter results['summary'] to the spec_cached rows and take the k of the row with the largest 'speedup'.")
 """, check=True),
@@ -1249,9 +1250,9 @@ point `SPECDEC_EXPORT_DIR` at a temporary folder so a test run leaves nothing be
 """),
         code("""
 EXPORT_DIR.mkdir(parents=True, exist_ok=True)
-json_path = bench.save_results(results, EXPORT_DIR / "results" / f"notebook05_{(pair.preset or 'custom').replace('/', '-')}.json")
+json_path = results.save_results(results, EXPORT_DIR / "results" / f"notebook05_{(pair.preset or 'custom').replace('/', '-')}.json")
 figures = plots.save_all_figures(results, EXPORT_DIR / "figures")
-tables = report.write_tables(results, EXPORT_DIR / "tables")
+tables = tables.write_tables(results, EXPORT_DIR / "tables")
 print("results:", json_path)
 print(len(figures), "figure files, e.g.", sorted(p.name for p in figures)[:4])
 print(len(tables), "table files:", sorted(p.name for p in tables))
@@ -1291,10 +1292,10 @@ the draft does. Leviathan et al. (2023) and Chen et al. (2023) showed how: rejec
         *setup_cells("""
 import matplotlib.pyplot as plt
 from IPython.display import HTML, display
-from specdec_helpers.pairs import load_pair
-from specdec_helpers.sampling import Sampler
-from specdec_helpers.verify import accept_sampled
-from specdec_helpers.widgets import render_html
+from specdec_helpers.models.pairs import load_pair
+from specdec_helpers.core.sampling import Sampler
+from specdec_helpers.core.verify import accept_sampled
+from specdec_helpers.present.widgets import render_html
 """, params="""K = 4
 MAX_NEW_TOKENS = 40
 TEMPERATURES = [0.0, 0.3, 0.7, 1.0, 1.5]
@@ -1537,9 +1538,9 @@ multi-draft rejection sampling, beyond this course.
         *setup_cells("""
 import matplotlib.pyplot as plt
 from IPython.display import HTML, display
-from specdec_helpers.pairs import load_pair
-from specdec_helpers.cache import new_cache
-from specdec_helpers.tree import (TokenTree, check_tree_support, compare_tree_chain, draft_tree,
+from specdec_helpers.models.pairs import load_pair
+from specdec_helpers.core.cache import new_cache
+from specdec_helpers.core.tree import (TokenTree, check_tree_support, compare_tree_chain, draft_tree,
                                   tree_attention_mask, tree_forward, tree_speculative_decode)
 """, params="""TREE = (3, 2, 2, 1, 1)   # candidates kept per depth: 9 nodes, 5 deep
 MAX_NEW_TOKENS = 32

@@ -1,12 +1,45 @@
-"""specdec_helpers: the tested core of the speculative decoding course kit."""
-from .adaptive import KSchedule
-from .bench import benchmark, expected_speedup, expected_tokens_per_step, measure_forward_cost, run_sweep
-from .decode import DecodeOutput, DecodeStats, Step, greedy_decode, speculative_decode
-from .drafters import Drafter, HybridDrafter, ModelDrafter, PromptLookupDrafter, Proposal
-from .pairs import ModelPair, check_compatible, list_presets, load_pair
-from .sampling import Sampler
-from .tree import TokenTree, TreeStep, TreeUnsupportedError, check_tree_support, compare_tree_chain, tree_speculative_decode
-from .verify import VerifyResult, score_draft, verify_tokens_vectorized
+"""specdec_helpers: the tested core of the speculative decoding course kit (public API; see README's layout)."""
+from specdec_helpers.core.adaptive import KSchedule
+from specdec_helpers.core.decode import (
+    DecodeOutput,
+    DecodeStats,
+    Step,
+    greedy_decode,
+    speculative_decode,
+)
+from specdec_helpers.core.drafters import (
+    Drafter,
+    HybridDrafter,
+    ModelDrafter,
+    PromptLookupDrafter,
+    Proposal,
+)
+from specdec_helpers.core.sampling import Sampler
+from specdec_helpers.core.tree import (
+    TokenTree,
+    TreeStep,
+    TreeUnsupportedError,
+    check_tree_support,
+    tree_speculative_decode,
+)
+from specdec_helpers.core.verify import (
+    VerifyResult,
+    score_draft,
+    verify_tokens_vectorized,
+)
+from specdec_helpers.measure.bench import benchmark, run_sweep
+from specdec_helpers.measure.theory import (
+    expected_speedup,
+    expected_tokens_per_step,
+    measure_forward_cost,
+)
+from specdec_helpers.measure.trees import compare_tree_chain
+from specdec_helpers.models.pairs import (
+    ModelPair,
+    check_compatible,
+    list_presets,
+    load_pair,
+)
 
 __version__ = "0.1.0"
 

@@ -17,8 +17,9 @@ import pytest
 import torch
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from specdec_helpers import exercises
+from specdec_helpers.assignment import exercises
 from specdec_helpers.assignment import check, grader, handin, mutations, release, submission, suite
+from specdec_helpers import cli
 from specdec_helpers.assignment.grader import Measurement
 
 torch.set_num_threads(1)
@@ -90,7 +91,7 @@ def test_release_strips_module_and_notebooks(tmp_path):
 def test_release_fails_loudly_and_writes_nothing(tmp_path, capsys):
     _instructor_tree(tmp_path / "src")
     (tmp_path / "src/specdec_helpers/broken.py").write_text("### BEGIN SOLUTION\nx = 1\n")  # no END marker
-    assert release.main(["--out", str(tmp_path / "kit"), "--root", str(tmp_path / "src")]) == 1
+    assert cli.release(["--out", str(tmp_path / "kit"), "--root", str(tmp_path / "src")]) == 1
     assert "RELEASE FAILED" in capsys.readouterr().err and not (tmp_path / "kit").exists()
     # The scan itself: a solution line copied into a shipped file is caught.
     kit = tmp_path / "kit2"
@@ -103,8 +104,8 @@ def test_release_fails_loudly_and_writes_nothing(tmp_path, capsys):
 
 def test_released_kit_imports_and_checks_say_not_implemented(tmp_path):
     out = tmp_path / "kit"
-    assert release.main(["--out", str(out)]) == 0
-    student = (out / "specdec_helpers/exercises.py").read_text()
+    assert cli.release(["--out", str(out)]) == 0
+    student = (out / "specdec_helpers/assignment/exercises.py").read_text()
     assert "BEGIN SOLUTION" not in student and student.count("raise NotImplementedError()") >= 8
     kit_suite = (out / "specdec_helpers/assignment/suite.py").read_text()
     assert "BEGIN HIDDEN" not in kit_suite and "hidden=True" not in kit_suite
@@ -113,7 +114,7 @@ def test_released_kit_imports_and_checks_say_not_implemented(tmp_path):
         nb = nbformat.read(str(nb_path), as_version=4)
         assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), nb_path.name
     # The student module imports (as a submodule of the installed kit) and every check runs to the end.
-    cls, _ = submission.load(out / "specdec_helpers/exercises.py")
+    cls, _ = submission.load(out / "specdec_helpers/assignment/exercises.py")
     lines = []
 
     class Sink:
@@ -200,7 +201,7 @@ def test_measure_plumbing_on_tiny_models(monkeypatch):
         def encode(self, prompt):
             return w.prompts[0]
 
-    monkeypatch.setattr("specdec_helpers.pairs.load_pair", lambda name, **kw: TinyPair(w.target, w.draft, w.tokenizer))
+    monkeypatch.setattr("specdec_helpers.models.pairs.load_pair", lambda name, **kw: TinyPair(w.target, w.draft, w.tokenizer))
     perf = dict(grader.DEFAULT_CONFIG["performance"], max_new_tokens=12, repeats=1, warmup=0, prompts=1)
     m = grader.measure(mutations.BonusCountedAsAccepted, perf)
     assert m.identical and m.speedup > 0 and not m.error
@@ -225,12 +226,12 @@ def test_points_config_file_and_overrides(tmp_path):
 def _notebook_with_reference(path: Path) -> None:
     """A PA3-style notebook: set-up, the class (the reference, as a student would paste it), then
     cells that load hub models and benchmark, which grading must not run."""
-    source = (ROOT / "specdec_helpers/exercises.py").read_text().replace("from .", "from specdec_helpers.")
-    body = source[source.index("class SpeculativeDecoder"): source.index("\ndef check(")]
+    source = (ROOT / "specdec_helpers/assignment/exercises.py").read_text().replace("from .", "from specdec_helpers.")
+    body = source[source.index("class SpeculativeDecoder"):]
     nb = new_notebook(cells=[
         new_markdown_cell("# PA3"),
         new_code_cell("%pip install -q transformers\nimport time\nimport torch\n"
-                      "from specdec_helpers.cache import cache_length, crop_cache, new_cache\nK = 4"),
+                      "from specdec_helpers.core.cache import cache_length, crop_cache, new_cache\nK = 4"),
         new_code_cell(body),
         new_code_cell('decoder = SpeculativeDecoder("EleutherAI/pythia-1.4b-deduped", "EleutherAI/pythia-160m-deduped")\n'
                       'print(decoder.benchmark("The future of AI is"))'),
@@ -242,7 +243,7 @@ def test_grade_cli_on_a_notebook_writes_results_json(tmp_path, capsys):
     nb_path = tmp_path / "pa3.ipynb"
     _notebook_with_reference(nb_path)
     results = tmp_path / "results.json"
-    rc = grader.main([str(nb_path), "--no-perf", "--visible-only", "--results", str(results)])
+    rc = cli.grade([str(nb_path), "--no-perf", "--visible-only", "--results", str(results)])
     out = capsys.readouterr().out
     assert rc == 0 and "1 initialization" in out
     data = json.loads(results.read_text())
@@ -251,7 +252,7 @@ def test_grade_cli_on_a_notebook_writes_results_json(tmp_path, capsys):
 
 def test_grade_cli_explains_a_missing_class(tmp_path, capsys):
     (tmp_path / "empty.py").write_text("x = 1\n")
-    assert grader.main([str(tmp_path / "empty.py"), "--no-perf", "--results", str(tmp_path / "r.json")]) == 1
+    assert cli.grade([str(tmp_path / "empty.py"), "--no-perf", "--results", str(tmp_path / "r.json")]) == 1
     assert "defines no class SpeculativeDecoder" in capsys.readouterr().err
     assert json.loads((tmp_path / "r.json").read_text())["score"] == 0
 
@@ -260,14 +261,14 @@ def test_grade_cli_explains_a_missing_class(tmp_path, capsys):
 
 
 def test_handin_lists_missing_files(tmp_path, capsys):
-    assert handin.main(["--root", str(tmp_path), "--out", str(tmp_path / "h.zip"), "--no-check"]) == 1
+    assert cli.handin(["--root", str(tmp_path), "--out", str(tmp_path / "h.zip"), "--no-check"]) == 1
     err = capsys.readouterr().err
     assert "exercise module" in err and "notebooks" in err and "report" in err
 
 
 def test_handin_bundles_work_and_check_verdict(tmp_path):
-    (tmp_path / "specdec_helpers").mkdir()
-    (tmp_path / "specdec_helpers/exercises.py").write_text((ROOT / "specdec_helpers/exercises.py").read_text())
+    (tmp_path / "specdec_helpers/assignment").mkdir(parents=True)
+    (tmp_path / "specdec_helpers/assignment/exercises.py").write_text((ROOT / "specdec_helpers/assignment/exercises.py").read_text())
     (tmp_path / "notebooks").mkdir()
     nbformat.write(new_notebook(cells=[new_code_cell("1")]), str(tmp_path / "notebooks/01.ipynb"))
     (tmp_path / "report").mkdir()
@@ -276,7 +277,7 @@ def test_handin_bundles_work_and_check_verdict(tmp_path):
     with zipfile.ZipFile(out) as archive:
         names = set(archive.namelist())
         verdict = archive.read("CHECK.txt").decode()
-    assert {"specdec_helpers/exercises.py", "notebooks/01.ipynb", "report/REPORT.md", "CHECK.txt"} <= names
+    assert {"specdec_helpers/assignment/exercises.py", "notebooks/01.ipynb", "report/REPORT.md", "CHECK.txt"} <= names
     assert "All visible checks pass" in verdict
     # The grader takes the zip as it is.
     cls, path = submission.load(out)
@@ -286,7 +287,7 @@ def test_handin_bundles_work_and_check_verdict(tmp_path):
 # --------------------------------------------------------------------------- end to end on the toy pair
 
 
-@pytest.mark.skipif(importlib.util.find_spec("specdec_helpers.toy") is None, reason="the toy pair (toy.py) is not there")
+@pytest.mark.skipif(importlib.util.find_spec("specdec_helpers.models.toy") is None, reason="the toy pair (toy.py) is not there")
 def test_e2e_toy_pair_measurement():
     """END TO END (slow, trains the toy pair once if it is not cached): the reference decoder measured on
     the course pair. Checks the measurement is sane; never asserts a timing."""

@@ -9,9 +9,13 @@ import pytest
 import torch
 
 from tiny_models import perturbed_copy, tiny_model
-from specdec_helpers import bench, report
-from specdec_helpers.decode import Step
-from specdec_helpers.drafters import HybridDrafter, PromptLookupDrafter
+from specdec_helpers.measure import bench
+from specdec_helpers import cli
+from specdec_helpers.core import timing
+from specdec_helpers.measure import theory
+from specdec_helpers.present import report, tables
+from specdec_helpers.core.decode import Step
+from specdec_helpers.core.drafters import HybridDrafter, PromptLookupDrafter
 
 PROMPT = torch.tensor([[1, 2, 3, 4, 5, 6]])
 
@@ -29,8 +33,8 @@ def sweep(pair, tmp_path_factory):
     fake = SimpleNamespace(target=pair.target, draft=pair.draft, preset="tiny", device=torch.device("cpu"),
                            dtype=torch.float32, encode=lambda text: torch.tensor([[len(text) % 60 + 1, 2, 3, 4]]))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("specdec_helpers.pairs.load_pair", lambda *args, **kwargs: fake)
-        code = bench.main(["--preset", "tiny", "--ks", "1,2", "--max-new-tokens", "8", "--repeats", "2",
+        patch.setattr("specdec_helpers.models.pairs.load_pair", lambda *args, **kwargs: fake)
+        code = cli.bench(["--preset", "tiny", "--ks", "1,2", "--max-new-tokens", "8", "--repeats", "2",
                            "--prompts", "one", "prompt two", "--out", str(out)])
     assert code == 0
     return out, json.loads((out / "results" / "bench_tiny.json").read_text())
@@ -45,23 +49,23 @@ def test_tokens_are_counted_from_ids():
 
 
 def test_round_robin_order():
-    assert bench.interleaved_order(["a", "b", "c"], 2) == ["a", "b", "c", "a", "b", "c"]
+    assert timing.interleaved_order(["a", "b", "c"], 2) == ["a", "b", "c", "a", "b", "c"]
 
 
 def test_spread_is_median_with_quartiles():
-    s = bench.spread([5.0, 1.0, 3.0, 2.0, 4.0])
+    s = timing.spread([5.0, 1.0, 3.0, 2.0, 4.0])
     assert (s["median"], s["q1"], s["q3"], s["min"], s["max"]) == (3.0, 2.0, 4.0, 1.0, 5.0)
 
 
 def test_theory_against_hand_computed_values():
-    assert bench.expected_tokens_per_step(0.5, 2) == pytest.approx(1.75)  # 1 + 0.5 + 0.25
-    assert bench.expected_speedup(0.5, 2, 0.1) == pytest.approx(1.75 / 1.2)
-    assert bench.refined_speedup(0.5, 2, 0.1, 1.5) == pytest.approx(1.75 / 1.7)
-    assert bench.expected_tokens_per_step(1.0, 4) == 5.0  # every draft token accepted, plus the bonus
-    assert bench.expected_speedup(1.0, 4, 0.25) == pytest.approx(2.5)
-    assert bench.expected_tokens_per_step(1 - 1e-9, 4) == pytest.approx(5.0)  # continuous at a = 1
-    assert bench.expected_tokens_per_step(0.0, 8) == 1.0  # nothing accepted: one target token a step
-    assert bench.expected_speedup(0.0, 8, 0.5) == pytest.approx(1 / 5)
+    assert theory.expected_tokens_per_step(0.5, 2) == pytest.approx(1.75)  # 1 + 0.5 + 0.25
+    assert theory.expected_speedup(0.5, 2, 0.1) == pytest.approx(1.75 / 1.2)
+    assert theory.refined_speedup(0.5, 2, 0.1, 1.5) == pytest.approx(1.75 / 1.7)
+    assert theory.expected_tokens_per_step(1.0, 4) == 5.0  # every draft token accepted, plus the bonus
+    assert theory.expected_speedup(1.0, 4, 0.25) == pytest.approx(2.5)
+    assert theory.expected_tokens_per_step(1 - 1e-9, 4) == pytest.approx(5.0)  # continuous at a = 1
+    assert theory.expected_tokens_per_step(0.0, 8) == 1.0  # nothing accepted: one target token a step
+    assert theory.expected_speedup(0.0, 8, 0.5) == pytest.approx(1 / 5)
 
 
 def test_alpha_and_acceptance_by_position():
@@ -69,8 +73,8 @@ def test_alpha_and_acceptance_by_position():
     by_position = bench.acceptance_by_position(steps)
     assert by_position == dict(proposed=[3, 3, 2], accepted=[2, 1, 1])
     # 4 accepted tokens, 2 rejections (the fully accepted round ended without one).
-    assert bench.estimate_alpha([3, 1, 0], [3, 3, 2]) == pytest.approx(4 / 6)
-    assert bench.estimate_alpha([], []) == 0.0
+    assert theory.estimate_alpha([3, 1, 0], [3, 3, 2]) == pytest.approx(4 / 6)
+    assert theory.estimate_alpha([], []) == 0.0
 
 
 # --------------------------------------------------------------------------- benchmark()
@@ -147,9 +151,9 @@ def test_sweep_results_shape(sweep):
     stats = run["methods"]["spec_cached"]["stats"]
     assert sum(stats["by_position"]["proposed"]) == stats["proposed"]
     assert len(results["theory"]) == 2
-    theory = results["theory"][0]
-    assert theory["predicted_speedup"] == pytest.approx(
-        bench.expected_speedup(theory["alpha"], theory["k"], theory["c"]))
+    row = results["theory"][0]
+    assert row["predicted_speedup"] == pytest.approx(
+        theory.expected_speedup(row["alpha"], row["k"], row["c"]))
     curve = results["costs"]["tiny/" + run["drafter"]]["target_forward"]
     assert curve["sizes"][:3] == [1, 2, 3] and len(curve["median_s"]) == len(curve["sizes"])
 
@@ -184,9 +188,9 @@ def test_report_builds_from_results_dir(sweep, tmp_path):
 
 def test_table_renderers():
     columns, rows, formats = ["name", "x"], [["a_b & c", 0.5], ["d", None]], ["", ".1%"]
-    assert report.to_markdown(columns, rows, formats).splitlines()[2] == "| a_b & c | 50.0% |"
-    assert "a\\_b \\& c & 50.0\\% \\\\" in report.to_latex(columns, rows, formats)
-    assert report.to_csv(columns, rows, formats).splitlines() == ["name,x", "a_b & c,0.5", "d,"]
+    assert tables.to_markdown(columns, rows, formats).splitlines()[2] == "| a_b & c | 50.0% |"
+    assert "a\\_b \\& c & 50.0\\% \\\\" in tables.to_latex(columns, rows, formats)
+    assert tables.to_csv(columns, rows, formats).splitlines() == ["name,x", "a_b & c,0.5", "d,"]
 
 
 def test_markdown_to_html_subset():
@@ -199,7 +203,7 @@ def test_markdown_to_html_subset():
 def test_missing_placeholder_stays_visible():
     results = dict(config=dict(ks=[1], max_new_tokens=1, repeats=1, warmup=0), summary=[], runs=[], theory=[])
     assert report.fill_template("{{figure:nope}}", results, {}) == "*(missing: figure:nope)*"
-    assert not math.isnan(bench.expected_speedup(0.3, 1, 0.0))
+    assert not math.isnan(theory.expected_speedup(0.3, 1, 0.0))
 
 
 # --------------------------------------------------------------------------- same constant k as HF, and the perf report
@@ -251,7 +255,7 @@ def test_hf_assisted_and_ours_feed_the_target_alike(pair, k):
 
 
 def test_perf_ratios_and_geometric_means(sweep):
-    from specdec_helpers import perf
+    from specdec_helpers.measure import perf
 
     _, results = sweep
     rows = perf.ratio_rows(results)
@@ -271,7 +275,7 @@ def test_perf_ratios_and_geometric_means(sweep):
 def test_perf_compiled_rows_compare_the_compiled_runs(sweep, pair):
     import copy
 
-    from specdec_helpers import perf
+    from specdec_helpers.measure import perf
 
     _, results = sweep
     results = copy.deepcopy(results)
@@ -280,7 +284,7 @@ def test_perf_compiled_rows_compare_the_compiled_runs(sweep, pair):
         methods["spec_compiled"] = dict(methods["spec_cached"], median_time=methods["spec_cached"]["median_time"] / 2)
         methods["greedy_compiled"] = dict(methods["greedy"], median_time=methods["greedy"]["median_time"] / 3)
     with pytest.MonkeyPatch.context() as patch:  # a compiled curve twice as fast, without compiling anything
-        patch.setattr("specdec_helpers.compiled.compiled_forward", lambda target: target)
+        patch.setattr(perf, "compiled_forward", lambda target: target)
         patch.setattr(perf, "measure_forward_cost",
                       lambda model, ids, sizes, warmup: dict(sizes=sizes, median_s=[n / 2000 for n in sizes]))
         results["costs"].update(perf.compiled_costs(results["costs"], pair.target, PROMPT))
@@ -298,7 +302,7 @@ def test_perf_compiled_rows_compare_the_compiled_runs(sweep, pair):
 
 
 def test_profile_splits_the_round_into_phases(pair):
-    from specdec_helpers import perf
+    from specdec_helpers.measure import perf
 
     profile = perf.profile_decode(pair.target, pair.draft, PROMPT, k=3, max_new_tokens=12)
     phases = profile["ms_per_round"]
@@ -309,15 +313,14 @@ def test_profile_splits_the_round_into_phases(pair):
 
 
 def test_perf_command_prints_every_ratio(pair, tmp_path, capsys):
-    from specdec_helpers import perf
 
     drafts = {"hybrid": HybridDrafter(pair.draft), "prompt-lookup": PromptLookupDrafter()}
     fake = SimpleNamespace(target=pair.target, draft=pair.draft, preset="tiny", device=torch.device("cpu"),
                            dtype=torch.float32, encode=lambda text: torch.tensor([[len(text) % 60 + 1, 2, 3, 4]]),
                            with_draft=lambda spec, progress=False: SimpleNamespace(draft=drafts[spec]))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("specdec_helpers.pairs.load_pair", lambda *args, **kwargs: fake)
-        assert perf.main(["--preset", "tiny", "--k", "2", "--max-new-tokens", "6", "--repeats", "1",
+        patch.setattr("specdec_helpers.models.pairs.load_pair", lambda *args, **kwargs: fake)
+        assert cli.perf(["--preset", "tiny", "--k", "2", "--max-new-tokens", "6", "--repeats", "1",
                           "--prompts", "one", "two", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     for header in ("vs HF assisted", "vs greedy", "of bound", "geometric mean (2 prompts)", "target_forward", "c = "):
@@ -332,14 +335,14 @@ def test_perf_command_prints_every_ratio(pair, tmp_path, capsys):
 
 
 def test_bound_for_rounds_is_the_refined_bound_for_constant_k_and_counts_short_rounds():
-    from specdec_helpers import perf
+    from specdec_helpers.measure import perf
 
     curve = dict(sizes=[1, 2, 3, 4, 5], median_s=[0.010, 0.011, 0.012, 0.013, 0.014])
     constant = perf.bound_for_rounds(0.6, [4] * 10, 40, 0.1, curve)
-    assert constant == pytest.approx(bench.refined_speedup(0.6, 4, 0.1, 1.4))
+    assert constant == pytest.approx(theory.refined_speedup(0.6, 4, 0.1, 1.4))
     # Rounds that proposed nothing yield one token for one step: they pull the bound towards 1.
     mixed = perf.bound_for_rounds(0.6, [4] * 10 + [0] * 10, 40, 0.1, curve)
-    tokens = 10 * bench.expected_tokens_per_step(0.6, 4) + 10
+    tokens = 10 * theory.expected_tokens_per_step(0.6, 4) + 10
     assert mixed == pytest.approx(tokens / (10 * (0.4 + 1.4) + 10 * 1.0))
     assert 1 < mixed < constant
     # Proposals that cost no draft step (n-gram lookup) raise it.

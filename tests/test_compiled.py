@@ -10,9 +10,9 @@ import torch
 from tiny_models import hf_greedy, perturbed_copy, tiny_model
 
 import specdec_helpers as sd
-from specdec_helpers.cache import cache_length, crop_cache, new_static_cache
-from specdec_helpers.compiled import CACHE_BLOCK, compiled_forward
-from specdec_helpers.cpu_kernels import use_onednn_linears
+from specdec_helpers.core.cache import cache_length, crop_cache, new_static_cache
+from specdec_helpers.core.compiled import CACHE_BLOCK, compiled_forward
+from specdec_helpers.core.cpu_kernels import use_onednn_linears
 
 
 def prompt(length, seed=3):

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import FAMILIES, VOCAB, hf_greedy, perturbed_copy, tiny_model
+from tiny_models import VOCAB, hf_greedy, perturbed_copy, tiny_model
 
 import specdec_helpers as sd
-from specdec_helpers.cache import cache_length
+from specdec_helpers.core.cache import cache_length
 
 DRAFTS = ["same", "unrelated", "perturbed", "prompt_lookup", "growing_hybrid"]
 

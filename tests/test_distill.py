@@ -3,10 +3,10 @@ import pytest
 import torch
 from tiny_models import VOCAB, hf_greedy, tiny_model
 
-from specdec_helpers import distill
-from specdec_helpers.bench import EXTRA_PROMPTS, PA3_PROMPTS
-from specdec_helpers.decode import speculative_decode
-from specdec_helpers.distill import DISTILL_PROMPTS, DistillRecipe, VocabSubsetHead, truncated_copy
+from specdec_helpers.models.drafts import distill
+from specdec_helpers.measure.bench import EXTRA_PROMPTS, PA3_PROMPTS
+from specdec_helpers.core.decode import speculative_decode
+from specdec_helpers.models.drafts.distill import DISTILL_PROMPTS, DistillRecipe, VocabSubsetHead, truncated_copy
 
 EOS = 3
 

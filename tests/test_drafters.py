@@ -6,7 +6,7 @@ import torch
 from tiny_models import hf_greedy, tiny_model
 
 import specdec_helpers as sd
-from specdec_helpers.cache import cache_length
+from specdec_helpers.core.cache import cache_length
 
 
 def test_prompt_lookup_proposes_what_followed_the_latest_match():

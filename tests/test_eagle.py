@@ -11,11 +11,12 @@ from test_distill import CharTokenizer
 from test_sampling import assert_fits, fit
 from tiny_models import VOCAB, hf_greedy, tiny_model
 
-from specdec_helpers import bench, distill, eagle, perf
-from specdec_helpers.decode import speculative_decode
-from specdec_helpers.distill import DISTILL_PROMPTS, DistillRecipe
-from specdec_helpers.drafters import HybridDrafter
-from specdec_helpers.sampling import Sampler
+from specdec_helpers.measure import bench, perf
+from specdec_helpers.models.drafts import distill, eagle
+from specdec_helpers.core.decode import speculative_decode
+from specdec_helpers.models.drafts.distill import DISTILL_PROMPTS, DistillRecipe
+from specdec_helpers.core.drafters import HybridDrafter
+from specdec_helpers.core.sampling import Sampler
 
 EOS = 3
 TEXT = DistillRecipe(max_new_tokens=12, generate_batch=4)
@@ -230,7 +231,7 @@ def test_other_prompts_write_the_text_again(trained, tmp_path):
 
 
 def test_eagle_by_name_loads_the_cached_draft_and_hybrid_wraps_it(trained, monkeypatch):
-    from specdec_helpers.pairs import ModelPair
+    from specdec_helpers.models.pairs import ModelPair
 
     target, folder = trained
     monkeypatch.setattr(eagle, "eagle_dir", lambda name: folder)
@@ -244,7 +245,7 @@ def test_eagle_by_name_loads_the_cached_draft_and_hybrid_wraps_it(trained, monke
 
 
 def test_a_hybrid_needs_a_model_or_a_drafter_and_trees_need_a_model():
-    from specdec_helpers.tree import tree_speculative_decode
+    from specdec_helpers.core.tree import tree_speculative_decode
 
     target = tiny_target()
     with pytest.raises(TypeError, match="causal LM or a Drafter"):
@@ -273,4 +274,4 @@ def test_bench_measures_its_step_labels_it_and_knows_hf_cannot_run_it():
     assert bench.draft_label(drafter) == "eagle"
     assert isinstance(bench.build_methods(target, drafter, 2)["hf_assisted"], bench.Skip)
     case = bench.Case("tiny", "hybrid", target, HybridDrafter(drafter), [("p", ids)])
-    assert perf._with_inner_models([case]) == [case]  # no case alone: HF cannot run it either
+    assert perf.with_inner_models([case]) == [case]  # no case alone: HF cannot run it either

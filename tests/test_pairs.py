@@ -10,10 +10,13 @@ from tiny_models import tiny_model
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from specdec_helpers import bench, demo, pairs
-from specdec_helpers.cpu_kernels import uses_onednn
-from specdec_helpers.decode import speculative_decode
-from specdec_helpers.pairs import GatedModelError, HubUnreachableError, ModelPair, check_compatible, load_pair
+from specdec_helpers.measure import bench
+from specdec_helpers import cli
+from specdec_helpers.present import demo
+from specdec_helpers.models import pairs
+from specdec_helpers.core.cpu_kernels import uses_onednn
+from specdec_helpers.core.decode import speculative_decode
+from specdec_helpers.models.pairs import GatedModelError, HubUnreachableError, ModelPair, check_compatible, load_pair
 
 
 def word_tokenizer(words) -> PreTrainedTokenizerFast:
@@ -256,7 +259,7 @@ def test_smollm2_speculative_equals_greedy_generate(smollm2_pair, draft):
 
 @needs_smollm2
 def test_smollm2_distilled_draft_is_lossless(smollm2_pair, tmp_path, monkeypatch):
-    from specdec_helpers import distill
+    from specdec_helpers.models.drafts import distill
 
     pair = smollm2_pair
     assert pairs.get_preset("smollm2-135m").draft == "prompt-lookup:2"  # why: see the preset's comment
@@ -297,12 +300,12 @@ def test_missing_accelerate_gives_the_pip_command(monkeypatch):
 def tiny_pair(monkeypatch, tiny_folder):
     pair = load_pair(target=str(tiny_folder), draft=str(tiny_folder), progress=False)
     pair.preset = "tiny"
-    monkeypatch.setattr(demo, "load_pair", lambda *args, **kwargs: pair)
+    monkeypatch.setattr(cli, "load_pair", lambda *args, **kwargs: pair)
     return pair
 
 
 def test_demo_marks_tokens_without_colour_when_piped(tiny_pair, capsys):
-    assert demo.main(["--prompt", "the cat sat", "--max-new-tokens", "12", "-k", "3"]) == 0
+    assert cli.demo(["--prompt", "the cat sat", "--max-new-tokens", "12", "-k", "3"]) == 0
     out = capsys.readouterr().out
     assert "\033[" not in out
     assert "[accepted draft tokens]" in out and "<bonus (target)>" in out  # the legend
@@ -315,13 +318,13 @@ def test_demo_marks_tokens_without_colour_when_piped(tiny_pair, capsys):
 
 
 def test_demo_colours_with_ansi_when_asked(tiny_pair, capsys):
-    assert demo.main(["--prompt", "the cat", "--max-new-tokens", "8", "--color", "always", "--show-rejected"]) == 0
+    assert cli.demo(["--prompt", "the cat", "--max-new-tokens", "8", "--color", "always", "--show-rejected"]) == 0
     assert "\033[32m" in capsys.readouterr().out
 
 
 def test_demo_reports_load_errors_without_a_traceback(monkeypatch, capsys):
     monkeypatch.setattr(pairs, "_from_hub", _raise_unreachable)
-    assert demo.main(["--preset", "pythia-1.4b/160m"]) == 1
+    assert cli.demo(["--preset", "pythia-1.4b/160m"]) == 1
     assert "'toy'" in capsys.readouterr().err
 
 
@@ -329,9 +332,9 @@ def _raise_unreachable(*args, **kwargs):
     raise HubUnreachableError("hub unreachable. " + pairs._offline_hint())
 
 
-@pytest.mark.skipif(importlib.util.find_spec("specdec_helpers.toy") is None, reason="toy.py not there yet")
+@pytest.mark.skipif(importlib.util.find_spec("specdec_helpers.models.toy") is None, reason="toy.py not there yet")
 def test_demo_runs_end_to_end_on_toy(capsys):
-    assert demo.main(["--preset", "toy", "--max-new-tokens", "24", "--color", "never"]) == 0
+    assert cli.demo(["--preset", "toy", "--max-new-tokens", "24", "--color", "never"]) == 0
     out = capsys.readouterr().out
     assert "preset=toy" in out and "identical to greedy" in out
     assert "yes" in out.split("identical to greedy")[1].splitlines()[0]
@@ -346,7 +349,7 @@ def test_model_pair_encode_plain_and_chat():
 
 
 def test_hybrid_puts_ngram_lookup_before_the_presets_draft_model():
-    from specdec_helpers.drafters import HybridDrafter
+    from specdec_helpers.core.drafters import HybridDrafter
 
     pair = load_pair("toy", progress=False)
     hybrid = load_pair("toy", draft="hybrid", progress=False).draft

@@ -29,8 +29,8 @@ from scipy.stats import chisquare
 from transformers import GenerationConfig, PretrainedConfig
 
 from specdec_helpers import ModelDrafter, PromptLookupDrafter, Sampler, VerifyResult, speculative_decode
-from specdec_helpers.adaptive import KSchedule, as_schedule
-from specdec_helpers.verify import accept_sampled
+from specdec_helpers.core.adaptive import KSchedule, as_schedule
+from specdec_helpers.core.verify import accept_sampled
 
 V = 6  # vocabulary of the table models
 ALPHA = 1e-3  # significance level of the chi-square tests

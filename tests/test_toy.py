@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from specdec_helpers import toy
+from specdec_helpers.models import toy
 
 COURSE_PROMPTS = [
     "The future of Artificial Intelligence is",

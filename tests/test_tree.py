@@ -7,9 +7,9 @@ import torch
 from tiny_models import hf_greedy, perturbed_copy, tiny_model
 
 from specdec_helpers import speculative_decode
-from specdec_helpers.cache import cache_length, keep_cache_positions, new_cache
-from specdec_helpers.drafters import HybridDrafter, ModelDrafter, PromptLookupDrafter
-from specdec_helpers.tree import (
+from specdec_helpers.core.cache import cache_length, keep_cache_positions, new_cache
+from specdec_helpers.core.drafters import HybridDrafter, ModelDrafter, PromptLookupDrafter
+from specdec_helpers.core.tree import (
     TokenTree,
     TreeUnsupportedError,
     check_tree_support,

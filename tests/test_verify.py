@@ -5,7 +5,7 @@ import torch
 from tiny_models import hf_greedy, tiny_model
 
 import specdec_helpers as sd
-from specdec_helpers.verify import accept_greedy
+from specdec_helpers.core.verify import accept_greedy
 
 
 def test_vectorized_verification_accepts_targets_own_tokens():

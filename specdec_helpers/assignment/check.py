@@ -1,6 +1,6 @@
 """Student self-check: ``python -m specdec_helpers check [path]``.
 
-Runs the visible tests on your exercise module (default ``specdec_helpers/exercises.py``), a notebook
+Runs the visible tests on your exercise module (default ``specdec_helpers/assignment/exercises.py``), a notebook
 or a folder, and says per exercise what works, what is not written yet and what to fix. Unfinished
 exercises show "not implemented yet"; they never stop the others from being checked. The grader
 runs more (hidden) tests and measures speed on the course's pair, so passing here is necessary, not
@@ -8,11 +8,13 @@ sufficient.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from .suite import EXERCISES
+from specdec_helpers.assignment import exercises
+from specdec_helpers.assignment.grader import run_suite
+from specdec_helpers.assignment.submission import load
+from specdec_helpers.assignment.suite import EXERCISES
 
 LABELS = {"init": "1 · initialization", "draft": "2 · drafting", "verify": "3 · verification",
           "decode": "4 · decode loop"}
@@ -21,17 +23,14 @@ MARKS = {"passed": "✅", "not implemented": "⏳", "failed": "❌", "error": "�
 
 def default_path() -> Path:
     """The exercise module of the checkout in the current folder, else of the installed kit."""
-    local = Path.cwd() / "specdec_helpers" / "exercises.py"
+    local = Path.cwd() / "specdec_helpers" / "assignment" / "exercises.py"
     if local.is_file():
         return local
-    from .. import exercises
 
     return Path(exercises.__file__)
 
 
 def _load(path):
-    from .submission import load
-
     return load(path)[0]
 
 
@@ -41,8 +40,6 @@ def check_exercise(exercise: str, path=None, cls=None, file=None) -> bool:
     Never raises: unfinished work prints "not implemented yet", a crash prints where it happened. For
     a check cell at the end of each exercise in a notebook. Returns whether every visible test passed.
     """
-    from .grader import run_suite
-
     if exercise not in EXERCISES:
         raise ValueError(f"exercise must be one of {', '.join(EXERCISES)}, got {exercise!r}")
     file = file or sys.stdout
@@ -85,14 +82,3 @@ def run_check(path=None, file=None) -> int:
     print("\n" + ("All visible checks pass. Hand in with: python -m specdec_helpers handin" if not failing else
                   f"{failing} of {len(EXERCISES)} exercises to go."), file=file)
     return failing
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specdec_helpers check", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("path", nargs="?", help="exercise module, notebook or folder (default: specdec_helpers/exercises.py)")
-    args = parser.parse_args(argv)
-    from ..notebook import quiet
-
-    quiet()
-    return 1 if run_check(args.path) else 0

@@ -12,12 +12,10 @@ Points and thresholds default to PA3's scheme (init 5, draft 5, verify 5, decode
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import math
 import signal
-import sys
 import threading
 import time
 import traceback
@@ -25,8 +23,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import suite
-from .suite import EXERCISES, Mistake
+from specdec_helpers.assignment import suite
+from specdec_helpers.assignment.suite import EXERCISES, Mistake
+from specdec_helpers.measure.bench import MethodOutput, benchmark
+from specdec_helpers.models import pairs
+from specdec_helpers.present.notebook import prompts_for
 
 DEFAULT_CONFIG = {
     "points": {"init": 5, "draft": 5, "verify": 5, "decode": 10, "speedup": 10, "acceptance": 10, "bonus": 5},
@@ -245,11 +246,8 @@ def measure(cls, perf: dict) -> Measurement:
     interleaved repeats, medians); count acceptance from the verification results the student returns."""
     import torch
 
-    from ..bench import MethodOutput, benchmark
-    from ..notebook import prompts_for
-    from ..pairs import load_pair
 
-    pair = load_pair(perf["preset"], progress=False)
+    pair = pairs.load_pair(perf["preset"], progress=False)
     k = perf.get("num_speculative_tokens") or pair.num_speculative_tokens
     decoder = suite.make_decoder(cls, pair, eos=pair.target.generation_config.eos_token_id, record=True)
     if isinstance(decoder.eos_token_id, (list, tuple)):
@@ -368,41 +366,3 @@ def _pairs(values: list[str], what: str) -> dict:
             raise SystemExit(f"--{what} expects NAME=NUMBER, got {value!r}")
         out[key.strip()] = float(number)
     return out
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specdec_helpers grade", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("submission", help="exercise module (.py), notebook (.ipynb), folder or hand-in .zip")
-    parser.add_argument("--config", help="points/thresholds/performance settings (.toml or .json)")
-    parser.add_argument("--points", action="append", metavar="ITEM=N", help=f"override points ({', '.join(LABELS)})")
-    parser.add_argument("--threshold", action="append", metavar="NAME=X",
-                        help="override thresholds (speedup, acceptance, bonus_speedup, bonus_acceptance)")
-    parser.add_argument("--preset", help="pair for the performance items (default: toy)")
-    parser.add_argument("--no-perf", action="store_true", help="skip the performance items")
-    parser.add_argument("--visible-only", action="store_true", help="skip the hidden tests")
-    parser.add_argument("--results", default="results.json", help="where to write Gradescope's results.json")
-    args = parser.parse_args(argv)
-
-    from ..notebook import quiet
-    from .submission import SubmissionError, load
-
-    quiet()
-    config = load_config(args.config, _pairs(args.points, "points"), _pairs(args.threshold, "threshold"), args.preset)
-    try:
-        cls, path = load(args.submission)
-    except SubmissionError as error:
-        report = Report([Result("load", "submission loads", 0.0, 0.0, "error", str(error))], args.submission)
-        Path(args.results).write_text(json.dumps({**report.gradescope(), "max_score": sum(
-            v for k, v in config["points"].items() if k not in EXTRA_CREDIT), "output": str(error)}, indent=2))
-        print(f"❌ {error}", file=sys.stderr)
-        return 1
-    print(f"grading {path} ...", flush=True)
-    report = grade(cls, config, measure_fn=None if args.no_perf else measure, hidden=not args.visible_only,
-                   source=str(path))
-    print(report.table())
-    if report.measurement.get("detail"):
-        print("\nperformance:", json.dumps(report.measurement["detail"], indent=1))
-    print(f"\ngraded in {report.seconds:.1f} s; wrote {args.results}")
-    Path(args.results).write_text(json.dumps(report.gradescope(), indent=2))
-    return 0

@@ -6,13 +6,13 @@ in the zip as ``CHECK.txt``; unfinished exercises do not block a hand-in, missin
 """
 from __future__ import annotations
 
-import argparse
 import io
-import sys
 import zipfile
 from pathlib import Path
 
-EXERCISE_MODULE = "specdec_helpers/exercises.py"
+from specdec_helpers.assignment.check import run_check
+
+EXERCISE_MODULE = "specdec_helpers/assignment/exercises.py"
 #: (what, glob pattern relative to the kit root); each needs at least one match.
 REQUIRED = [
     ("the exercise module", EXERCISE_MODULE),
@@ -44,8 +44,6 @@ def handin(root=".", out="handin.zip", run_checks: bool = True) -> Path:
     out = Path(out).resolve()
     report = ""
     if run_checks:
-        from .check import run_check
-
         buffer = io.StringIO()
         failing = run_check(root / EXERCISE_MODULE, file=buffer)
         report = buffer.getvalue()
@@ -57,27 +55,3 @@ def handin(root=".", out="handin.zip", run_checks: bool = True) -> Path:
         if report:
             archive.writestr("CHECK.txt", report)
     return out
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specdec_helpers handin", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="handin.zip", help="zip to write (default: handin.zip)")
-    parser.add_argument("--root", default=".", help="the kit's top folder (default: the current folder)")
-    parser.add_argument("--no-check", action="store_true", help="skip the visible checks")
-    args = parser.parse_args(argv)
-    from ..notebook import quiet
-
-    quiet()
-    try:
-        out = handin(args.root, args.out, not args.no_check)
-    except FileNotFoundError as error:
-        print(f"❌ {error}", file=sys.stderr)
-        return 1
-    with zipfile.ZipFile(out) as archive:
-        names = archive.namelist()
-    print(f"wrote {out} ({out.stat().st_size / 1e3:.0f} kB, {len(names)} files):")
-    for name in names:
-        print(f"  {name}")
-    print("Upload this zip to Gradescope.")
-    return 0

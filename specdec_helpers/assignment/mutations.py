@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..cache import cache_length, new_cache
-from ..exercises import SpeculativeDecoder as Reference
+from specdec_helpers.assignment.exercises import SpeculativeDecoder as Reference
+from specdec_helpers.assignment.grader import grade
+from specdec_helpers.core.cache import cache_length, new_cache
 
 
 @dataclass(frozen=True)
@@ -222,21 +223,4 @@ class RetokenizedThroughput(Reference):
 
 def grade_all(hidden: bool = True) -> list[tuple[Mutation, object]]:
     """Grade every mutation (implementation tests only): ``[(mutation, report)]``."""
-    from .grader import grade
-
     return [(m, grade(m.cls, measure_fn=None, hidden=hidden)) for m in CATALOG]
-
-
-def main(argv=None) -> int:
-    """Print the catalog with the grader's verdict on each mutation; exit 1 if one goes uncaught."""
-    missed = 0
-    for m, report in grade_all():
-        r = report.find(m.test_id)
-        caught = not r.passed and m.phrase in r.feedback
-        missed += not caught
-        print(f"{'✅' if caught else '❌'} {m.name:<26} {report.score:>5.1f} pts  [{m.test_id}] {r.feedback}")
-    return 1 if missed else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

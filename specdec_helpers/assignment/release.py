@@ -13,10 +13,8 @@ the release fails loudly and the folder is deleted, so a leaky kit cannot be shi
 """
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,29 +146,3 @@ def verify(out: Path, secrets: dict[str, tuple[list[str], str]]) -> None:
                 problems.append(f"{rel}: solution/hidden-test text leaked: {leaked[0]!r}")
     if problems:
         raise ReleaseError("\n".join(problems))
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specdec_helpers release", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, help="folder for the student kit (must be empty or absent)")
-    parser.add_argument("--root", default=str(ROOT), help="instructor repository (default: this checkout)")
-    parser.add_argument("--force", action="store_true", help="replace a non-empty --out folder")
-    args = parser.parse_args(argv)
-    out = Path(args.out)
-    if out.exists() and any(out.iterdir()):
-        if not args.force:
-            print(f"release: {out} is not empty; use --force to replace it", file=sys.stderr)
-            return 2
-        shutil.rmtree(out)
-    try:
-        written = release(out, args.root)
-    except ReleaseError as error:
-        shutil.rmtree(out, ignore_errors=True)
-        print("=" * 70 + "\nRELEASE FAILED: the kit would leak solutions or hidden tests; nothing was written.\n"
-              + str(error) + "\n" + "=" * 70, file=sys.stderr)
-        return 1
-    stubs = sum((out / rel).read_text().count("raise NotImplementedError()") for rel in written
-                if rel.endswith((".py", ".ipynb")))
-    print(f"student kit: {len(written)} files in {out} ({stubs} exercise stubs); no solution or hidden test left")
-    return 0

@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 
 CLASS_NAME = "SpeculativeDecoder"
-MODULE_CANDIDATES = ("specdec_helpers/exercises.py", "exercises.py")
+MODULE_CANDIDATES = ("specdec_helpers/assignment/exercises.py", "exercises.py")
 
 
 class SubmissionError(Exception):

@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from ..cache import cache_length
+from specdec_helpers.core.cache import cache_length
 
 EXERCISES = ("init", "draft", "verify", "decode")
 VOCAB = 64

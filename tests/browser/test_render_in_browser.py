@@ -75,7 +75,7 @@ def kinds_on_page(page) -> dict:
 
 def test_rendered_run_shows_coloured_tokens(served, browser):
     from specdec_helpers import speculative_decode
-    from specdec_helpers.widgets import render_html
+    from specdec_helpers.present.widgets import render_html
 
     target = tiny_model("gpt_neox", seed=0)
     prompt = torch.tensor([[1, 5, 9, 2, 7]])

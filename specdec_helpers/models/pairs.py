@@ -20,8 +20,23 @@ from urllib.parse import urlparse
 
 import torch
 
-from .cpu_kernels import use_onednn_linears, use_plain_linears, uses_onednn
-from .toy import atomic_folder, cache_root, load_toy  # one cache root for the package: $SPECDEC_CACHE_DIR, else the user cache
+from specdec_helpers.core.cpu_kernels import (
+    use_onednn_linears,
+    use_plain_linears,
+    uses_onednn,
+)
+from specdec_helpers.core.drafters import HybridDrafter, PromptLookupDrafter
+from specdec_helpers.models.drafts.distill import distilled_draft
+from specdec_helpers.models.drafts.eagle import (
+    HYBRID_TOKENS,
+    eagle_drafter,
+    feature_drafter_in,
+)
+from specdec_helpers.models.toy import (  # one cache root for the package: $SPECDEC_CACHE_DIR, else the user cache
+    atomic_folder,
+    cache_root,
+    load_toy,
+)
 
 OFFLINE_PRESETS = ("toy", "smollm2-135m")
 DRAFTER_NAMES = ("distilled", "eagle", "hybrid", "int8", "prompt-lookup")  # also "prompt-lookup:N", "hybrid:<name>"
@@ -353,8 +368,6 @@ def _draft_model(draft):
 
 def _feature_draft(draft):
     """The `FeatureDraft` inside a feature drafter (alone or in a hybrid), else None."""
-    from .eagle import feature_drafter_in
-
     inner = feature_drafter_in(draft)
     return None if inner is None else inner.draft
 
@@ -368,9 +381,6 @@ def _split_hybrid(draft) -> tuple[bool, object]:
 
 def _hybrid(draft):
     """N-gram lookup first, then ``draft``'s model or feature drafter (see `HybridDrafter`)."""
-    from .drafters import HybridDrafter
-    from .eagle import HYBRID_TOKENS, feature_drafter_in
-
     features = feature_drafter_in(draft)
     if features is not None:
         return HybridDrafter(features, model_tokens=HYBRID_TOKENS)
@@ -400,11 +410,9 @@ def _make_draft(spec, target, tokenizer, device, dtype, gated: bool = False, pro
             check_compatible(tokenizer, spec)
         return spec
     if spec == "prompt-lookup":  # HF's prompt lookup: n-grams of 1-3 tokens, k tokens proposed
-        from .drafters import PromptLookupDrafter
 
         return PromptLookupDrafter()
     if spec.startswith("prompt-lookup:"):  # the kit's: n-grams of N tokens or more, proposals grow with the match
-        from .drafters import PromptLookupDrafter
 
         min_ngram = spec.partition(":")[2]
         if not min_ngram.isdigit() or int(min_ngram) < 1:
@@ -415,14 +423,10 @@ def _make_draft(spec, target, tokenizer, device, dtype, gated: bool = False, pro
         _say(progress, "draft: int8 dynamic-quantized copy of the target")
         return int8_copy(target)
     if spec == "eagle":
-        from .eagle import eagle_drafter
-
-        _say(progress, "draft: a layer reading the target's own features (EAGLE, see specdec_helpers.eagle)")
+        _say(progress, "draft: a layer reading the target's own features (EAGLE, see specdec_helpers.models.drafts.eagle)")
         return eagle_drafter(target, tokenizer, _model_name(target), progress=progress)
     if spec == "distilled":
-        from .distill import distilled_draft
-
-        _say(progress, "draft: truncated copy of the target distilled on its own text (see specdec_helpers.distill)")
+        _say(progress, "draft: truncated copy of the target distilled on its own text (see specdec_helpers.models.drafts.distill)")
         return distilled_draft(target, tokenizer, _model_name(target), progress=progress)
     _say(progress, f"loading draft {spec} ...")
     draft_tokenizer = _load_tokenizer(spec, gated)

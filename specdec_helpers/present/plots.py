@@ -11,7 +11,7 @@ from pathlib import Path
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from .bench import BASELINE, METHOD_LABELS, SPECULATIVE, best_k
+from specdec_helpers.measure.results import BASELINE, METHOD_LABELS, SPECULATIVE, best_k
 
 FIGURES_DIR = Path("report") / "figures"
 SPEC_STYLES = {"spec_cached": "o-", "spec_vectorized": "s--", "hf_assisted": "^:"}

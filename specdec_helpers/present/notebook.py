@@ -13,6 +13,9 @@ import platform
 import sys
 import warnings
 
+from specdec_helpers.measure.bench import PA3_PROMPTS
+from specdec_helpers.models.toy import TOY_PROMPTS
+
 #: Where the kit lives (placeholder: the course has not published it yet). Badges and the Colab
 #: ``pip install git+...`` line are generated from this constant by ``notebooks/_build.py``.
 REPO_URL = "https://github.com/specdec-kit/specdec-kit"
@@ -142,14 +145,10 @@ def prompts_for(pair, n: int | None = None) -> list[str]:
     prompts: list[str] = []
     if getattr(pair, "preset", None) == "toy":
         try:
-            from .toy import TOY_PROMPTS
-
             prompts = list(TOY_PROMPTS)
         except ImportError:
             prompts = []
     if not prompts:
-        from .bench import PA3_PROMPTS
-
         prompts = list(PA3_PROMPTS)
     return prompts[:n] if n else prompts
 

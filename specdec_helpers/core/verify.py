@@ -13,8 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .cache import cache_length
-from .sampling import Sampler
+from specdec_helpers.core.cache import cache_length
+from specdec_helpers.core.checks import (
+    check_input_ids,  # local import: checks imports nothing from here
+)
+from specdec_helpers.core.sampling import Sampler
 
 
 def score_draft(target, input_ids: torch.Tensor, draft_tokens: torch.Tensor, cache=None, features: bool = False):
@@ -135,8 +138,6 @@ def verify(logits, draft_tokens, draft_probs, sampler: Sampler) -> VerifyResult:
 @torch.inference_mode()
 def verify_tokens_vectorized(target, input_ids: torch.Tensor, draft_tokens: torch.Tensor) -> VerifyResult:
     """Greedy verification with no cache: one target pass over prompt + draft."""
-    from .checks import check_input_ids  # local import: checks imports nothing from here
-
     input_ids = check_input_ids(target, input_ids)
     draft_tokens = torch.as_tensor(draft_tokens, device=input_ids.device).view(-1)
     logits = score_draft(target, input_ids, draft_tokens)

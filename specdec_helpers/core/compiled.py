@@ -18,8 +18,8 @@ from types import SimpleNamespace
 
 import torch
 
-from .cache import cache_length, new_static_cache
-from .cpu_kernels import use_plain_linears, uses_onednn
+from specdec_helpers.core.cache import cache_length, new_static_cache
+from specdec_helpers.core.cpu_kernels import use_plain_linears, uses_onednn
 
 CACHE_BLOCK = 256  # static cache lengths are multiples of this
 _FORWARDS: "weakref.WeakKeyDictionary[torch.nn.Module, CompiledForward]" = weakref.WeakKeyDictionary()

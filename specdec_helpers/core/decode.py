@@ -5,15 +5,18 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-from torch.profiler import record_function  # labels phases for `profile_decode`; ~µs when no profiler runs
+from torch.profiler import (
+    record_function,  # labels phases for `profile_decode`; ~µs when no profiler runs
+)
 
-from . import checks
-from .adaptive import KSchedule, as_schedule
-from .cache import crop_cache, new_cache
-from .compiled import compiled_forward
-from .drafters import Drafter, Proposal, as_drafter
-from .sampling import Sampler
-from .verify import score_draft, verify
+from specdec_helpers.core import checks
+from specdec_helpers.core.adaptive import KSchedule, as_schedule
+from specdec_helpers.core.cache import crop_cache, new_cache
+from specdec_helpers.core.compiled import compiled_forward
+from specdec_helpers.core.drafters import Drafter, Proposal, as_drafter
+from specdec_helpers.core.sampling import Sampler
+from specdec_helpers.core.timing import sync_device
+from specdec_helpers.core.verify import score_draft, verify
 
 
 @dataclass
@@ -114,15 +117,6 @@ class _NoDraft:
 
     def propose(self, input_ids, k, sampler=None) -> Proposal:
         return Proposal(input_ids.new_empty(0))
-
-
-def sync_device(device) -> None:
-    """Wait for queued GPU work, so a timer measures the work and not just its launch."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
 
 
 @torch.inference_mode()

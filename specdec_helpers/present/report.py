@@ -8,19 +8,17 @@ No dependency beyond the kit's: the small Markdown subset a report needs is conv
 """
 from __future__ import annotations
 
-import argparse
 import base64
-import csv
 import html
-import io
 import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-from .bench import BASELINE, METHOD_LABELS, SPECULATIVE, best_k, load_results
+from specdec_helpers.measure.results import BASELINE, SPECULATIVE, load_results
+from specdec_helpers.present.plots import make_figures, save_figure
+from specdec_helpers.present.tables import TABLES, summary_row, to_markdown
 
 TEMPLATE = Path("report") / "REPORT_TEMPLATE.md"
 # The repository's own template, for runs started from another folder.
@@ -28,161 +26,6 @@ _REPO_TEMPLATE = Path(__file__).resolve().parents[1] / "report" / "REPORT_TEMPLA
 
 
 # --------------------------------------------------------------------------- tables
-
-
-@dataclass
-class Table:
-    """Columns, raw rows (numbers stay numbers for CSV) and one format spec per column for text."""
-
-    columns: list[str]
-    rows: list[list]
-    formats: list[str]
-
-    def __iter__(self):  # `to_markdown(*table)` reads naturally
-        return iter((self.columns, self.rows, self.formats))
-
-    def text_rows(self) -> list[list[str]]:
-        return [[_fmt(v, f) for v, f in zip(row, self.formats)] for row in self.rows]
-
-
-def _fmt(value, spec: str) -> str:
-    if value is None or (isinstance(value, float) and value != value):
-        return "n/a"
-    if isinstance(value, bool):
-        return "yes" if value else "NO"
-    if spec and isinstance(value, (int, float)):
-        return format(value, spec)
-    return str(value)
-
-
-def to_markdown(columns, rows, formats=None) -> str:
-    text = [[_fmt(v, f) for v, f in zip(row, formats or [""] * len(row))] for row in rows]
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in text]
-    return "\n".join(lines)
-
-
-def to_csv(columns, rows, formats=None) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(columns)
-    writer.writerows([["" if v is None else v for v in row] for row in rows])
-    return buffer.getvalue()
-
-
-_LATEX_SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
-                  "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}"}
-
-
-def _latex_escape(text: str) -> str:
-    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
-
-
-def to_latex(columns, rows, formats=None) -> str:
-    """A booktabs tabular (needs ``\\usepackage{booktabs}``)."""
-    text = [[_fmt(v, f) for v, f in zip(row, formats or [""] * len(row))] for row in rows]
-    align = "".join("r" if f else "l" for f in (formats or [""] * len(columns)))
-    lines = [f"\\begin{{tabular}}{{{align}}}", "\\toprule", " & ".join(map(_latex_escape, columns)) + " \\\\",
-             "\\midrule"]
-    lines += [" & ".join(map(_latex_escape, row)) + " \\\\" for row in text]
-    lines += ["\\bottomrule", "\\end{tabular}", ""]
-    return "\n".join(lines)
-
-
-def _summary(results, preset, drafter, k, method) -> dict:
-    return next((r for r in results["summary"]
-                 if (r["preset"], r["drafter"], r["k"], r["method"]) == (preset, drafter, k, method)), {})
-
-
-def _series(results) -> list[tuple[str, str]]:
-    return list(dict.fromkeys((r["preset"], r["drafter"]) for r in results["summary"]))
-
-
-def sweep_table(results: dict) -> Table:
-    """One row per preset/drafter/k: acceptance and the speedup of each speculative method."""
-    columns = ["preset", "drafter", "k", "acceptance", "alpha", "tokens/step", "speedup (KV cache)",
-               "speedup (no cache)", "speedup (HF assisted)", "identical"]
-    rows = []
-    for preset, drafter in _series(results):
-        for k in results["config"]["ks"]:
-            spec = _summary(results, preset, drafter, k, SPECULATIVE)
-            if not spec:
-                continue
-            group = [r for r in results["summary"] if (r["preset"], r["drafter"], r["k"]) == (preset, drafter, k)]
-            rows.append([preset, drafter, k, spec.get("acceptance_rate"), spec.get("alpha"),
-                         spec.get("mean_accepted_length"), spec.get("speedup"),
-                         _summary(results, preset, drafter, k, "spec_vectorized").get("speedup"),
-                         _summary(results, preset, drafter, k, "hf_assisted").get("speedup"),
-                         all(r.get("identical", True) for r in group)])
-    return Table(columns, rows, ["", "", "d", ".1%", ".2f", ".2f", ".2f", ".2f", ".2f", ""])
-
-
-def methods_table(results: dict, k: int | None = None) -> Table:
-    """Every method side by side at one k (best k per preset/drafter unless given)."""
-    columns = ["preset", "drafter", "k", "method", "time (s)", "IQR (s)", "tokens/s", "speedup", "latency reduction",
-               "identical"]
-    rows = []
-    for preset, drafter in _series(results):
-        kk = k or best_k(results, preset, drafter) or results["config"]["ks"][0]
-        for r in results["summary"]:
-            if (r["preset"], r["drafter"], r["k"]) != (preset, drafter, kk):
-                continue
-            label = METHOD_LABELS.get(r["method"], r["method"])
-            if "time" not in r:
-                rows.append([preset, drafter, kk, label, None, f"skipped: {r.get('skipped', '')}"[:60], None, None,
-                             None, None])
-                continue
-            rows.append([preset, drafter, kk, label, r["time"], f"{r['q1_time']:.3f}-{r['q3_time']:.3f}",
-                         r["tokens_per_second"], r.get("speedup"),
-                         None if r.get("latency_reduction") is None else r["latency_reduction"] / 100, r["identical"]])
-    return Table(columns, rows, ["", "", "d", "", ".3f", "", ".1f", ".2f", ".1%", ""])
-
-
-def theory_table(results: dict) -> Table:
-    columns = ["preset", "drafter", "k", "alpha", "c", "v_k", "E[tokens/step]", "measured tokens/step",
-               "predicted speedup", "refined (measured v_k)", "measured vs our greedy", "measured vs HF greedy"]
-    keys = ["preset", "drafter", "k", "alpha", "c", "v", "expected_tokens_per_step", "measured_tokens_per_step",
-            "predicted_speedup", "refined_speedup", "measured_speedup_vs_greedy", "measured_speedup"]
-    rows = [[r.get(key) for key in keys] for r in results.get("theory", [])]
-    return Table(columns, rows, ["", "", "d", ".2f", ".3f", ".2f", ".2f", ".2f", ".2f", ".2f", ".2f", ".2f"])
-
-
-def prompts_table(results: dict, k: int | None = None) -> Table:
-    """PA3's per-prompt table: acceptance, speculative and baseline time and tokens/s, speedup."""
-    columns = ["preset", "drafter", "k", "prompt", "acceptance", "spec. time (s)", "spec. tokens/s",
-               "baseline time (s)", "baseline tokens/s", "speedup", "latency reduction"]
-    rows = []
-    for preset, drafter in _series(results):
-        kk = k or best_k(results, preset, drafter) or results["config"]["ks"][0]
-        for run in results["runs"]:
-            if (run["preset"], run["drafter"], run["k"]) != (preset, drafter, kk) or not run.get("speculative"):
-                continue
-            spec, base = run["speculative"], run.get("baseline") or {}
-            prompt = run["prompt"] if len(run["prompt"]) <= 40 else run["prompt"][:37] + "..."
-            rows.append([preset, drafter, kk, prompt, run.get("acceptance_rate"), spec.get("median_time"),
-                         run["methods"][run["speculative_method"]]["median_tokens_per_second"],
-                         base.get("median_time"),
-                         run["methods"][run["baseline_method"]]["median_tokens_per_second"] if base else None,
-                         run.get("speedup"),
-                         None if run.get("latency_reduction") is None else run["latency_reduction"] / 100])
-    return Table(columns, rows, ["", "", "d", "", ".1%", ".3f", ".1f", ".3f", ".1f", ".2f", ".1%"])
-
-
-TABLES = {"sweep": sweep_table, "methods": methods_table, "theory": theory_table, "prompts": prompts_table}
-
-
-def write_tables(results: dict, out_dir) -> list[Path]:
-    """Every table as ``NAME.md``, ``NAME.csv`` and ``NAME.tex`` in ``out_dir``."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, make in TABLES.items():
-        table = make(results)
-        for ext, render in (("md", to_markdown), ("csv", to_csv), ("tex", to_latex)):
-            path = out_dir / f"{name}.{ext}"
-            path.write_text(render(*table) + ("\n" if ext == "md" else ""))
-            paths.append(path)
-    return paths
 
 
 # --------------------------------------------------------------------------- template filling
@@ -205,7 +48,7 @@ def report_values(results: dict) -> dict[str, str]:
     if not rows:
         return {}
     best = max(rows, key=lambda r: r["speedup"])
-    baseline = _summary(results, best["preset"], best["drafter"], best["k"], BASELINE)
+    baseline = summary_row(results, best["preset"], best["drafter"], best["k"], BASELINE)
     return dict(preset=best["preset"], drafter=best["drafter"], best_k=str(best["k"]),
                 best_speedup=f"{best['speedup']:.2f}x", latency_reduction=f"{best['latency_reduction']:.1f}%",
                 acceptance_rate=f"{best['acceptance_rate']:.1%}", alpha=f"{best.get('alpha', float('nan')):.2f}",
@@ -432,8 +275,6 @@ def build_report(results_dir="report/results", out_dir="report/build", template=
 
     Returns ``{"md", "html", "pdf"}`` paths (``pdf`` None without Chromium).
     """
-    from .plots import make_figures, save_figure
-
     results = load_results(results_dir)
     out_dir = Path(out_dir)
     (out_dir / "figures").mkdir(parents=True, exist_ok=True)
@@ -448,27 +289,3 @@ def build_report(results_dir="report/results", out_dir="report/build", template=
     html_path.write_text(to_html(markdown, out_dir))
     pdf_path = html_to_pdf(html_path, out_dir / "report.pdf") if pdf else None
     return dict(md=md_path, html=html_path, pdf=pdf_path)
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specdec_helpers report",
-                                     description="Build report.md, a self-contained report.html and (with Chromium) "
-                                                 "report.pdf from benchmark results.")
-    parser.add_argument("--results", default="report/results", help="results JSON file or folder (default: report/results)")
-    parser.add_argument("--out", default="report/build", help="output folder (default: report/build)")
-    parser.add_argument("--template", default=None, help=f"Markdown template (default: {TEMPLATE})")
-    parser.add_argument("--no-pdf", action="store_true")
-    args = parser.parse_args(argv)
-    try:
-        paths = build_report(args.results, args.out, args.template, pdf=not args.no_pdf)
-    except FileNotFoundError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    for kind, path in paths.items():
-        if path is not None:
-            print(f"{kind}: {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

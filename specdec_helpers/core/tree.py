@@ -27,10 +27,20 @@ from numbers import Integral
 
 import torch
 
-from . import checks
-from .cache import cache_length, crop_cache, keep_cache_positions, new_cache
-from .decode import DecodeOutput, DecodeStats, Step, cut_at_eos, sync_device
-from .drafters import HybridDrafter, ModelDrafter, PromptLookupDrafter
+from specdec_helpers.core import checks
+from specdec_helpers.core.cache import (
+    cache_length,
+    crop_cache,
+    keep_cache_positions,
+    new_cache,
+)
+from specdec_helpers.core.decode import DecodeOutput, DecodeStats, Step, cut_at_eos
+from specdec_helpers.core.drafters import (
+    HybridDrafter,
+    ModelDrafter,
+    PromptLookupDrafter,
+)
+from specdec_helpers.core.timing import sync_device
 
 DEFAULT_TREE = (3, 2, 2, 1, 1)  # widths per depth: 9 nodes, 5 deep
 
@@ -395,67 +405,3 @@ def _tree_loop(target, model, vocab_limit, lookup, input_ids, max_new_tokens, wi
     stats.wall_time_s = time.perf_counter() - start_time
     stats.new_tokens = length - prompt_length
     return DecodeOutput(buffer[:, :length].clone(), stats, steps)
-
-
-# --------------------------------------------------------------------------- measured
-
-
-def compare_tree_chain(target, draft=None, prompts=(), *, tree=DEFAULT_TREE, max_new_tokens: int = 64,
-                       eos_token_id=None, repeats: int = 1, show: bool = True) -> list[dict]:
-    """Tree vs chain on real prompts: tokens per target call, time, speedup over plain greedy.
-
-    The chains compared: one as deep as the tree (same draft passes per round) and one with the
-    tree's node budget (same tokens fed to the target per round). ``target`` may be a `ModelPair`
-    (then ``draft`` defaults to its draft and string prompts go through ``pair.encode``). Times are
-    summed over ``repeats`` interleaved runs after one warm-up; one machine, one run: read ratios.
-    Every method's output is checked against greedy (column ``same``).
-    """
-    from .decode import greedy_decode, speculative_decode
-
-    encode = None
-    if hasattr(target, "encode") and hasattr(target, "target"):  # a ModelPair
-        encode, draft, target = target.encode, (target.draft if draft is None else draft), target.target
-    widths = check_tree_shape(tree)
-    ids = [encode(p) if isinstance(p, str) and encode else p for p in prompts]
-    if not ids or any(isinstance(p, str) for p in ids):
-        raise ValueError("give prompts as token-id tensors, or strings together with a ModelPair as target")
-    depth, budget = len(widths), sum(widths)
-    kwargs = dict(max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
-    methods = {
-        "greedy": lambda x, **kw: greedy_decode(target, x, **kw),
-        f"chain k={depth}": lambda x, **kw: speculative_decode(target, draft, x, num_speculative_tokens=depth, **kw),
-        f"chain k={budget}": lambda x, **kw: speculative_decode(target, draft, x, num_speculative_tokens=budget, **kw),
-        f"tree {list(widths)}": lambda x, **kw: tree_speculative_decode(target, draft, x, tree=widths, **kw),
-    }
-    for run in methods.values():  # warm-up (and the tree's one-off model check)
-        run(ids[0], max_new_tokens=min(8, max_new_tokens), eos_token_id=eos_token_id)
-    totals = {name: dict(new=0, target_calls=0, draft_calls=0, proposed=0, time=0.0, same=True) for name in methods}
-    for _ in range(repeats):
-        for x in ids:
-            reference = None
-            for name, run in methods.items():
-                out = run(x, **kwargs)
-                reference = out.sequences if reference is None else reference
-                t = totals[name]
-                t["new"] += out.stats.new_tokens
-                t["target_calls"] += out.stats.target_calls
-                t["draft_calls"] += out.stats.draft_calls
-                t["proposed"] += out.stats.proposed
-                t["time"] += out.stats.wall_time_s
-                t["same"] &= torch.equal(out.sequences, reference)
-    base = totals["greedy"]["time"]
-    rows = []
-    for name, t in totals.items():
-        calls = t["target_calls"]
-        rows.append(dict(
-            method=name, tokens_per_target_call=t["new"] / calls if calls else 0.0,
-            nodes_per_target_call=t["proposed"] / calls if calls else 0.0,
-            draft_calls=t["draft_calls"], time_s=t["time"], speedup=base / t["time"] if t["time"] else 0.0,
-            same=t["same"],
-        ))
-    if show:
-        print(f"{'method':<22}{'tok/call':>9}{'nodes/call':>11}{'draft calls':>12}{'time s':>8}{'speedup':>8}  same")
-        for r in rows:
-            print(f"{r['method']:<22}{r['tokens_per_target_call']:>9.2f}{r['nodes_per_target_call']:>11.2f}"
-                  f"{r['draft_calls']:>12}{r['time_s']:>8.2f}{r['speedup']:>7.2f}x  {r['same']}")
-    return rows

@@ -6,11 +6,10 @@ that was than plain greedy decoding, and that the text is identical.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
-from .pairs import OFFLINE_PRESETS, PRESETS, load_pair
+from specdec_helpers.models.toy import TOY_PROMPTS
 
 PA3_PROMPT = "The future of Artificial Intelligence is"
 
@@ -23,28 +22,8 @@ LEGEND = {"accepted": "accepted draft tokens", "correction": "correction (target
 RESET = "\033[0m"
 
 
-def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m specdec_helpers demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default=OFFLINE_PRESETS[0],
-                        help=f"pair to load (default: {OFFLINE_PRESETS[0]}; offline: {', '.join(OFFLINE_PRESETS)}; "
-                             f"also auto, {', '.join(p for p in PRESETS if p not in OFFLINE_PRESETS)})")
-    parser.add_argument("--prompt", help="text to continue (default: a prompt that suits the preset)")
-    parser.add_argument("-k", "--num-speculative-tokens", type=int, dest="k",
-                        help="draft tokens per round (default: the preset's)")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--draft", help="override the preset's draft: 'eagle', 'distilled', 'hybrid', 'int8', 'prompt-lookup' (HF's), "
-                                         "'prompt-lookup:N' (n-grams of N tokens or more, proposals growing with the match), "
-                                         "'hybrid:<name>' (lookup, then that draft), or a hub id / folder")
-    parser.add_argument("--show-rejected", action="store_true", help="also show rejected draft tokens, struck out")
-    parser.add_argument("--color", choices=["auto", "always", "never"], default="auto",
-                        help="ANSI colours (auto: when stdout is a terminal and NO_COLOR is unset)")
-    return parser.parse_args(argv)
-
-
 def default_prompt(preset: str | None) -> str:
     if preset == "toy":
-        from .toy import TOY_PROMPTS
-
         return TOY_PROMPTS[0]
     return PA3_PROMPT
 
@@ -99,43 +78,3 @@ def summary_table(spec, greedy, identical: bool) -> str:
         ("identical to greedy", "yes" if identical else "NO (a bug, or fp ties)", ""),
     ]
     return "\n".join(f"{a:<22}{b:>16}  {c:>8}" for a, b, c in rows)
-
-
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    import torch
-
-    from .bench import draft_label
-    from .decode import greedy_decode, speculative_decode
-    from .widgets import token_spans
-
-    try:
-        pair = load_pair(args.preset, draft=args.draft, progress=True)
-    except (OSError, ImportError, ValueError) as error:  # friendly load errors: no traceback
-        print(f"demo: {error}", file=sys.stderr)
-        return 1
-    k = args.k or pair.num_speculative_tokens
-    prompt = args.prompt or default_prompt(pair.preset)
-    input_ids = pair.encode(prompt)
-    n = args.max_new_tokens
-
-    print(f"decoding {n} tokens, greedy then speculative ...", file=sys.stderr, flush=True)
-    # Warm-up: the first calls pay one-off costs (allocations, kernel selection) that are no part of either method.
-    greedy_decode(pair.target, input_ids, max_new_tokens=4)
-    speculative_decode(pair.target, pair.draft, input_ids, max_new_tokens=4, num_speculative_tokens=k)
-    greedy = greedy_decode(pair.target, input_ids, max_new_tokens=n)
-    spec = speculative_decode(pair.target, pair.draft, input_ids, max_new_tokens=n, num_speculative_tokens=k)
-    identical = torch.equal(spec.sequences, greedy.sequences)
-
-    color = use_color(args.color)
-    print(f"preset={pair.preset}  draft={draft_label(pair.draft)}  k={k}  device={pair.device}  "
-          f"dtype={str(pair.dtype).removeprefix('torch.')}")
-    print(f"prompt: {prompt!r}\n")
-    print(render(token_spans(spec, pair.tokenizer, input_ids.shape[1], show_prompt=False), color, args.show_rejected))
-    print("\n" + legend(color, args.show_rejected) + "\n")
-    print(summary_table(spec, greedy, identical))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,7 +11,7 @@ stays exact. (For early stopping *within* a round, see ``ModelDrafter(confidence
 """
 from __future__ import annotations
 
-from .checks import check_positive_int
+from specdec_helpers.core.checks import check_positive_int
 
 AUTO_START = 5  # HF's default num_assistant_tokens
 

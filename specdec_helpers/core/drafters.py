@@ -10,9 +10,9 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from .cache import cache_length, crop_cache, new_cache
-from .checks import check_positive_int, vocab_size
-from .sampling import Sampler
+from specdec_helpers.core.cache import cache_length, crop_cache, new_cache
+from specdec_helpers.core.checks import check_positive_int, vocab_size
+from specdec_helpers.core.sampling import Sampler
 
 GREEDY = Sampler()
 

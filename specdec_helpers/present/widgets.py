@@ -19,6 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
+from specdec_helpers.core.decode import speculative_decode
+from specdec_helpers.core.drafters import PromptLookupDrafter
+
 KINDS = ("prompt", "accepted", "rejected", "correction", "bonus", "target")
 
 #: Inline style of each token kind (background, text colour, decoration).
@@ -215,8 +218,6 @@ class TokenExplorer:
 
     def _draft(self):
         if self.drafter.value == "prompt lookup":
-            from .drafters import PromptLookupDrafter
-
             return PromptLookupDrafter()
         return self.pair.draft
 
@@ -228,8 +229,6 @@ class TokenExplorer:
 
     def run(self, _button=None) -> str:
         """Decode with the current settings, update the display, and return the HTML."""
-        from .decode import speculative_decode
-
         self.status.value = "<i>running…</i>"
         try:
             ids = self._encode(self.prompt.value)

@@ -22,15 +22,19 @@ Timings are medians of interleaved runs; tests never assert them.
 """
 from __future__ import annotations
 
-import argparse
 import math
-import sys
-from pathlib import Path
 
 import torch
 
-from .bench import (COMPILED_METHODS, _load_cases, costs_from_curve, environment, expected_tokens_per_step,
-                    measure_forward_cost, run_sweep, save_results)
+from specdec_helpers.core.compiled import compiled_forward
+from specdec_helpers.core.decode import speculative_decode
+from specdec_helpers.core.drafters import HybridDrafter
+from specdec_helpers.measure.bench import draft_label
+from specdec_helpers.measure.theory import (
+    costs_from_curve,
+    expected_tokens_per_step,
+    measure_forward_cost,
+)
 
 PERF_METHODS = ("hf_greedy", "greedy", "spec_cached", "hf_assisted")
 PHASES = ("draft", "target_forward", "accept", "rollback")
@@ -115,7 +119,6 @@ def profile_decode(target, draft, input_ids, k: int, max_new_tokens: int = 100) 
     """Milliseconds per round in each phase of `speculative_decode` (torch profiler), and the rest."""
     from torch.profiler import ProfilerActivity, profile
 
-    from .decode import speculative_decode
 
     speculative_decode(target, draft, input_ids, max_new_tokens=max_new_tokens, num_speculative_tokens=k)  # warm up
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -132,22 +135,18 @@ def profile_decode(target, draft, input_ids, k: int, max_new_tokens: int = 100) 
 
 def compiled_costs(costs: dict, target, input_ids) -> dict:
     """The same costs with the target's forward-cost curve measured again through its compiled forward."""
-    from .compiled import compiled_forward
-
     first = next(iter(costs.values()))
     curve = measure_forward_cost(compiled_forward(target), input_ids, sizes=first["target_forward"]["sizes"], warmup=1)
     return {f"{name} compiled": costs_from_curve(curve, cost["draft_step_s"], cost["verify_cost"])
             for name, cost in costs.items()}
 
 
-def _with_inner_models(cases: list) -> list:
+def with_inner_models(cases: list) -> list:
     """Each case, and after a hybrid drafter with a draft model a case with that model alone, which HF
     assisted generation can run too: that is where ours and HF's are compared. (A feature drafter behind
     the lookup gets no case alone: HF cannot run it, and alone it loses at any k; ask for 'eagle' to see.)"""
     from dataclasses import replace
 
-    from .bench import draft_label
-    from .drafters import HybridDrafter
 
     out = []
     for case in cases:
@@ -157,87 +156,3 @@ def _with_inner_models(cases: list) -> list:
     return out
 
 
-def print_ratios(rows: list[dict], file=None) -> None:
-    from .report import to_markdown
-
-    columns = ["preset", "draft", "k", "prompt", "acceptance", "tokens/call", "vs HF assisted (x)", "vs greedy (x)",
-               "vs HF greedy (x)", "bound (x)", "of bound", "identical"]
-    keys = ["preset", "drafter", "k", "prompt", "acceptance", "tokens_per_call", "vs_hf_assisted", "vs_greedy",
-            "vs_hf_greedy", "bound", "of_bound", "identical"]
-    table = [[r[key] if key != "prompt" or len(r[key]) <= 40 else r[key][:37] + "..." for key in keys] for r in rows]
-    formats = ["", "", "d", "", ".1%", ".2f", ".2f", ".2f", ".2f", ".2f", ".0%", ""]
-    print(to_markdown(columns, table, formats), file=file or sys.stdout)
-
-
-def print_profile(profiles: dict, file=None) -> None:
-    from .report import to_markdown
-
-    columns = ["preset", "ms/round", *PHASES, "rest", "draft calls/round", "tokens/round"]
-    table = [[name, p["wall_ms_per_round"],
-              *(f"{p['ms_per_round'][ph]:.1f} ({p['ms_per_round'][ph] / p['wall_ms_per_round']:.0%})"
-                for ph in (*PHASES, "rest")),
-              p["draft_calls_per_round"], p["tokens_per_round"]] for name, p in profiles.items()]
-    print(to_markdown(columns, table, ["", ".1f", *[""] * (len(PHASES) + 1), ".2f", ".2f"]), file=file or sys.stdout)
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specdec_helpers perf",
-                                     description="All performance ratios (ours vs HF assisted, vs greedy, vs the bound) from one run.")
-    parser.add_argument("--preset", default="toy,smollm2-135m", help="preset name(s), comma-separated")
-    parser.add_argument("--draft", default=None,
-                        help="draft(s), comma-separated (default: 'hybrid,prompt-lookup': n-gram lookup before the preset's draft, "
-                             "that draft model alone (added after a hybrid over a draft model), and n-gram lookup alone; smollm2-135m: "
-                             f"'{DEFAULT_DRAFTS['smollm2-135m']}')")
-    parser.add_argument("--k", type=int, default=None, help="draft length (default: each preset's k)")
-    parser.add_argument("--max-new-tokens", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per method (interleaved)")
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--prompts", nargs="+", default=None, help="default: the 3 PA3 prompts + 2 more")
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--out", default="report", help="results JSON goes to OUT/results/perf.json")
-    parser.add_argument("--no-profile", action="store_true")
-    parser.add_argument("--compile", action="store_true",
-                        help="also time ours with the target's forward compiled over a static cache (`compiled`; "
-                             "minutes of compiling first): rows labelled '<draft> compiled'")
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
-    from .pairs import get_preset
-
-    runs, costs, profiles = [], {}, {}
-    for preset in [p.strip() for p in args.preset.split(",") if p.strip()]:
-        drafts = args.draft or DEFAULT_DRAFTS.get(preset, "hybrid,prompt-lookup")
-        sub = argparse.Namespace(**{**vars(args), "preset": preset, "draft": drafts})
-        cases = _with_inner_models(_load_cases(sub))
-        k = args.k or get_preset(cases[0].preset).num_speculative_tokens
-        # One sweep for all of a preset's drafts: one measured target cost curve serves every bound.
-        methods = PERF_METHODS + COMPILED_METHODS if args.compile else PERF_METHODS
-        result = run_sweep(cases, [k], max_new_tokens=args.max_new_tokens, repeats=args.repeats,
-                           warmup=args.warmup, methods=methods)
-        runs += result["runs"]
-        costs.update(result["costs"])
-        if args.compile:
-            costs.update(compiled_costs(result["costs"], cases[0].target, cases[0].prompts[0][1]))
-        if not args.no_profile:
-            for case in cases:
-                profiles[f"{case.preset}/{case.drafter} k={k}"] = profile_decode(
-                    case.target, case.draft, case.prompts[0][1], k, args.max_new_tokens)
-    results = dict(runs=runs, costs=costs, profiles=profiles, env=environment(preset=args.preset),
-                   config=dict(max_new_tokens=args.max_new_tokens, repeats=args.repeats, warmup=args.warmup))
-    results["ratios"] = ratio_rows(results)
-    path = save_results(results, Path(args.out) / "results" / "perf.json")
-    print(f"results: {path}", file=sys.stderr)
-    print_ratios(results["ratios"])
-    if profiles:
-        print("\nWhere one round's time goes (ms, share of the round; profiled on the first prompt):\n")
-        print_profile(profiles)
-    for name, cost in costs.items():
-        print(f"\n{name}: target step {cost['target_step_s'] * 1000:.1f} ms, draft step {cost['draft_step_s'] * 1000:.1f} ms "
-              f"(c = {cost['c']:.3f}), verify cost v = " + ", ".join(f"{v:.2f} at k={k}" for k, v in cost["verify_cost"].items()))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -31,6 +31,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from specdec_helpers.models.toy import atomic_folder, cache_root
+
 DISTILL_VERSION = 1  # bump when anything below changes the trained result: it names the cache folder
 
 _TEMPLATES = [
@@ -210,8 +212,6 @@ def _text_key(target, recipe: DistillRecipe, prompts) -> dict:
 
 
 def text_dir(name: str) -> Path:
-    from .toy import cache_root
-
     return cache_root() / f"{name}-target-text-v{DISTILL_VERSION}"
 
 
@@ -221,7 +221,6 @@ def target_text(target, tokenizer, *, recipe: DistillRecipe, prompts, folder: Pa
     every draft trained on the target's text (`distill`, `eagle`) pays for it once."""
     from safetensors.torch import load_file, save_file
 
-    from .toy import atomic_folder
 
     folder, key = Path(folder), _text_key(target, recipe, prompts)
     meta_file = folder / "text.json"
@@ -344,7 +343,6 @@ def save_draft(folder: Path, state: dict, meta: dict) -> None:
     """A trained draft's weights and how it was made, written atomically into ``folder``."""
     from safetensors.torch import save_file
 
-    from .toy import atomic_folder
 
     with atomic_folder(Path(folder), is_saved) as tmp:
         save_file({k: v.detach().contiguous() for k, v in state.items()}, tmp / "draft.safetensors")
@@ -369,8 +367,6 @@ def read_draft(target, folder: Path, kind: str) -> tuple[dict, dict]:
 
 
 def distilled_dir(name: str) -> Path:
-    from .toy import cache_root
-
     return cache_root() / f"{name}-distilled-draft-v{DISTILL_VERSION}"
 
 
@@ -437,35 +433,3 @@ def distilled_draft(target, tokenizer, name: str, progress: bool = True, **kwarg
     if not is_saved(folder):
         distill_draft(target, tokenizer, name=name, progress=progress, **kwargs)
     return load_distilled(target, folder)
-
-
-def main(argv=None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m specdec_helpers distill",
-                                     description="Train (once, then cached) a draft of a preset from its target's own text; "
-                                                 "prints what it cost.")
-    parser.add_argument("--preset", default="smollm2-135m", help="a preset whose target is LLaMA-style (default: smollm2-135m)")
-    parser.add_argument("--draft", choices=("eagle", "distilled"), default="eagle",
-                        help="eagle: one layer reading the target's features (default); distilled: a truncated copy")
-    parser.add_argument("--force", action="store_true", help="train again even if a cached draft exists")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (the result depends on it)")
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    from . import eagle
-    from .pairs import _model_name, load_pair
-
-    pair = load_pair(args.preset, draft="prompt-lookup")
-    name = _model_name(pair.target)
-    folder, train = ((eagle.eagle_dir(name), eagle.train_eagle) if args.draft == "eagle"
-                     else (distilled_dir(name), distill_draft))
-    if args.force:
-        shutil.rmtree(folder, ignore_errors=True)
-    if is_saved(folder):
-        print(f"cached: {folder} (--force trains again)", file=sys.stderr)
-    else:
-        train(pair.target, pair.tokenizer, name=name)
-    meta = json.loads((folder / "draft.json").read_text())
-    print(json.dumps(meta, indent=1))
-    return 0

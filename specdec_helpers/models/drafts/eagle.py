@@ -33,13 +33,29 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .cache import crop_cache, new_cache
-from .checks import eos_ids
-from .distill import (DistillRecipe, VocabSubsetHead, _fingerprint, _right_padded, fit, is_saved, read_draft,
-                      save_draft, subset_labels, truncated_body)
-from .drafters import GREEDY, Proposal, check_threshold, unsure
-from .sampling import Sampler
-from .verify import last_hidden
+from specdec_helpers.core.cache import crop_cache, new_cache
+from specdec_helpers.core.checks import eos_ids
+from specdec_helpers.core.drafters import GREEDY, Proposal, check_threshold, unsure
+from specdec_helpers.core.sampling import Sampler
+from specdec_helpers.core.timing import spread, timed
+from specdec_helpers.core.verify import last_hidden
+from specdec_helpers.models.drafts.distill import (
+    DISTILL_PROMPTS,
+    DistillRecipe,
+    VocabSubsetHead,
+    _fingerprint,
+    _right_padded,
+    _token_subset,
+    fit,
+    is_saved,
+    read_draft,
+    save_draft,
+    start_training,
+    subset_labels,
+    text_meta,
+    truncated_body,
+)
+from specdec_helpers.models.toy import cache_root
 
 EAGLE_VERSION = 3  # bump when anything below changes the trained result: it names the cache folder
 # Tokens the feature draft proposes behind n-gram lookup (`pairs.load_pair(draft="hybrid:eagle")`). On
@@ -167,7 +183,6 @@ def feature_drafter_in(draft) -> FeatureDrafter | None:
 
 def measure_draft_step(target, drafter: FeatureDrafter, input_ids: torch.Tensor, repeats: int = 5) -> float:
     """Median seconds of one drafting step (one position through the draft, its head, the choice)."""
-    from .bench import spread, timed
 
     drafter.reset()
     with torch.inference_mode():
@@ -247,8 +262,6 @@ def _train(draft: FeatureDraft, data, features, recipe: EagleRecipe, eos: set[in
 
 
 def eagle_dir(name: str) -> Path:
-    from .toy import cache_root
-
     return cache_root() / f"{name}-eagle-draft-v{EAGLE_VERSION}"
 
 
@@ -256,8 +269,6 @@ def train_eagle(target, tokenizer, *, name: str, recipe: EagleRecipe = EagleReci
                 text_recipe: DistillRecipe = DistillRecipe(), prompts=None, progress: bool = True,
                 folder: Path | None = None) -> Path:
     """Train a `FeatureDraft` on the target's own text and features, save it (atomically); returns the folder."""
-    from .distill import DISTILL_PROMPTS, _token_subset, start_training, text_meta
-
     prompts = DISTILL_PROMPTS if prompts is None else prompts
     start = time.perf_counter()
     folder, text_folder, data, say = start_training(

@@ -7,7 +7,7 @@ same verification with a KV cache). Fill in every ``# YOUR CODE HERE``; the code
 
 Check your work at any time (unfinished parts say "not implemented yet", they do not crash the rest):
 
-    python -m specdec_helpers check          # or, in a notebook: from specdec_helpers import exercises; exercises.check()
+    python -m specdec_helpers check
 
 Two differences from the PA3 skeleton, both to avoid its known pitfalls:
 
@@ -28,7 +28,9 @@ import time
 
 import torch
 
-from .cache import cache_length, crop_cache, new_cache
+from specdec_helpers.core.cache import cache_length, crop_cache, new_cache
+from specdec_helpers.core.timing import timed
+from specdec_helpers.models.pairs import load_pair
 
 
 class SpeculativeDecoder:
@@ -65,8 +67,6 @@ class SpeculativeDecoder:
     @classmethod
     def from_preset(cls, preset: str = "toy", **kwargs) -> "SpeculativeDecoder":
         """``SpeculativeDecoder.from_preset("toy")``: load a kit pair by name (see `pairs.load_pair`)."""
-        from .pairs import load_pair
-
         return cls.from_pair(load_pair(preset, **kwargs))
 
     def _setup(self) -> None:
@@ -280,8 +280,6 @@ class SpeculativeDecoder:
         Count the new tokens of each run from the output ids: re-tokenizing decoded text does not give
         the same number of tokens back.
         """
-        from .bench import timed
-
         input_ids = self.encode(prompt)
         prompt_length = input_ids.shape[1]
         methods = {"speculative": lambda: self.generate_ids(input_ids, max_tokens, num_speculative_tokens)}
@@ -312,9 +310,3 @@ class SpeculativeDecoder:
         return results
 
 
-def check(path=None) -> int:
-    """Run the visible tests on this module (or the exercise file at ``path``) and print a verdict per
-    exercise; unfinished parts say "not implemented yet". Returns the number of failing tests."""
-    from .assignment.check import run_check
-
-    return run_check(path or __file__)

@@ -11,26 +11,39 @@ the text is no speedup.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
-import datetime
-import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
-import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 
-from . import checks
-from .decode import greedy_decode, speculative_decode, sync_device
-from .drafters import HybridDrafter, ModelDrafter, PromptLookupDrafter
+from specdec_helpers.core import checks
+from specdec_helpers.core.decode import greedy_decode, speculative_decode
+from specdec_helpers.core.drafters import (
+    HybridDrafter,
+    ModelDrafter,
+    PromptLookupDrafter,
+)
+from specdec_helpers.core.timing import interleaved_order, spread, timed
+from specdec_helpers.measure.results import (
+    BASELINE,
+    COMPILED_METHODS,
+    SPECULATIVE,
+    SPECULATIVE_METHODS,
+    summarize,
+    theory_rows,
+)
+from specdec_helpers.measure.theory import (
+    costs_from_curve,
+    estimate_alpha,
+    measure_forward_cost,
+)
+from specdec_helpers.models import pairs
+from specdec_helpers.models.drafts.eagle import feature_drafter_in, measure_draft_step
+from specdec_helpers.models.toy import TOY_PROMPTS
 
 PA3_PROMPTS = [
     "The future of Artificial Intelligence is",
@@ -39,53 +52,12 @@ PA3_PROMPTS = [
 ]
 DEFAULT_KS = (1, 2, 4, 8, 16)
 METHODS = ("hf_greedy", "greedy", "spec_vectorized", "spec_cached", "hf_assisted")
-METHOD_LABELS = {
-    "hf_greedy": "HF generate (greedy)",
-    "greedy": "ours greedy",
-    "spec_vectorized": "ours speculative, no cache",
-    "spec_cached": "ours speculative, KV cache",
-    "hf_assisted": "HF assisted generation",
-    "greedy_compiled": "ours greedy, compiled",
-    "spec_compiled": "ours speculative, compiled",
-}
-# Opt-in (minutes of compiling first, see `compiled`): the target's forward compiled over a static cache.
-COMPILED_METHODS = ("greedy_compiled", "spec_compiled")
-SPECULATIVE_METHODS = ("spec_vectorized", "spec_cached", "hf_assisted", "spec_compiled")  # the ones that depend on k
-BASELINE, SPECULATIVE = "hf_greedy", "spec_cached"  # what PA3's "baseline"/"speculative" keys mean here
-
-
 # --------------------------------------------------------------------------- timing primitives
-
-
-def timed(fn: Callable, device) -> tuple[object, float]:
-    """``(fn(), seconds)`` with the device synchronized before and after."""
-    sync_device(device)
-    start = time.perf_counter()
-    result = fn()
-    sync_device(device)
-    return result, time.perf_counter() - start
-
-
-def spread(values: list[float]) -> dict:
-    """Median, quartiles, min and max: robust summaries for a handful of noisy timings."""
-    values = sorted(values)
-    if not values:
-        return dict(median=float("nan"), q1=float("nan"), q3=float("nan"), min=float("nan"), max=float("nan"))
-    if len(values) >= 2:
-        q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    else:
-        q1 = q3 = values[0]
-    return dict(median=statistics.median(values), q1=q1, q3=q3, min=values[0], max=values[-1])
 
 
 def count_new_tokens(sequences: torch.Tensor, prompt_length: int) -> int:
     """New tokens = output ids minus prompt ids (batch of one). Never decode and re-encode text."""
     return int(sequences.shape[-1]) - int(prompt_length)
-
-
-def interleaved_order(names: list[str], repeats: int) -> list[str]:
-    """Round-robin schedule: every method once per round, ``repeats`` rounds (A B C A B C ...)."""
-    return [name for _ in range(repeats) for name in names]
 
 
 # --------------------------------------------------------------------------- methods
@@ -240,18 +212,6 @@ def acceptance_by_position(steps) -> dict:
             proposed[j] += 1
             accepted[j] += j < step.accepted
     return dict(proposed=proposed, accepted=accepted)
-
-
-def estimate_alpha(accepted_per_step, draft_lengths) -> float:
-    """Per-token acceptance probability alpha (Leviathan et al.'s), from the trace.
-
-    Each round is a run of successes ended by one failure unless the whole draft passed, so the
-    maximum-likelihood estimate is accepted / (accepted + rejections). PA3's acceptance rate
-    (accepted / proposed) is lower: it also counts the draft tokens after a rejection, never tried.
-    """
-    accepted = sum(accepted_per_step)
-    rejections = sum(1 for a, m in zip(accepted_per_step, draft_lengths) if a < m)
-    return accepted / (accepted + rejections) if accepted + rejections else 0.0
 
 
 def _method_summary(times, new_tokens, baseline_median=None) -> dict:
@@ -433,125 +393,7 @@ def print_pa3(results: dict, file=None) -> None:
 # --------------------------------------------------------------------------- costs and theory
 
 
-def _random_prefix(model, length: int = 16, seed: int = 0) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    vocab = model.get_input_embeddings().num_embeddings
-    return torch.randint(0, vocab, (1, length), generator=generator).to(model.device)
-
-
-@torch.inference_mode()
-def measure_forward_cost(model, input_ids: torch.Tensor | None = None, sizes=range(1, 33), repeats: int = 5,
-                         warmup: int = 2) -> dict:
-    """Time of ONE forward pass over ``n`` new tokens on top of a cached prefix, for each ``n``.
-
-    This is the curve speculative decoding lives on: on a GPU (and often a CPU) scoring k + 1
-    tokens costs little more than 1, so verifying a draft is nearly free. Sizes run interleaved.
-    Returns ``{"sizes", "median_s", "q1_s", "q3_s"}``.
-    """
-    from .cache import crop_cache, new_cache
-
-    prefix = _random_prefix(model) if input_ids is None else input_ids.to(model.device)
-    prefix_length = prefix.shape[1]
-    sizes = [int(n) for n in sizes]
-    # A `compiled.CompiledForward` brings its own (static) cache.
-    cache = model.new_cache(prefix_length + max(sizes)) if hasattr(model, "new_cache") else new_cache(model)
-    model(input_ids=prefix, past_key_values=cache, use_cache=True)
-    filler = _random_prefix(model, max(sizes), seed=1)
-
-    def run(n):
-        model(input_ids=filler[:, :n], past_key_values=cache, use_cache=True, logits_to_keep=n)
-        crop_cache(cache, prefix_length)
-
-    for _ in range(warmup):
-        for n in sizes:
-            run(n)
-    times = {n: [] for n in sizes}
-    for n in interleaved_order(sizes, repeats):
-        times[n].append(timed(lambda: run(n), model.device)[1])
-    spreads = [spread(times[n]) for n in sizes]
-    return dict(sizes=sizes, median_s=[s["median"] for s in spreads], q1_s=[s["q1"] for s in spreads],
-                q3_s=[s["q3"] for s in spreads], prefix_length=prefix_length)
-
-
-def expected_tokens_per_step(alpha: float, k: int) -> float:
-    """Leviathan et al. (2023) eq. 1: E[tokens per target pass] = (1 - a^(k+1)) / (1 - a); k + 1 at a = 1."""
-    if alpha >= 1.0:
-        return float(k + 1)
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-
-
-def expected_speedup(alpha: float, k: int, c: float) -> float:
-    """Leviathan et al. Thm 3.8: wall-time speedup (1 - a^(k+1)) / ((1 - a)(k c + 1)), c = draft/target step.
-
-    Assumes verifying k + 1 tokens costs one target step; `refined_speedup` drops that assumption.
-    """
-    return expected_tokens_per_step(alpha, k) / (k * c + 1.0)
-
-
-def refined_speedup(alpha: float, k: int, c: float, v: float) -> float:
-    """Like `expected_speedup`, with the measured verify cost v = time(k+1-token pass) / time(1-token step)."""
-    return expected_tokens_per_step(alpha, k) / (k * c + v)
-
-
-def measure_costs(target, draft, input_ids, ks, repeats: int = 5, target_curve: dict | None = None) -> dict:
-    """Target forward-cost curve (1..max(32, k+1) tokens) and the draft/target step-cost ratio c.
-
-    Pass ``target_curve`` to reuse one already measured for the same target (several drafts)."""
-    # Dense where the curve bends (small n), sparse beyond; always every k + 1 the sweep verifies.
-    sizes = sorted({*range(1, 9), 12, 16, 24, 32, *(k + 1 for k in ks)})
-    curve = target_curve or measure_forward_cost(target, input_ids, sizes=sizes, repeats=repeats, warmup=1)
-    model = _model_of(draft) or getattr(draft, "model", None)  # also the model inside a hybrid drafter
-    from .eagle import feature_drafter_in, measure_draft_step
-
-    features = feature_drafter_in(draft)  # a drafter reading the target's features, alone or in a hybrid
-    if features is not None:
-        draft_step = measure_draft_step(target, features, input_ids, repeats)
-    elif model is not None:
-        draft_step = measure_forward_cost(model, input_ids, sizes=[1], repeats=repeats)["median_s"][0]
-    else:
-        draft_step = 0.0
-    return costs_from_curve(curve, draft_step, ks)
-
-
-def costs_from_curve(curve: dict, draft_step_s: float, ks) -> dict:
-    """Step cost, c and the verify cost v at each k, from a target forward-cost curve and a draft step time."""
-    step = curve["median_s"][curve["sizes"].index(1)]
-    return dict(target_forward=curve, target_step_s=step, draft_step_s=draft_step_s, c=draft_step_s / step,
-                verify_cost={int(k): curve["median_s"][curve["sizes"].index(int(k) + 1)] / step for k in ks})
-
-
 # --------------------------------------------------------------------------- sweeps
-
-
-def environment(device=None, dtype=None, preset=None) -> dict:
-    """What produced a result file: versions, hardware, commit, date."""
-    import transformers
-
-    env = dict(
-        python=platform.python_version(), torch=torch.__version__, transformers=transformers.__version__,
-        platform=platform.platform(), processor=platform.processor() or platform.machine(),
-        cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(),
-        device=str(device) if device is not None else None, dtype=str(dtype).replace("torch.", "") if dtype else None,
-        preset=preset, git_commit=_git_commit(), date=datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec="seconds"),
-    )
-    if hasattr(os, "sched_getaffinity"):
-        env["cpus_available"] = len(os.sched_getaffinity(0))
-    if device is not None and torch.device(device).type == "cuda":
-        env["gpu"] = torch.cuda.get_device_name(device)
-    return env
-
-
-def _git_commit() -> str | None:
-    try:
-        here = Path(__file__).resolve().parent
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=here, capture_output=True, text=True, timeout=5)
-        if commit.returncode:
-            return None
-        return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 @dataclass
@@ -603,112 +445,6 @@ def run_sweep(cases: list[Case], ks=DEFAULT_KS, *, max_new_tokens: int = 100, re
     return results
 
 
-def summarize(runs: list[dict]) -> list[dict]:
-    """Pool prompts per (preset, drafter, k, method): total median time, speedup vs HF greedy and
-    vs our greedy (ratios of summed medians), tokens/s, and acceptance from summed counts."""
-    groups: dict[tuple, list[dict]] = {}
-    for run in runs:
-        groups.setdefault((run["preset"], run["drafter"], run["k"]), []).append(run)
-    rows = []
-    for (preset, drafter, k), group in groups.items():
-        names = list(dict.fromkeys(name for run in group for name in run["methods"]))
-        totals = {name: _pooled(group, name) for name in names}
-        for name in names:
-            row = dict(preset=preset, drafter=drafter, k=k, method=name, **totals[name])
-            for base, key in ((BASELINE, "speedup"), ("greedy", "speedup_vs_greedy")):
-                if totals.get(base, {}).get("time") and row.get("time"):
-                    row[key] = totals[base]["time"] / row["time"]
-            if row.get("speedup"):
-                row["latency_reduction"] = (1 - 1 / row["speedup"]) * 100
-            rows.append(row)
-    return rows
-
-
-def _pooled(group: list[dict], name: str) -> dict:
-    entries = [run["methods"].get(name, {}) for run in group]
-    if any("median_time" not in e for e in entries):
-        note = next((e.get("skipped") for e in entries if e.get("skipped")), "did not run")
-        return dict(skipped=note)
-    time_ = sum(e["median_time"] for e in entries)
-    tokens = sum(statistics.median(e["new_tokens"]) for e in entries)
-    row = dict(time=time_, q1_time=sum(e["q1_time"] for e in entries), q3_time=sum(e["q3_time"] for e in entries),
-               new_tokens=tokens, tokens_per_second=tokens / time_ if time_ else 0.0,
-               identical=all(e["identical"] for e in entries))
-    stats = [e["stats"] for e in entries if "stats" in e]
-    if stats and len(stats) == len(entries):
-        proposed = sum(s["proposed"] for s in stats)
-        accepted = sum(s["accepted"] for s in stats)
-        row["acceptance_rate"] = accepted / proposed if proposed else 0.0
-        row["mean_accepted_length"] = sum(s["new_tokens"] for s in stats) / sum(s["target_calls"] for s in stats)
-        if all("alpha" in s for s in stats):
-            per_step = [a for s in stats for a in s["accepted_per_step"]]
-            lengths = [m for s in stats for m in s["draft_lengths"]]
-            row["alpha"] = estimate_alpha(per_step, lengths)
-    return row
-
-
-def theory_rows(results: dict) -> list[dict]:
-    """Predicted vs measured, per (preset, drafter, k), from the cached speculative runs."""
-    rows = []
-    for row in results["summary"]:
-        if row["method"] != SPECULATIVE or "alpha" not in row:
-            continue
-        cost = results["costs"].get(f"{row['preset']}/{row['drafter']}")
-        if cost is None:
-            continue
-        k, alpha, c = row["k"], row["alpha"], cost["c"]
-        v = cost["verify_cost"].get(k) or cost["verify_cost"].get(str(k))  # JSON turns int keys into strings
-        rows.append(dict(
-            preset=row["preset"], drafter=row["drafter"], k=k, alpha=alpha, c=c, v=v,
-            expected_tokens_per_step=expected_tokens_per_step(alpha, k),
-            measured_tokens_per_step=row["mean_accepted_length"],
-            predicted_speedup=expected_speedup(alpha, k, c), refined_speedup=refined_speedup(alpha, k, c, v),
-            measured_speedup_vs_greedy=row.get("speedup_vs_greedy"), measured_speedup=row.get("speedup"),
-        ))
-    return rows
-
-
-def best_k(results: dict, preset=None, drafter=None) -> int | None:
-    """The k with the highest measured speedup of the cached speculative decoder."""
-    rows = [r for r in results["summary"] if r["method"] == SPECULATIVE and r.get("speedup")
-            and (preset is None or r["preset"] == preset) and (drafter is None or r["drafter"] == drafter)]
-    return max(rows, key=lambda r: r["speedup"])["k"] if rows else None
-
-
-def save_results(results: dict, path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1, default=_json_default))
-    return path
-
-
-def load_results(path) -> dict:
-    """One results JSON, or every ``*.json`` in a folder merged (runs, summary, theory, costs pooled)."""
-    path = Path(path)
-    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
-    if not files:
-        raise FileNotFoundError(f"no results JSON in {path}; run `python -m specdec_helpers bench` first")
-    loaded = [json.loads(f.read_text()) for f in files]
-    if len(loaded) == 1:
-        return loaded[0]
-    merged = dict(config=loaded[0]["config"], envs=[r["env"] for r in loaded if "env" in r], env=loaded[0].get("env"),
-                  runs=[], summary=[], theory=[], costs={})
-    for r in loaded:
-        merged["runs"] += r["runs"]
-        merged["summary"] += r["summary"]
-        merged["theory"] += r["theory"]
-        merged["costs"].update(r["costs"])
-    return merged
-
-
-def _json_default(obj):
-    if isinstance(obj, torch.Tensor):
-        return obj.tolist()
-    if isinstance(obj, (torch.dtype, torch.device, Path)):
-        return str(obj)
-    raise TypeError(f"cannot store {type(obj).__name__} in JSON")
-
-
 # --------------------------------------------------------------------------- command line
 
 
@@ -719,16 +455,14 @@ EXTRA_PROMPTS = [
 ]
 
 
-def _preset_prompts(preset: str) -> list[str]:
+def preset_prompts(preset: str) -> list[str]:
     """Two prompts beyond PA3's three (the toy's corpus-like ones for `toy`): five by default."""
     if preset == "toy":
-        from .toy import TOY_PROMPTS
-
         return list(TOY_PROMPTS[:2])
     return list(EXTRA_PROMPTS)
 
 
-def _parse_prompts(values) -> list[str]:
+def parse_prompts(values) -> list[str]:
     prompts = []
     for value in values:
         if value.startswith("@"):
@@ -738,14 +472,12 @@ def _parse_prompts(values) -> list[str]:
     return prompts
 
 
-def _load_cases(args) -> list[Case]:
+def load_cases(args) -> list[Case]:
     """One Case per preset x draft; the target is loaded once per preset."""
-    from . import pairs
-
     cases = []
     for preset in args.preset.split(","):
         pair = pairs.load_pair(preset.strip(), device=args.device)
-        prompts = _parse_prompts(args.prompts) if args.prompts else PA3_PROMPTS + _preset_prompts(pair.preset)
+        prompts = parse_prompts(args.prompts) if args.prompts else PA3_PROMPTS + preset_prompts(pair.preset)
         encode = getattr(pair, "encode", None) or (
             lambda text: pair.tokenizer(text, return_tensors="pt").input_ids.to(pair.device))
         encoded = [(p, encode(p)) for p in prompts]
@@ -758,64 +490,21 @@ def _load_cases(args) -> list[Case]:
     return cases
 
 
-def print_summary(results: dict, file=None) -> None:
-    """One PA3-style block per (preset, drafter, k), then the sweep table."""
-    from .report import sweep_table, to_markdown
 
-    out = file or sys.stdout
-    for row in results["summary"]:
-        if row["method"] == SPECULATIVE and row.get("speedup"):
-            print(f"{row['preset']}/{row['drafter']} k={row['k']}: Speedup: {row['speedup']:.2f}x  "
-                  f"Latency reduction: {row['latency_reduction']:.2f}%  "
-                  f"Draft token acceptance rate: {row['acceptance_rate']:.2%}", file=out)
-    print("\n" + to_markdown(*sweep_table(results)), file=out)
+def measure_costs(target, draft, input_ids, ks, repeats: int = 5, target_curve: dict | None = None) -> dict:
+    """Target forward-cost curve (1..max(32, k+1) tokens) and the draft/target step-cost ratio c.
 
+    Pass ``target_curve`` to reuse one already measured for the same target (several drafts)."""
+    # Dense where the curve bends (small n), sparse beyond; always every k + 1 the sweep verifies.
+    sizes = sorted({*range(1, 9), 12, 16, 24, 32, *(k + 1 for k in ks)})
+    curve = target_curve or measure_forward_cost(target, input_ids, sizes=sizes, repeats=repeats, warmup=1)
+    model = _model_of(draft) or getattr(draft, "model", None)  # also the model inside a hybrid drafter
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specdec_helpers bench",
-                                     description="Benchmark speculative decoding against greedy baselines (sweep over k).")
-    parser.add_argument("--preset", default="toy", help="preset name(s), comma-separated (default: toy)")
-    parser.add_argument("--draft", default=None,
-                        help="draft(s), comma-separated: default, or a drafter name as in load_pair (prompt-lookup, "
-                             "prompt-lookup:2, int8, distilled, eagle, hybrid:<name>), or a hub id (default: the preset's)")
-    parser.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)), help="draft lengths k (default: 1,2,4,8,16)")
-    parser.add_argument("--max-new-tokens", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per method (interleaved)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed runs per method first")
-    parser.add_argument("--prompts", nargs="+", default=None,
-                        help="prompt strings, or @file with one prompt a line (default: the 3 PA3 prompts + 2 more: five)")
-    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--out", default="report", help="folder for results/, figures/, tables/ (default: report)")
-    parser.add_argument("--no-figures", action="store_true", help="skip figures and tables")
-    args = parser.parse_args(argv)
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    ks = [int(k) for k in args.ks.split(",") if k.strip()]
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    cases = _load_cases(args)
-    results = run_sweep(cases, ks, max_new_tokens=args.max_new_tokens, repeats=args.repeats, warmup=args.warmup,
-                        methods=methods)
-    first = cases[0]
-    results["env"] = environment(first.extra.get("device"), first.extra.get("dtype"),
-                                 ",".join(dict.fromkeys(c.preset for c in cases)))
-    out = Path(args.out)
-    name = "bench_" + "_".join(dict.fromkeys(c.preset for c in cases)).replace("/", "-")
-    path = save_results(results, out / "results" / f"{name}.json")
-    print(f"results: {path}", file=sys.stderr)
-    if not args.no_figures:
-        from .plots import save_all_figures
-        from .report import write_tables
-
-        figures = save_all_figures(results, out / "figures")
-        tables = write_tables(results, out / "tables")
-        print(f"figures: {len(figures)} files in {out / 'figures'}; tables: {len(tables)} files in {out / 'tables'}",
-              file=sys.stderr)
-    print_summary(results)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    features = feature_drafter_in(draft)  # a drafter reading the target's features, alone or in a hybrid
+    if features is not None:
+        draft_step = measure_draft_step(target, features, input_ids, repeats)
+    elif model is not None:
+        draft_step = measure_forward_cost(model, input_ids, sizes=[1], repeats=repeats)["median_s"][0]
+    else:
+        draft_step = 0.0
+    return costs_from_curve(curve, draft_step, ks)

@@ -1,0 +1,106 @@
+"""The package's layers: imports flow one way (core <- models <- measure <- present <- assignment <- cli),
+and no module imports itself back through others (no import circles, not even inside functions)."""
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "specdec_helpers"
+LAYERS = ["core", "models", "measure", "present", "assignment", "cli"]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imports_of(path: Path, known: set[str]) -> set[str]:
+    """Every package module `path` imports, at the top or inside a function."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name and target != "specdec_helpers":
+                found.add(target)
+    return found
+
+
+def layer_of(name: str) -> int | None:
+    parts = name.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    # a package's __init__ is reached through its submodules, so only real modules count as edges
+    return {name: {t for t in imports_of(path, set(mods)) if not mods[t].name == "__init__.py"}
+            for name, path in mods.items()}
+
+
+def test_every_module_sits_in_a_layer():
+    loose = [n for n in modules() if layer_of(n) is None and n not in ("specdec_helpers", "specdec_helpers.__main__")]
+    assert not loose, f"modules outside the layers {LAYERS}: {loose}"
+
+
+def test_imports_flow_one_way():
+    upward = [f"{name} imports {target}" for name, targets in graph().items() for target in targets
+              if layer_of(name) is not None and layer_of(target) is not None and layer_of(target) > layer_of(name)]
+    assert not upward, "upward imports between layers:\n" + "\n".join(sorted(upward))
+
+
+def test_no_import_circles():
+    edges = graph()
+    cycles = []
+
+    def visit(node, stack, on_stack, done):
+        on_stack.add(node)
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if nxt in on_stack:
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in done:
+                visit(nxt, stack, on_stack, done)
+        stack.pop()
+        on_stack.discard(node)
+        done.add(node)
+
+    done: set[str] = set()
+    for node in sorted(edges):
+        if node not in done:
+            visit(node, [], set(), done)
+    assert not cycles, "import circles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_checks_see_a_circle(tmp_path, monkeypatch):
+    """The circle finder is not vacuous: two modules importing each other are reported."""
+    fake = tmp_path / "specdec_helpers" / "core"
+    fake.mkdir(parents=True)
+    (fake.parent / "__init__.py").write_text("")
+    (fake / "__init__.py").write_text("")
+    (fake / "a.py").write_text("from specdec_helpers.core import b\n")
+    (fake / "b.py").write_text("def f():\n    from .a import x\n")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", fake.parent)
+    with pytest.raises(AssertionError, match="core.a -> specdec_helpers.core.b"):
+        test_no_import_circles()
+
+
+def test_largest_module_is_small():
+    sizes = {name: len(path.read_text().splitlines()) for name, path in modules().items()}
+    big = {n: s for n, s in sizes.items() if s >= 500}
+    assert not big, f"modules of 500 lines or more: {big}"
