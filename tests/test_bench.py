@@ -15,7 +15,7 @@ from specdec_helpers.core import timing
 from specdec_helpers.measure import theory
 from specdec_helpers.present import report, tables
 from specdec_helpers.core.decode import Step
-from specdec_helpers.core.drafters import HybridDrafter, PromptLookupDrafter
+from specdec_helpers.core.drafters import Drafter, HybridDrafter, PromptLookupDrafter
 
 PROMPT = torch.tensor([[1, 2, 3, 4, 5, 6]])
 
@@ -109,7 +109,7 @@ def test_benchmark_interleaves_checks_identity_and_counts_tokens(pair):
 
 
 def test_hf_assisted_is_skipped_for_custom_drafters(pair):
-    class Custom:
+    class Custom(Drafter):  # declares no model: HF cannot run it
         def reset(self): ...
         def rollback(self, n_kept): ...
         def propose(self, input_ids, k, sampler=None): ...

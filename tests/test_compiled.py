@@ -93,6 +93,8 @@ def test_compile_refuses_what_it_cannot_run():
         sd.speculative_decode(target, target, prompt(3), max_new_tokens=4, use_cache=False, compile=True)
 
     class FeatureReader(sd.PromptLookupDrafter):
+        needs_target_features = True
+
         def observe_target(self, features, position):
             pass
 

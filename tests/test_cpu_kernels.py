@@ -8,7 +8,7 @@ from tiny_models import VOCAB, hf_greedy, tiny_model
 from specdec_helpers.core import cpu_kernels
 from specdec_helpers.core.cpu_kernels import OneDNNLinear, onednn_available, use_onednn_linears, use_plain_linears, uses_onednn
 from specdec_helpers.core.decode import speculative_decode
-from specdec_helpers.models.pairs import int8_copy
+from specdec_helpers.models.drafts.int8 import int8_copy
 
 # CI's CPU build of torch has oneDNN; if a build lacked it, every test below would fail loudly, not skip.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

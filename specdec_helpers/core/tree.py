@@ -20,10 +20,8 @@ this kit does not teach.
 from __future__ import annotations
 
 import itertools
-import time
 import weakref
 from dataclasses import dataclass, field
-from numbers import Integral
 
 import torch
 
@@ -34,13 +32,13 @@ from specdec_helpers.core.cache import (
     keep_cache_positions,
     new_cache,
 )
-from specdec_helpers.core.decode import DecodeOutput, DecodeStats, Step, cut_at_eos
 from specdec_helpers.core.drafters import (
     HybridDrafter,
     ModelDrafter,
     PromptLookupDrafter,
+    as_drafter,
 )
-from specdec_helpers.core.timing import sync_device
+from specdec_helpers.core.rounds import DecodeOutput, Step, Text, run_rounds
 
 DEFAULT_TREE = (3, 2, 2, 1, 1)  # widths per depth: 9 nodes, 5 deep
 
@@ -119,21 +117,6 @@ class TreeStep(Step):
     tree: TokenTree | None = None
 
 
-def check_tree_shape(tree) -> tuple[int, ...]:
-    """``tree`` = widths per depth, e.g. ``(3, 2, 2, 1, 1)``: depth ``d`` keeps at most ``tree[d-1]`` nodes."""
-    if isinstance(tree, Integral) or not hasattr(tree, "__iter__"):
-        raise TypeError(
-            f"tree must be a sequence of widths per depth, e.g. (3, 2, 2, 1, 1), got {tree!r}; "
-            "a chain of k tokens is (1,) * k"
-        )
-    widths = tuple(tree)
-    if not widths:
-        raise ValueError("tree must have at least one depth, e.g. (3, 2, 2, 1, 1)")
-    for w in widths:
-        checks.check_positive_int(w, "each tree width", 1)
-    return widths
-
-
 # --------------------------------------------------------------------------- one masked pass
 
 
@@ -203,7 +186,7 @@ def check_tree_support(model, role: str = "target", exact: bool = True) -> None:
     may differ (int8 dynamic quantization scales activations over the whole input, so a token's
     output depends on what else is in the pass); that costs acceptance, never correctness.
     """
-    impl = getattr(model.config, "_attn_implementation", None)
+    impl = model.config._attn_implementation
     known = _SUPPORTED.get(model)  # (attn implementation, passed exactly)
     if known is not None and known[0] == impl and (known[1] or not exact):
         return
@@ -259,26 +242,28 @@ def _probe(model) -> tuple[str, str, bool] | None:
 
 
 def _draft_parts(draft, target):
-    """(draft model or None, its vocab limit, n-gram lookup or None) from what the user passed."""
+    """(draft model or None, its vocab limit, n-gram lookup or None), from what the drafter declares."""
+    drafter = as_drafter(draft, target)
+    if drafter.needs_target_features:
+        raise TypeError(f"tree drafting needs a draft model or an n-gram lookup; this {type(draft).__name__} reads the "
+                        "target's features, which a tree pass does not give: use a HybridDrafter over a model, "
+                        "or speculative_decode")
+    model_drafter, lookup = drafter, None
+    if isinstance(drafter, HybridDrafter):
+        model_drafter, lookup = drafter.model_drafter, drafter.lookup
+    elif isinstance(drafter, PromptLookupDrafter):
+        model_drafter, lookup = None, drafter
+    if model_drafter is not None and not isinstance(model_drafter, ModelDrafter):
+        raise TypeError(
+            "tree drafting needs a Hugging Face causal LM, a ModelDrafter, a HybridDrafter or a PromptLookupDrafter "
+            f"as draft, got {type(draft).__name__}"
+        )
     vocab = checks.vocab_size(target)
-    if isinstance(draft, torch.nn.Module):
-        checks.check_model(draft, "draft")
-        return draft, vocab, None
-    if isinstance(draft, HybridDrafter):
-        if not isinstance(draft.model_drafter, ModelDrafter):
-            raise TypeError(f"tree drafting needs a draft model behind the n-gram lookup; this hybrid asks a "
-                            f"{type(draft.model_drafter).__name__} (it reads the target's features, which a tree "
-                            "pass does not give): use a HybridDrafter over a model, or speculative_decode")
-        limit = draft.model_drafter.vocab_limit
-        return draft.model, vocab if limit is None else min(limit, vocab), draft.lookup
-    if isinstance(draft, ModelDrafter):
-        return draft.model, vocab if draft.vocab_limit is None else min(draft.vocab_limit, vocab), None
-    if isinstance(draft, PromptLookupDrafter):
-        return None, vocab, draft
-    raise TypeError(
-        "tree drafting needs a Hugging Face causal LM, a ModelDrafter, a HybridDrafter or a PromptLookupDrafter "
-        f"as draft, got {type(draft).__name__}"
-    )
+    if model_drafter is None:
+        return None, vocab, lookup
+    checks.check_model(model_drafter.model, "draft")
+    limit = model_drafter.vocab_limit
+    return model_drafter.model, vocab if limit is None else min(limit, vocab), lookup
 
 
 def draft_tree(model, cache, context: torch.Tensor, widths, vocab_limit: int | None = None):
@@ -333,47 +318,29 @@ def tree_speculative_decode(
     Stats: ``proposed`` counts tree nodes, ``accepted`` the kept branch; ``mean_accepted_length`` is
     tokens per target call.
     """
-    checks.check_model(target, "target")
-    input_ids = checks.check_input_ids(target, input_ids)
-    max_new_tokens = checks.check_positive_int(max_new_tokens, "max_new_tokens", 0)
-    widths = check_tree_shape(tree)
+    input_ids, max_new_tokens, eos = checks.decode_args(target, input_ids, max_new_tokens, eos_token_id)
+    widths = checks.check_tree_shape(tree)
     if temperature is None or float(temperature) != 0.0:
         raise ValueError(
             f"tree_speculative_decode is greedy only (temperature=0), got temperature={temperature}; "
             "for sampling use speculative_decode, whose rejection sampling keeps the target's distribution"
         )
     model, vocab_limit, lookup = _draft_parts(draft, target)
-    if lookup_tokens is None:
-        lookup_tokens = len(widths)
-    lookup_tokens = checks.check_positive_int(lookup_tokens, "lookup_tokens", 1)
-    eos = checks.eos_ids(target, eos_token_id)
-    prompt_length = input_ids.shape[1]
-    needed = prompt_length + max_new_tokens
-    checks.check_fits_context(target, "target", needed, prompt_length, max_new_tokens)
+    lookup_tokens = checks.check_positive_int(len(widths) if lookup_tokens is None else lookup_tokens,
+                                              "lookup_tokens", 1)
     check_tree_support(target, "target")
+    checks.check_draft_model(model, input_ids, max_new_tokens)
     if model is not None:
-        checks.check_draft_vocab(model, input_ids)
-        checks.check_fits_context(model, "draft", needed, prompt_length, max_new_tokens)
         check_tree_support(model, "draft", exact=False)
     return _tree_loop(target, model, vocab_limit, lookup, input_ids, max_new_tokens, widths, lookup_tokens, eos)
 
 
 def _tree_loop(target, model, vocab_limit, lookup, input_ids, max_new_tokens, widths, lookup_tokens, eos):
-    device = input_ids.device
-    prompt_length = input_ids.shape[1]
-    buffer = torch.empty(1, prompt_length + max_new_tokens, dtype=torch.long, device=device)
-    buffer[:, :prompt_length] = input_ids
-    length, end = prompt_length, prompt_length + max_new_tokens
-    eos_set = set(eos)
     target_cache = new_cache(target)
     draft_cache = new_cache(model) if model is not None else None
-    stats, steps = DecodeStats(), []
 
-    sync_device(device)
-    start_time = time.perf_counter()
-    while length < end:
-        context = buffer[:, :length]
-        room = end - length - 1  # leave room for the target's own token: never overshoot
+    def one_round(text: Text) -> None:
+        context, length, room = text.context, text.length, text.room
         tree, in_draft_cache, calls = TokenTree(), 0, 0
         if model is not None and room:
             tree, in_draft_cache, calls = draft_tree(model, draft_cache, context, widths[:room], vocab_limit)
@@ -386,8 +353,7 @@ def _tree_loop(target, model, vocab_limit, lookup, input_ids, max_new_tokens, wi
         while (child := tree.child(node, choices[node + 1])) is not None:
             path.append(child)
             node = child
-        emitted = cut_at_eos([tree.tokens[i] for i in path] + [choices[node + 1]], eos_set)
-        buffer[0, length : length + len(emitted)] = torch.tensor(emitted, device=device)
+        emitted = text.append([tree.tokens[i] for i in path] + [choices[node + 1]])
 
         # Keep the text plus the kept branch; the new last token is fed next round, as in the chain loop.
         prefix = list(range(length))
@@ -395,13 +361,6 @@ def _tree_loop(target, model, vocab_limit, lookup, input_ids, max_new_tokens, wi
         if calls:  # the draft fed the text this round; only non-leaf nodes are in its cache
             cached = itertools.takewhile(lambda i: i < in_draft_cache, path)
             keep_cache_positions(draft_cache, prefix + [length + i for i in cached])
-        length += len(emitted)
+        text.record(TreeStep(tree.branch_from(node), len(path), emitted, tree), len(tree), calls)
 
-        stats.record_round(len(tree), len(path), calls)
-        steps.append(TreeStep(tree.branch_from(node), len(path), emitted, tree))
-        if emitted[-1] in eos_set:
-            break
-    sync_device(device)
-    stats.wall_time_s = time.perf_counter() - start_time
-    stats.new_tokens = length - prompt_length
-    return DecodeOutput(buffer[:, :length].clone(), stats, steps)
+    return run_rounds(input_ids, max_new_tokens, eos, one_round)

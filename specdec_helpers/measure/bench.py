@@ -23,9 +23,11 @@ import torch
 from specdec_helpers.core import checks
 from specdec_helpers.core.decode import greedy_decode, speculative_decode
 from specdec_helpers.core.drafters import (
+    Drafter,
     HybridDrafter,
     ModelDrafter,
     PromptLookupDrafter,
+    as_drafter,
 )
 from specdec_helpers.core.timing import interleaved_order, spread, timed
 from specdec_helpers.measure.results import (
@@ -42,7 +44,7 @@ from specdec_helpers.measure.theory import (
     measure_forward_cost,
 )
 from specdec_helpers.models import pairs
-from specdec_helpers.models.drafts.eagle import feature_drafter_in, measure_draft_step
+from specdec_helpers.models.drafts.eagle import measure_draft_step
 from specdec_helpers.models.toy import TOY_PROMPTS
 
 PA3_PROMPTS = [
@@ -74,34 +76,25 @@ class Skip(str):
     """A method that cannot run for this draft (the string says why)."""
 
 
-def _model_of(draft):
-    """The HF model behind a draft, or None for model-free drafters."""
+def _hf_assistant(draft):
+    """The model HF assisted generation can draft with: a plain draft model's. None for drafts HF cannot
+    express (a hybrid drafts by lookup first; a feature drafter reads the target's features)."""
     if isinstance(draft, torch.nn.Module):
         return draft
-    if isinstance(draft, ModelDrafter):
-        return draft.model
-    return None
+    return draft.model if isinstance(draft, ModelDrafter) else None
 
 
 def draft_label(draft) -> str:
-    """A short name for tables: 'prompt-lookup', 'int8', or the draft model's name."""
-    if isinstance(draft, PromptLookupDrafter):  # "prompt-lookup" and "prompt-lookup:N" as `pairs.load_pair` names them
-        if draft.grow_with_match:
-            return f"prompt-lookup:{draft.min_ngram}"
-        return "prompt-lookup" if draft.min_ngram == 1 else f"prompt-lookup (min_ngram={draft.min_ngram})"
-    if isinstance(draft, HybridDrafter):
-        return "hybrid"
-    if hasattr(draft, "observe_target"):
-        return "eagle"
-    model = _model_of(draft)
+    """A short name for tables: the drafter's declared label, else its model's ('int8', a hub name)."""
+    if isinstance(draft, Drafter) and draft.label:
+        return draft.label
+    model = draft if isinstance(draft, torch.nn.Module) else draft.model
     if model is None:
         return type(draft).__name__
     if any("quantized" in type(m).__module__ for m in model.modules()):
         return "int8"
-    if hasattr(model, "distill_meta"):
-        return "distilled"
     # Hub ids name themselves ("pythia-160m-deduped"); a local folder named just "draft" (the toy's) does not.
-    name = Path(getattr(model.config, "_name_or_path", "") or "").name
+    name = Path(model.config.name_or_path or "").name
     if name and name != "draft":
         return name
     return f"{model.config.model_type}-{sum(p.numel() for p in model.parameters()) // 1000}k"
@@ -143,7 +136,7 @@ def build_methods(target, draft, k: int, names=METHODS, eos_token_id=None) -> di
         if isinstance(draft, PromptLookupDrafter):
             kwargs.update(prompt_lookup_num_tokens=k, max_matching_ngram_size=draft.max_ngram)
             return MethodOutput(target.generate(ids, **kwargs))
-        assistant = _model_of(draft)
+        assistant = _hf_assistant(draft)
         with _constant_k(assistant, k):
             return MethodOutput(target.generate(ids, assistant_model=assistant, **kwargs))
 
@@ -153,7 +146,7 @@ def build_methods(target, draft, k: int, names=METHODS, eos_token_id=None) -> di
     for name in names:
         if name not in available:
             raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS + COMPILED_METHODS)}")
-        if name == "hf_assisted" and not (isinstance(draft, PromptLookupDrafter) or _model_of(draft) is not None):
+        if name == "hf_assisted" and not (isinstance(draft, PromptLookupDrafter) or _hf_assistant(draft) is not None):
             methods[name] = Skip(f"HF assisted generation cannot express a {type(draft).__name__}")
         elif name == "hf_assisted" and isinstance(draft, PromptLookupDrafter) and (draft.min_ngram > 1 or draft.grow_with_match):
             methods[name] = Skip("HF's prompt lookup always falls back to single-token matches and proposes k tokens")
@@ -498,13 +491,13 @@ def measure_costs(target, draft, input_ids, ks, repeats: int = 5, target_curve: 
     # Dense where the curve bends (small n), sparse beyond; always every k + 1 the sweep verifies.
     sizes = sorted({*range(1, 9), 12, 16, 24, 32, *(k + 1 for k in ks)})
     curve = target_curve or measure_forward_cost(target, input_ids, sizes=sizes, repeats=repeats, warmup=1)
-    model = _model_of(draft) or getattr(draft, "model", None)  # also the model inside a hybrid drafter
-
-    features = feature_drafter_in(draft)  # a drafter reading the target's features, alone or in a hybrid
-    if features is not None:
-        draft_step = measure_draft_step(target, features, input_ids, repeats)
-    elif model is not None:
-        draft_step = measure_forward_cost(model, input_ids, sizes=[1], repeats=repeats)["median_s"][0]
+    drafter = as_drafter(draft, target)
+    # What drafts where a hybrid's lookup finds nothing: that is the step worth timing.
+    inner = drafter.model_drafter if isinstance(drafter, HybridDrafter) else drafter
+    if inner.needs_target_features:
+        draft_step = measure_draft_step(target, inner, input_ids, repeats)
+    elif drafter.model is not None:
+        draft_step = measure_forward_cost(drafter.model, input_ids, sizes=[1], repeats=repeats)["median_s"][0]
     else:
         draft_step = 0.0
     return costs_from_curve(curve, draft_step, ks)

