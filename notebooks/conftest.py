@@ -5,10 +5,14 @@
 - SPECDEC_THREADS=1: the toy models are tiny; on a shared 2-core machine one thread per kernel is
   faster and far steadier than two threads competing with other jobs.
 - PYTHONPATH: the kernels import the package from this checkout even if it is not pip-installed.
+- Every notebook cell is marked ``slow`` (the notebooks load the toy pair and run for minutes), so
+  ``pytest -m "not slow"`` skips them.
 """
 import os
 import tempfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,3 +23,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 collect_ignore = ["_build.py"]
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.slow)

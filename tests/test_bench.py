@@ -10,6 +10,7 @@ import torch
 
 from tiny_models import perturbed_copy, tiny_model
 from specdec_helpers.measure import bench
+from specdec_helpers.measure.methods import MethodOutput
 from specdec_helpers import cli
 from specdec_helpers.core import timing
 from specdec_helpers.measure import theory
@@ -88,7 +89,7 @@ def test_benchmark_interleaves_checks_identity_and_counts_tokens(pair):
     def method(name, output):
         def run(ids, n):
             calls.append(name)
-            return bench.MethodOutput(output)
+            return MethodOutput(output)
         return run
 
     def broken(ids, n):

@@ -14,6 +14,8 @@ from specdec_helpers.core.cache import cache_length, crop_cache, new_static_cach
 from specdec_helpers.core.compiled import CACHE_BLOCK, compiled_forward
 from specdec_helpers.core.cpu_kernels import use_onednn_linears
 
+pytestmark = pytest.mark.slow  # torch.compile: tens of seconds per graph
+
 
 def prompt(length, seed=3):
     return torch.randint(1, 64, (1, length), generator=torch.Generator().manual_seed(seed))

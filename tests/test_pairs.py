@@ -231,6 +231,7 @@ def smollm2_pair():
     return load_pair("smollm2-135m", draft="int8", progress=False)
 
 
+@pytest.mark.slow
 @needs_smollm2
 def test_smollm2_preset_loads_with_eos_and_tied_head(smollm2_pair):
     pair = smollm2_pair
@@ -242,6 +243,7 @@ def test_smollm2_preset_loads_with_eos_and_tied_head(smollm2_pair):
     assert pair.tokenizer.decode(ids[0]).endswith("<|im_start|>assistant\n")
 
 
+@pytest.mark.slow
 @needs_smollm2
 @pytest.mark.parametrize("draft", ["int8", "prompt-lookup", "prompt-lookup:2"])
 def test_smollm2_speculative_equals_greedy_generate(smollm2_pair, draft):
@@ -257,6 +259,7 @@ def test_smollm2_speculative_equals_greedy_generate(smollm2_pair, draft):
     assert out.stats.new_tokens >= 20
 
 
+@pytest.mark.slow
 @needs_smollm2
 def test_smollm2_distilled_draft_is_lossless(smollm2_pair, tmp_path, monkeypatch):
     from specdec_helpers.models.drafts import distill
@@ -332,7 +335,7 @@ def _raise_unreachable(*args, **kwargs):
     raise HubUnreachableError("hub unreachable. " + pairs._offline_hint())
 
 
-@pytest.mark.skipif(importlib.util.find_spec("specdec_helpers.models.toy") is None, reason="toy.py not there yet")
+@pytest.mark.slow
 def test_demo_runs_end_to_end_on_toy(capsys):
     assert cli.demo(["--preset", "toy", "--max-new-tokens", "24", "--color", "never"]) == 0
     out = capsys.readouterr().out
@@ -348,6 +351,7 @@ def test_model_pair_encode_plain_and_chat():
     assert pair.encode("the cat", chat=True).tolist() == [[1, 2, 3, 7]]
 
 
+@pytest.mark.slow
 def test_hybrid_puts_ngram_lookup_before_the_presets_draft_model():
     from specdec_helpers.core.drafters import HybridDrafter
 

@@ -1,7 +1,8 @@
 """Tests for the offline toy pair.
 
-The fast tests train for a handful of steps. The ``slow`` ones train the real toy once per
-session into a temporary cache (about a minute and a half on 2 CPU cores).
+The fast tests check the corpus, tokenizer and cache folder. The ``slow`` ones train (a handful of
+steps, twice) or load the real toy pair, which is trained once into the cache when it is missing
+(about a minute and a half on 2 CPU cores).
 """
 
 import json
@@ -61,6 +62,7 @@ def test_cache_dir_respects_environment(monkeypatch, tmp_path):
     assert toy.toy_cache_dir() == tmp_path / "x" / "specdec_helpers" / f"toy-v{toy.TOY_VERSION}"
 
 
+@pytest.mark.slow
 def test_training_is_deterministic(tmp_path):
     rng_before = torch.get_rng_state()
     a = toy.train_toy(tmp_path / "a", progress=False, steps=5)

@@ -25,7 +25,8 @@ from typing import Callable
 
 from specdec_helpers.assignment import suite
 from specdec_helpers.assignment.suite import EXERCISES, Mistake
-from specdec_helpers.measure.bench import MethodOutput, benchmark
+from specdec_helpers.measure.bench import benchmark
+from specdec_helpers.measure.methods import MethodOutput
 from specdec_helpers.models import pairs
 from specdec_helpers.present.notebook import prompts_for
 

@@ -21,6 +21,8 @@ import torch
 
 from tiny_models import perturbed_copy, tiny_model
 
+pytestmark = pytest.mark.slow  # drives a real browser
+
 REQUIRED = os.environ.get("SPECDEC_REQUIRE_BROWSER", "") not in ("", "0")  # CI: missing browser = failure
 try:
     from playwright import sync_api as playwright_api
