@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -197,13 +198,16 @@ def test_table_renderers():
 def test_markdown_to_html_subset():
     page = report.markdown_to_html("# Title\n\nSome **bold** `x<y`.\n\n- one\n- two\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
     assert "<h1>Title</h1>" in page and "<strong>bold</strong>" in page and "<code>x&lt;y</code>" in page
-    assert "<ul><li>one</li><li>two</li></ul>" in page
+    assert re.search(r"<ul>\s*<li>one</li>\s*<li>two</li>\s*</ul>", page)
     assert "<th>a</th>" in page and "<td>2</td>" in page
 
 
 def test_missing_placeholder_stays_visible():
     results = dict(config=dict(ks=[1], max_new_tokens=1, repeats=1, warmup=0), summary=[], runs=[], theory=[])
-    assert report.fill_template("{{figure:nope}}", results, {}) == "*(missing: figure:nope)*"
+    assert report.fill_template("{{ figure.nope }}", results, {}) == "*(missing: figure.nope)*"
+    assert report.fill_template("{{ nope }}", results, {}) == "*(missing: nope)*"
+    with pytest.raises(ValueError, match=r"placeholders read \{\{ table.sweep \}\}"):
+        report.fill_template("{{table:sweep}}", results, {})
     assert not math.isnan(theory.expected_speedup(0.3, 1, 0.0))
 
 

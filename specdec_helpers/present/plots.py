@@ -223,7 +223,7 @@ def save_figure(fig: Figure, name: str, out_dir=FIGURES_DIR, formats=("png", "pd
 
 
 def make_figures(results: dict) -> dict[str, Figure]:
-    """Every figure the results can support, by name (as the report's ``{{figure:NAME}}``)."""
+    """Every figure the results can support, by name (as the report's ``{{ figure.NAME }}``)."""
     figures = {}
     for name, plot in FIGURES.items():
         if name == "theory_vs_measured" and not results.get("theory"):

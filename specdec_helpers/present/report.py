@@ -1,10 +1,10 @@
-"""Report export: tables (Markdown, CSV, LaTeX) and a report built from a template.
+"""Report export: a report built from a template and the benchmark results.
 
-``python -m specdec_helpers report`` fills ``report/REPORT_TEMPLATE.md`` from the benchmark results:
-``{{table:NAME}}``, ``{{figure:NAME}}``, ``{{value:NAME}}`` and ``{{env}}`` placeholders. It writes
-``report.md`` (figures as files beside it), a self-contained ``report.html`` (figures embedded as
-base64 PNG, so one file can be handed in), and ``report.pdf`` when a Chromium is installed.
-No dependency beyond the kit's: the small Markdown subset a report needs is converted here.
+``python -m specdec_helpers report`` fills ``report/REPORT_TEMPLATE.md``, a Jinja2 template, from the
+results: ``{{ table.NAME }}``, ``{{ figure.NAME }}``, ``{{ value.NAME }}`` and ``{{ env }}``. It writes
+``report.md`` (figures as files beside it), a self-contained ``report.html`` (markdown-it-py's
+CommonMark with tables; figures embedded as base64 PNG, so one file can be handed in), and
+``report.pdf`` when a Chromium is installed.
 """
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jinja2
+from markdown_it import MarkdownIt
+
 from specdec_helpers.measure.results import BASELINE, SPECULATIVE, load_results
 from specdec_helpers.present.plots import make_figures, save_figure
 from specdec_helpers.present.tables import TABLES, summary_row, to_markdown
@@ -23,9 +26,6 @@ from specdec_helpers.present.tables import TABLES, summary_row, to_markdown
 TEMPLATE = Path("report") / "REPORT_TEMPLATE.md"
 # The repository's own template, for runs started from another folder.
 _REPO_TEMPLATE = Path(__file__).resolve().parents[1] / "report" / "REPORT_TEMPLATE.md"
-
-
-# --------------------------------------------------------------------------- tables
 
 
 # --------------------------------------------------------------------------- template filling
@@ -58,124 +58,49 @@ def report_values(results: dict) -> dict[str, str]:
                 max_new_tokens=str(results["config"]["max_new_tokens"]))
 
 
-_PLACEHOLDER = re.compile(r"\{\{\s*(table|figure|value|env)\s*(?::\s*([\w-]+))?\s*\}\}")
+class _Names:
+    """``{{ kind.NAME }}`` in the template; a name the results cannot fill stays visible in the report."""
+
+    def __init__(self, kind: str, makers: dict):
+        self._kind, self._makers = kind, makers
+
+    def __getattr__(self, name: str) -> str:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        make = self._makers.get(name)
+        return make() if make else f"*(missing: {self._kind}.{name})*"
+
+
+class _Missing(jinja2.Undefined):
+    def __str__(self) -> str:
+        return f"*(missing: {self._undefined_name})*"
 
 
 def fill_template(template: str, results: dict, figures: dict[str, str]) -> str:
-    """Drop HTML comments, replace placeholders; ``figures`` maps a figure name to its path relative
-    to the report. An unknown or unavailable name is left visible as *(missing: ...)*, not an error."""
+    """Render the Jinja2 ``template``; ``figures`` maps a figure name to its path relative to the report.
+    An unknown or unavailable name is left visible as *(missing: ...)*, not an error."""
     values = report_values(results)
-    template = re.sub(r"<!--.*?-->\n?", "", template, flags=re.S)  # guidance for whoever edits the template
-
-    def replace(match):
-        kind, name = match.group(1), match.group(2)
-        if kind == "env":
-            return env_markdown(results)
-        if kind == "table" and name in TABLES:
-            return to_markdown(*TABLES[name](results))
-        if kind == "figure" and name in figures:
-            return f"![{name.replace('_', ' ')}]({figures[name]})"
-        if kind == "value" and name in values:
-            return values[name]
-        return f"*(missing: {kind}:{name})*"
-
-    return _PLACEHOLDER.sub(replace, template)
-
-
-# --------------------------------------------------------------------------- markdown -> HTML
+    names = dict(
+        table=_Names("table", {name: (lambda make=make: to_markdown(*make(results))) for name, make in TABLES.items()}),
+        figure=_Names("figure", {name: (lambda name=name, path=path: f"![{name.replace('_', ' ')}]({path})")
+                                 for name, path in figures.items()}),
+        value=_Names("value", {name: (lambda text=text: text) for name, text in values.items()}),
+        env=env_markdown(results),
+    )
+    environment = jinja2.Environment(undefined=_Missing, keep_trailing_newline=True, trim_blocks=True, autoescape=False)
+    try:
+        return environment.from_string(template).render(names)
+    except jinja2.TemplateSyntaxError as error:
+        raise ValueError(f"the report template has a syntax error on line {error.lineno}: {error.message}; "
+                         "placeholders read {{ table.sweep }}, {{ figure.speedup_vs_k }}, {{ value.best_k }}, "
+                         "{{ env }}") from None
 
 
-def _inline(text: str) -> str:
-    """Escape HTML, then code spans, images, links, bold and italics."""
-    parts = re.split(r"(`[^`]+`)", text)
-    out = []
-    for part in parts:
-        if part.startswith("`") and part.endswith("`") and len(part) > 1:
-            out.append(f"<code>{html.escape(part[1:-1])}</code>")
-            continue
-        part = html.escape(part, quote=False)
-        part = re.sub(r"!\[([^\]]*)\]\(([^)\s]+)\)", r'<img alt="\1" src="\2">', part)
-        part = re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r'<a href="\2">\1</a>', part)
-        part = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", part)
-        part = re.sub(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", r"<em>\1</em>", part)
-        out.append(part)
-    return "".join(out)
-
-
-def _table_html(lines: list[str]) -> str:
-    def cells(line):
-        return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
-
-    head, body = cells(lines[0]), [cells(line) for line in lines[2:]]
-    rows = ["<tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>"]
-    rows += ["<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in body]
-    return "<table>\n" + "\n".join(rows) + "\n</table>"
+_MARKDOWN = MarkdownIt("commonmark").enable("table")
 
 
 def markdown_to_html(text: str) -> str:
-    """The subset a report needs: headings, paragraphs, lists, tables, code blocks, quotes, images."""
-    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)  # template guidance for the author only
-    lines, blocks, i = text.splitlines(), [], 0
-    while i < len(lines):
-        line = lines[i]
-        stripped = line.strip()
-        if not stripped:
-            i += 1
-        elif stripped.startswith("```"):
-            j = i + 1
-            while j < len(lines) and not lines[j].strip().startswith("```"):
-                j += 1
-            blocks.append("<pre><code>" + html.escape("\n".join(lines[i + 1 : j])) + "</code></pre>")
-            i = j + 1
-        elif m := re.match(r"(#{1,6})\s+(.*)", stripped):
-            level = len(m.group(1))
-            blocks.append(f"<h{level}>{_inline(m.group(2))}</h{level}>")
-            i += 1
-        elif re.fullmatch(r"(-{3,}|\*{3,})", stripped):
-            blocks.append("<hr>")
-            i += 1
-        elif stripped.startswith("|") and i + 1 < len(lines) and re.match(r"^\|?\s*:?-{3,}", lines[i + 1].strip()):
-            j = i
-            while j < len(lines) and lines[j].strip().startswith("|"):
-                j += 1
-            blocks.append(_table_html(lines[i:j]))
-            i = j
-        elif m := re.fullmatch(r"!\[([^\]]*)\]\(([^)\s]+)\)", stripped):
-            blocks.append(f'<figure><img alt="{html.escape(m.group(1))}" src="{html.escape(m.group(2))}">'
-                          f"<figcaption>{html.escape(m.group(1))}</figcaption></figure>")
-            i += 1
-        elif re.match(r"([-*]|\d+\.)\s+", stripped):
-            ordered = bool(re.match(r"\d+\.", stripped))
-            items = []
-            while i < len(lines) and lines[i].strip():
-                item = re.match(r"\s*(?:[-*]|\d+\.)\s+(.*)", lines[i])
-                if item:
-                    items.append(item.group(1))
-                else:  # continuation line of the previous item
-                    items[-1] += " " + lines[i].strip()
-                i += 1
-            tag = "ol" if ordered else "ul"
-            blocks.append(f"<{tag}>" + "".join(f"<li>{_inline(it)}</li>" for it in items) + f"</{tag}>")
-        elif stripped.startswith(">"):
-            quote = []
-            while i < len(lines) and lines[i].strip().startswith(">"):
-                quote.append(lines[i].strip()[1:].strip())
-                i += 1
-            blocks.append(f"<blockquote><p>{_inline(' '.join(quote))}</p></blockquote>")
-        else:
-            paragraph = []
-            while i < len(lines) and lines[i].strip() and not _starts_block(lines, i):
-                paragraph.append(lines[i].strip())
-                i += 1
-            if not paragraph:  # a line that looks like a block start but is not one: keep it as text
-                paragraph, i = [stripped], i + 1
-            blocks.append(f"<p>{_inline(' '.join(paragraph))}</p>")
-    return "\n".join(blocks)
-
-
-def _starts_block(lines, i) -> bool:
-    s = lines[i].strip()
-    return bool(re.match(r"(#{1,6}\s|```|\||>|[-*]\s|\d+\.\s|!\[)", s)) or bool(re.fullmatch(r"-{3,}", s))
+    return _MARKDOWN.render(text)
 
 
 _CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:52rem;margin:2rem auto;
@@ -183,8 +108,8 @@ padding:0 1rem;line-height:1.45;color:#222;font-size:11pt}h1{font-size:1.6rem}h2
 border-bottom:1px solid #ddd;padding-bottom:.2rem}table{border-collapse:collapse;margin:.6rem 0;font-size:9pt}
 th,td{border:1px solid #ccc;padding:.2rem .45rem;text-align:right}th{background:#f3f3f3}
 td:first-child,th:first-child{text-align:left}
-figure{display:inline-block;width:49%;margin:.4rem 0;text-align:center;vertical-align:top}
-img{max-width:100%}figcaption{font-size:9pt;color:#555}code{background:#f4f4f4;padding:0 .2rem}
+p>img{display:inline-block;width:49%;margin:.4rem 0;vertical-align:top}
+img{max-width:100%}code{background:#f4f4f4;padding:0 .2rem}
 pre{background:#f4f4f4;padding:.6rem;overflow-x:auto}blockquote{color:#555;border-left:3px solid #ccc;
 margin-left:0;padding-left:1rem}@media print{body{margin:0;max-width:none}}"""
 
@@ -244,19 +169,19 @@ def html_to_pdf(html_path: Path, pdf_path: Path, timeout: float = 120) -> Path |
 
 _FALLBACK_TEMPLATE = """# Speculative decoding: results
 
-{{env}}
+{{ env }}
 
 ## Results
-{{table:sweep}}
+{{ table.sweep }}
 
-{{figure:speedup_vs_k}}
+{{ figure.speedup_vs_k }}
 
-{{table:methods}}
+{{ table.methods }}
 
 ## Theory vs measurement
-{{table:theory}}
+{{ table.theory }}
 
-{{figure:theory_vs_measured}}
+{{ figure.theory_vs_measured }}
 """
 
 
