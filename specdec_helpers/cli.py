@@ -59,6 +59,7 @@ from specdec_helpers.measure.results import (
 )
 from specdec_helpers.models.drafts import eagle
 from specdec_helpers.models.drafts.distill import distill_draft, distilled_dir, is_saved
+from specdec_helpers.models.drafts.registry import DRAFTS, draft_names_help
 from specdec_helpers.models.pairs import (
     OFFLINE_PRESETS,
     PRESETS,
@@ -96,9 +97,7 @@ def _demo_args(argv):
     parser.add_argument("-k", "--num-speculative-tokens", type=int, dest="k",
                         help="draft tokens per round (default: the preset's)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--draft", help="override the preset's draft: 'eagle', 'distilled', 'hybrid', 'int8', 'prompt-lookup' (HF's), "
-                                         "'prompt-lookup:N' (n-grams of N tokens or more, proposals growing with the match), "
-                                         "'hybrid:<name>' (lookup, then that draft), or a hub id / folder")
+    parser.add_argument("--draft", help=f"override the preset's draft: {draft_names_help()}; or a hub id / folder")
     parser.add_argument("--show-rejected", action="store_true", help="also show rejected draft tokens, struck out")
     parser.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                         help="ANSI colours (auto: when stdout is a terminal and NO_COLOR is unset)")
@@ -154,8 +153,7 @@ def bench(argv=None) -> int:
                                      description="Benchmark speculative decoding against greedy baselines (sweep over k).")
     parser.add_argument("--preset", default="toy", help="preset name(s), comma-separated (default: toy)")
     parser.add_argument("--draft", default=None,
-                        help="draft(s), comma-separated: default, or a drafter name as in load_pair (prompt-lookup, "
-                             "prompt-lookup:2, int8, distilled, eagle, hybrid:<name>), or a hub id (default: the preset's)")
+                        help=f"draft(s), comma-separated (default: the preset's): default, a hub id, or {draft_names_help()}")
     parser.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)), help="draft lengths k (default: 1,2,4,8,16)")
     parser.add_argument("--max-new-tokens", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per method (interleaved)")
@@ -258,7 +256,7 @@ def distill(argv=None) -> int:
                                                  "prints what it cost.")
     parser.add_argument("--preset", default="smollm2-135m", help="a preset whose target is LLaMA-style (default: smollm2-135m)")
     parser.add_argument("--draft", choices=("eagle", "distilled"), default="eagle",
-                        help="eagle: one layer reading the target's features (default); distilled: a truncated copy")
+                        help=f"eagle (default): {DRAFTS['eagle'].help}; distilled: {DRAFTS['distilled'].help}")
     parser.add_argument("--force", action="store_true", help="train again even if a cached draft exists")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (the result depends on it)")
     args = parser.parse_args(argv)

@@ -70,12 +70,12 @@ def _no_argument(name: str, make: Callable[[DraftRequest], object]) -> Callable[
 
 
 DRAFTS: dict[str, DraftKind] = {
-    "prompt-lookup": DraftKind(_prompt_lookup, "n-gram lookup in the text so far, no model (HF's); 'prompt-lookup:N' "
+    "prompt-lookup": DraftKind(_prompt_lookup, "n-gram lookup in the text so far, no model, as HF's; 'prompt-lookup:N' "
                                                "matches N tokens or more and proposes up to twice as many as matched"),
     "int8": DraftKind(_no_argument("int8", lambda r: int8_copy(r.target)),
-                      "an int8 dynamic-quantized copy of the target (CPU)", announce=True),
+                      "an int8 dynamic-quantized copy of the target, for the CPU", announce=True),
     "eagle": DraftKind(_no_argument("eagle", lambda r: eagle_drafter(r.target, r.tokenizer, r.name, progress=r.progress)),
-                       "a layer reading the target's features (EAGLE), trained here on first use", announce=True),
+                       "a layer reading the target's features, after EAGLE, trained here on first use", announce=True),
     "distilled": DraftKind(_no_argument("distilled", lambda r: distilled_draft(r.target, r.tokenizer, r.name,
                                                                                progress=r.progress)),
                            "a truncated copy of the target distilled on its own text, trained here on first use",
@@ -102,4 +102,4 @@ def make_draft(spec: str, request: DraftRequest):
 
 def draft_names_help() -> str:
     """The draft names and what each makes, for command-line help."""
-    return "; ".join(f"'{name}' ({kind.help})" for name, kind in DRAFTS.items())
+    return "; ".join(f"'{name}': {kind.help}" for name, kind in DRAFTS.items())
