@@ -3,12 +3,11 @@
 Why try it: in eager mode a decoder pays per call for Python, a growing cache (``torch.cat`` per layer)
 and kernels it cannot fuse (norms, rotary embeddings, GQA heads copied out for masked attention). Our
 loop owns its cache, so it can keep it static and roll it back by moving one counter (`cache.crop_cache`);
-HF's assisted generation cannot. What it gave on 2 CPU cores (SmolLM2-135M, 5 prompts, 100 tokens,
-``perf --compile``, interleaved): greedy decoding 6% faster than eager, but speculative decoding 3% slower,
-because the several-token graph (dynamic shapes) verifies less efficiently than eager oneDNN; so 0.98x
-HF assisted on the same lookup draft, against 1.13x eager. Compiling costs about 2 minutes per graph on
-such a CPU (two graphs: one token, several), so it is off by default; on a GPU it is worth measuring
-again. Logits differ from eager in the last bits (fused kernels), as with any kernel change.
+HF's assisted generation cannot. Why it is off by default: compiling takes minutes per graph on a
+CPU (two graphs: one token, several), and on a CPU the several-token graph (dynamic shapes) can
+verify less efficiently than eager oneDNN linears (`cpu_kernels`), so speculative decoding may gain
+nothing (benchmarks/RESULTS.md has what ``perf --compile`` measured here). On a GPU it is worth
+measuring. Logits differ from eager in the last bits (fused kernels), as with any kernel change.
 """
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """Faster fp32 Linear layers on the CPU: oneDNN with weights pre-packed once.
 
-Why: on a small CPU, PyTorch's default fp32 matmul (MKL) handles a batch of 2-8 rows poorly. On 2
-cores, SmolLM2-135M takes 67 ms for one token but 107-148 ms for 2-5 tokens, so verifying a draft
-costs up to twice a decode step and speculative decoding cannot win. oneDNN with a weight packed
-ahead of time (what ``torch.compile`` uses for CPU linears) takes 65 ms for one token and 77 ms for
-five: verification becomes nearly free, as it is on a GPU. Logits change only in the last bits.
+Why: on a small CPU, PyTorch's default fp32 matmul (MKL) handles a batch of 2-8 rows poorly: a pass
+over a few tokens costs far more than one over a single token, so verifying a draft costs up to
+twice a decode step and speculative decoding cannot win. oneDNN with a weight packed ahead of time
+(what ``torch.compile`` uses for CPU linears) makes a few-token pass cost little more than one
+token: verification becomes nearly free, as it is on a GPU (benchmarks/RESULTS.md has the timings).
+Logits change only in the last bits.
 
 This relies on two private PyTorch operators (``torch.ops.mkldnn._reorder_linear_weight`` and
 ``_linear_pointwise``); they are used here only, and `use_onednn_linears` leaves a model alone when

@@ -56,7 +56,8 @@ def speculative_decode(
     round (vectorized verification); ``True`` keeps a KV cache and feeds only new positions.
     ``num_speculative_tokens="auto"`` adapts k each round (HF's heuristic, see `adaptive.KSchedule`).
     ``compile=True`` runs the target's forward compiled over a static cache (`compiled`), after
-    minutes of compiling on first use; measure it (``perf --compile``): on 2 CPU cores it lost 3%.
+    minutes of compiling on first use; whether it pays depends on the machine: measure it
+    (``perf --compile``; what it gave here is in benchmarks/RESULTS.md).
     """
     input_ids, max_new_tokens, eos = checks.decode_args(target, input_ids, max_new_tokens, eos_token_id)
     schedule = as_schedule(num_speculative_tokens)

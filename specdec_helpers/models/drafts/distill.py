@@ -217,7 +217,7 @@ def text_dir(name: str) -> Path:
 
 def target_text(target, tokenizer, *, recipe: DistillRecipe, prompts, folder: Path,
                 progress: bool = True) -> list[tuple[torch.Tensor, int]]:
-    """`_generate_data`, cached in ``folder`` (the slow part: ~10 minutes on 2 cores for SmolLM2), so
+    """`_generate_data`, cached in ``folder`` (the slow part: the target writes every answer), so
     every draft trained on the target's text (`distill`, `eagle`) pays for it once."""
     from safetensors.torch import load_file, save_file
 
@@ -309,7 +309,8 @@ def subset_labels(head: VocabSubsetHead) -> torch.Tensor:
 def _train(draft, data, recipe: DistillRecipe, progress: bool) -> list[float]:
     """Cross-entropy of the draft's subset head against the target's greedy token at every position
     the target wrote; returns the mean loss of each epoch. (Distilling the target's whole distribution
-    instead, with a KL term, cost 100 s more for the target's logits and gained 1% agreement.)"""
+    instead, with a KL term, costs a pass for the target's logits and gained almost nothing:
+    benchmarks/RESULTS.md.)"""
     head: VocabSubsetHead = draft.lm_head
     to_subset = subset_labels(head)
     params = [p for name, p in draft.named_parameters() if not name.startswith("model.embed_tokens")]

@@ -11,9 +11,9 @@ from specdec_helpers.core.cpu_kernels import use_plain_linears
 
 def int8_copy(model):
     """A copy of ``model`` with every Linear layer (the output head too) dynamically quantized to
-    int8, for the CPU. SmolLM2-135M on 2 cores: about 45 ms a step against 55-65 ms for the fp32 target
-    on oneDNN, agreeing with it on 42-78% of its greedy tokens (int8 activations cost the rest): too
-    slow to pay as a draft there (the preset's comment lists what was measured).
+    int8, for the CPU. It agrees with the target often, but a step still costs most of a target step
+    (dynamic quantization also quantizes activations, which costs agreement too), so it rarely pays
+    as a draft (benchmarks/RESULTS.md).
     """
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("draft='int8' quantizes for the CPU; on a GPU use draft='prompt-lookup' or a smaller model")
