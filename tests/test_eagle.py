@@ -166,6 +166,7 @@ def test_training_batch_aligns_features_tokens_and_labels():
     assert has_next[..., 0].tolist() == [[True, True, True], [True, True, False]]
 
 
+@pytest.mark.slow  # 2000 sampled decodes: half a minute, a quarter of the fast tier's budget
 def test_sampling_keeps_the_targets_distribution():
     """The first four sampled tokens (a 3-token vocabulary, so every sequence is counted) against the exact
     joint. The first round has no features yet; the second proposes two sampled tokens at once."""
