@@ -74,3 +74,22 @@ def test_model_drafter_proposes_its_own_greedy_continuation_and_rolls_back():
 def test_drafter_protocol():
     assert isinstance(sd.PromptLookupDrafter(), sd.Drafter)
     assert isinstance(sd.ModelDrafter(tiny_model("opt")), sd.Drafter)
+
+
+def test_drafters_declare_what_they_need():
+    model = tiny_model("opt")
+    assert sd.ModelDrafter(model).model is model and sd.HybridDrafter(model).model is model
+    assert sd.PromptLookupDrafter().model is None
+    assert not any(d.needs_target_features for d in (sd.ModelDrafter(model), sd.PromptLookupDrafter(),
+                                                      sd.HybridDrafter(model)))
+    assert sd.PromptLookupDrafter(min_ngram=2, grow_with_match=True).label == "prompt-lookup:2"
+
+
+def test_an_undeclared_drafter_is_told_how_to_declare():
+    class Undeclared:  # the three methods, but none of the declarations the loops read
+        def reset(self): ...
+        def rollback(self, n_kept): ...
+        def propose(self, input_ids, k, sampler=None): ...
+
+    with pytest.raises(TypeError, match="subclass of specdec_helpers.Drafter"):
+        sd.speculative_decode(tiny_model("opt"), Undeclared(), torch.tensor([[1, 2, 3]]), max_new_tokens=2)

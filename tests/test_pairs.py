@@ -14,6 +14,7 @@ from specdec_helpers.measure import bench
 from specdec_helpers import cli
 from specdec_helpers.models import pairs, smollm2, store
 from specdec_helpers.models.drafts.int8 import int8_copy
+from specdec_helpers.models.drafts.registry import DRAFTS, draft_names_help, split_name
 from specdec_helpers.core.cpu_kernels import uses_onednn
 from specdec_helpers.core.decode import speculative_decode
 from specdec_helpers.models.pairs import GatedModelError, HubUnreachableError, ModelPair, check_compatible, load_pair
@@ -198,6 +199,14 @@ def test_load_pair_from_folders_with_named_drafts(tiny_folder):
     int8 = lookup.with_draft("int8")
     assert int8.target is lookup.target and int8.num_speculative_tokens == 3
     assert any("quantized" in type(m).__module__ for m in int8.draft.modules())
+    with pytest.raises(ValueError, match="'int8' takes no argument"):
+        lookup.with_draft("int8:2")
+
+
+def test_every_draft_name_is_in_the_help_and_only_names_reach_the_table():
+    assert all(f"'{name}'" in draft_names_help() for name in DRAFTS)
+    assert split_name("hybrid:eagle") == ("hybrid", "eagle") and split_name("prompt-lookup") == ("prompt-lookup", None)
+    assert split_name("EleutherAI/pythia-160m-deduped") is None and split_name(None) is None
 
 
 def test_load_pair_rejects_a_draft_with_another_vocabulary(tiny_folder, tmp_path_factory):
