@@ -125,10 +125,11 @@ class Text:
         return self.ended or self.length >= self.end
 
     def append(self, tokens) -> list[int]:
-        """Append a round's tokens (kept draft tokens + the target's own), cut after the first EOS; returns
-        what was appended. The caller's ``max(room) + 1`` tokens always fit."""
+        """Append a round's tokens (kept draft tokens + the target's own), cut after the first EOS and at
+        ``max_new_tokens`` (a loop that drafts at most ``room`` tokens never reaches that cut); returns
+        what was appended."""
         tokens = torch.as_tensor(tokens)
-        emitted = cut_at_eos(tokens.tolist(), self.eos)
+        emitted = cut_at_eos(tokens.tolist(), self.eos)[: self.end - self.length]
         self.buffer[0, self.length : self.length + len(emitted)] = tokens[: len(emitted)]
         self.length += len(emitted)
         self.ended = emitted[-1] in self.eos
