@@ -280,6 +280,27 @@ def distill(argv=None) -> int:
     return 0
 
 
+def train_toy(argv=None) -> int:
+    """Retrain the toy pair with its recipe (about 90 s on 2 cores) and write the folder the package ships."""
+    import tempfile
+
+    from specdec_helpers.models import toy
+
+    parser = argparse.ArgumentParser(prog="python -m specdec_helpers train-toy", description=train_toy.__doc__)
+    parser.add_argument("--out", default=str(toy.shipped_toy()), help="folder to write (default: the package's data/toy)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (the shipped pair used 1)")
+    args = parser.parse_args(argv)
+    if args.threads < 1:
+        parser.error("--threads must be 1 or more")
+    torch.set_num_threads(args.threads)
+    print(f"training the toy pair (about {toy.EXPECTED_SECONDS} s on 2 cores) ...", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = toy.ship_toy(toy.train_toy(tmp, seed=args.seed), args.out)
+    print(f"wrote {out}; commit it with its manifest.json")
+    return 0
+
+
 def report(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specdec_helpers report",
                                      description="Build report.md, a self-contained report.html and (with Chromium) "
@@ -412,6 +433,7 @@ COMMANDS = {
     "bench": (bench, "benchmark sweep: methods, k, theory; writes results, figures, tables"),
     "perf": (perf, "performance ratios from one run: ours vs HF assisted, vs greedy, vs the bound; a profile"),
     "distill": (distill, "train (once) a draft from a preset's target: eagle (default) or distilled"),
+    "train-toy": (train_toy, "maintainer: retrain the toy pair with its recipe and rewrite the shipped files"),
     "report": (report, "build report/build/report.md, report.html (and a PDF with Chromium)"),
     "release": (release, "instructor: write the student kit (solutions stubbed, hidden tests removed)"),
     "grade": (grade, "instructor: grade a submission, write Gradescope results.json"),

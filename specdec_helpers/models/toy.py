@@ -1,11 +1,12 @@
-"""The offline ``toy`` pair: a small GPT-NeoX target and a smaller draft, trained here on CPU.
+"""The offline ``toy`` pair: a small GPT-NeoX target and a smaller draft, trained on CPU, shipped.
 
-Why it exists: notebooks, tests and graders must run with no model hub. So the package ships a
-fixed corpus (CPython's pydoc topic texts, PSF licence, see ``data/NOTICE``), and the first call
-to :func:`load_toy` trains a byte-level BPE tokenizer and the two models on it, deterministically
-(fixed seed, data order and step count), saves them with ``save_pretrained`` in a versioned cache
-folder, and loads them back the ordinary way (``AutoModelForCausalLM.from_pretrained``). Later
-calls just load (seconds).
+Why it exists: notebooks, tests and graders must run with no model hub, and give the same tokens on
+every machine. So the package ships the trained pair itself (``data/toy``: fp16 weights, about
+8 MB, with a sha256 manifest) and :func:`load_toy` just loads it (under a second). The recipe that
+made it stays here, reproducible: a fixed corpus (CPython's pydoc topic texts, PSF licence, see
+``data/NOTICE``), a byte-level BPE tokenizer and the two models trained on it deterministically
+(fixed seed, data order and step count) by :func:`train_toy`; ``specdec train-toy`` retrains and
+rewrites the shipped folder (:func:`ship_toy`). Bump TOY_VERSION when the recipe changes.
 
 The draft is trained on the same batches as the target, its loss moving from the corpus to the
 target's own next-token distribution (distillation): agreement with the target is what makes a
@@ -35,13 +36,14 @@ __all__ = [
     "build_tokenizer",
     "cache_root",
     "load_toy",
-    "toy_cache_dir",
+    "ship_toy",
+    "shipped_toy",
     "toy_corpus",
     "toy_documents",
     "train_toy",
 ]
 
-# Bump TOY_VERSION whenever anything below changes the trained result: it names the cache folder.
+# Bump TOY_VERSION whenever anything below changes the trained result (it is recorded in toy.json).
 TOY_VERSION = 1
 EOS_TOKEN = "<|endoftext|>"
 PAD_TOKEN = "<|pad|>"
@@ -55,7 +57,7 @@ SEQ_LEN = 128
 TARGET_LR = 3e-3
 DRAFT_LR = 5e-3
 DISTILL_WEIGHT = 0.8  # final weight of the KL-to-target term in the draft's loss (ramped from 0)
-EXPECTED_SECONDS = 90  # on 2 CPU cores; only used in the message shown before training
+EXPECTED_SECONDS = 90  # to train, on 2 CPU cores; shown by `specdec train-toy`
 
 _CORPUS_FILE = "pydoc_topics.txt.gz"
 
@@ -78,15 +80,97 @@ def cache_root() -> Path:
     return Path(base).expanduser() / "specdec_helpers"
 
 
+MANIFEST = "manifest.json"  # sha256 of every file in a cache folder, written last: marks it whole
+LEFTOVER_HOURS = 6  # a hidden temp folder this old (or whose writer died) is a killed run's leftover
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(folder: Path) -> None:
+    """Record the sha256 of every file under ``folder`` in ``folder/manifest.json``."""
+    files = sorted(p for p in Path(folder).rglob("*") if p.is_file() and p.name != MANIFEST)
+    sums = {p.relative_to(folder).as_posix(): _sha256(p) for p in files}
+    (Path(folder) / MANIFEST).write_text(json.dumps(sums, indent=1, sort_keys=True) + "\n")
+
+
+def folder_problem(folder: Path) -> str | None:
+    """None when ``folder`` holds every file its manifest lists, unchanged; else what is wrong,
+    naming the file (missing, truncated or altered), so a broken cache is rebuilt or reported."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return f"{folder} does not exist"
+    try:
+        sums = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return f"{folder / MANIFEST} is missing or unreadable (an unfinished or older cache folder)"
+    for rel, digest in sums.items():
+        path = folder / rel
+        if not path.is_file():
+            return f"{path} is missing"
+        if _sha256(path) != digest:
+            return f"{path} is damaged (truncated or altered: its sha256 differs from {MANIFEST})"
+    return None
+
+
+def _share(folder: Path) -> None:
+    """Give files the permissions the umask allows (mkdtemp makes 0700 folders and some writers
+    0600 files): a cache shared by a course must be readable by everyone the umask lets in."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in [folder, *folder.rglob("*")]:
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
+
+
+def _remove_leftovers(folder: Path) -> None:
+    """Delete hidden temp folders of ``folder`` left by killed runs: the writer's pid (in the name)
+    is gone from this machine, or the folder is older than LEFTOVER_HOURS."""
+    for tmp in folder.parent.glob(f".{folder.name}-*"):
+        pid = tmp.name[len(folder.name) + 2 :].partition("-")[0]
+        try:
+            alive = pid.isdigit() and (os.kill(int(pid), 0) is None)
+        except PermissionError:
+            alive = True
+        except OSError:
+            alive = False
+        stale = time.time() - tmp.stat().st_mtime > LEFTOVER_HOURS * 3600
+        if tmp.is_dir() and (not alive or stale):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 @contextlib.contextmanager
-def atomic_folder(folder: Path, is_complete):
-    """Write a cache folder atomically: yields a fresh folder beside ``folder`` to fill, then moves
-    it into place, so readers see no folder or a whole one. ``is_complete(folder)`` says whether a
-    folder already there is whole: another process finishing first is fine, a partial leftover goes."""
+def build_lock(folder: Path):
+    """Hold ``folder``'s lock (a ``.lock`` file beside it), so concurrent first uses build it once:
+    the others wait, then find it whole."""
+    from filelock import FileLock
+
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    with FileLock(str(folder.parent / f".{folder.name}.lock")):
+        yield
+
+
+@contextlib.contextmanager
+def atomic_folder(folder: Path, is_complete=None):
+    """Write a cache folder atomically: yields a fresh folder beside ``folder`` to fill, then writes
+    its manifest, opens its permissions to the umask and moves it into place, so readers see no
+    folder or a whole one. ``is_complete(folder)`` (default: its manifest checks out) says whether
+    a folder already there is whole: another process finishing first is fine, a broken one goes.
+    Leftover temp folders of killed runs are removed first."""
+    is_complete = is_complete or (lambda f: folder_problem(f) is None)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(folder)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-{os.getpid()}-", dir=folder.parent))
     try:
         yield tmp
+        write_manifest(tmp)
+        _share(tmp)
         if folder.exists() and not is_complete(folder):
             shutil.rmtree(folder)
         try:
@@ -98,9 +182,27 @@ def atomic_folder(folder: Path, is_complete):
         shutil.rmtree(tmp, ignore_errors=True)  # no-op after the move; else lost a race
 
 
-def toy_cache_dir() -> Path:
-    """Where the trained toy pair lives; the version key changes when the recipe does."""
-    return cache_root() / f"toy-v{TOY_VERSION}"
+def cached_folder(folder: Path, build, progress: bool = True) -> Path:
+    """``folder`` if its manifest checks out; else (re)built by ``build(tmp)`` under its lock."""
+    folder = Path(folder)
+    if folder_problem(folder) is None:
+        return folder
+    with build_lock(folder):
+        problem = folder_problem(folder)
+        if problem is None:  # another process built it while we waited
+            return folder
+        if folder.exists():
+            if progress:
+                print(f"{problem}: rebuilding {folder}", file=sys.stderr, flush=True)
+            shutil.rmtree(folder)
+        with atomic_folder(folder) as tmp:
+            build(tmp)
+    return folder
+
+
+def shipped_toy():
+    """The package's own toy pair folder (``data/toy``): fp16 weights, tokenizer, manifest."""
+    return resources.files("specdec_helpers") / "data" / "toy"
 
 
 def toy_corpus() -> str:
@@ -265,33 +367,40 @@ def train_toy(out_dir, progress: bool = True, seed: int = 0, steps: int = TRAIN_
     return out_dir
 
 
-def _is_complete(folder: Path) -> bool:
-    needed = ["toy.json"] + [
-        f"{name}/{file}"
-        for name in ("target", "draft")
-        for file in ("config.json", "model.safetensors", "tokenizer.json")
-    ]
-    return all((folder / rel).is_file() for rel in needed)
+def ship_toy(trained, out_dir) -> Path:
+    """Write what the package ships from a :func:`train_toy` folder: each model's config and fp16
+    weights (half the bytes; :func:`load_toy` reads them back as fp32), one tokenizer, ``toy.json``
+    and the sha256 manifest that :func:`load_toy` checks. ``specdec train-toy`` runs both steps."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    trained, out_dir = Path(trained), Path(out_dir)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    for name in ("target", "draft"):
+        model = AutoModelForCausalLM.from_pretrained(trained / name, dtype=torch.float16)
+        model.save_pretrained(out_dir / name)
+    AutoTokenizer.from_pretrained(trained / "target").save_pretrained(out_dir / "tokenizer")
+    shutil.copy(trained / "toy.json", out_dir / "toy.json")
+    write_manifest(out_dir)
+    _share(out_dir)
+    return out_dir
 
 
 def load_toy(device="cpu", dtype=torch.float32, progress: bool = True):
-    """Return ``(target, draft, tokenizer)``, training them once (about a minute and a half)."""
+    """Return ``(target, draft, tokenizer)``: the pair shipped in the package (fp16 on disk, loaded
+    as ``dtype``), the same on every machine. Its files are checked against their manifest first.
+    ``progress`` is kept for the callers' sake: loading takes well under a second."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = toy_cache_dir()
-    if not _is_complete(folder):
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        if progress:
-            print(
-                f"Training the toy pair once (about {EXPECTED_SECONDS} s); cached at {folder}",
-                file=sys.stderr,
-            )
-        with atomic_folder(folder, _is_complete) as tmp:
-            train_toy(tmp, progress=progress)
-
-    tokenizer = AutoTokenizer.from_pretrained(folder / "target")
-    target, draft = (
-        AutoModelForCausalLM.from_pretrained(folder / name, dtype=dtype).to(device).eval()
-        for name in ("target", "draft")
-    )
+    with resources.as_file(shipped_toy()) as folder:
+        problem = folder_problem(folder)
+        if problem is not None:
+            raise RuntimeError(f"the shipped toy pair is broken: {problem}. Reinstall the package "
+                               "(pip install --force-reinstall --no-deps specdec_helpers, or git checkout "
+                               "specdec_helpers/data/toy in a clone), or rebuild it: specdec train-toy")
+        tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
+        target, draft = (
+            AutoModelForCausalLM.from_pretrained(folder / name, dtype=dtype).to(device).eval()
+            for name in ("target", "draft")
+        )
     return target, draft, tokenizer
