@@ -112,15 +112,22 @@ def test_shipped_toy_loads_as_fp32_and_decodes_deterministically(toy_pair):
     assert runs[0].shape[1] == ids.shape[1] + 24
 
 
-def test_broken_shipped_toy_names_the_file_and_the_fix(tmp_path, monkeypatch):
+@pytest.mark.parametrize("rel, problem", [
+    ("target/model.safetensors", "is damaged"),  # truncated
+    ("tokenizer/tokenizer_config.json", "is missing"),  # once reported as "trained with another tokenizer"
+])
+def test_broken_shipped_toy_names_the_file_and_the_fix(tmp_path, monkeypatch, rel, problem):
     import shutil
 
     with resources.as_file(toy.shipped_toy()) as folder:
         copy = shutil.copytree(folder, tmp_path / "toy")
-    weights = copy / "target" / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[:1000])  # truncated
+    path = copy / rel
+    if problem == "is missing":
+        path.unlink()
+    else:
+        path.write_bytes(path.read_bytes()[:1000])
     monkeypatch.setattr(toy, "shipped_toy", lambda: copy)
-    with pytest.raises(RuntimeError, match=r"target/model.safetensors is damaged.*[Rr]einstall"):
+    with pytest.raises(RuntimeError, match=rf"{rel} {problem}.*[Rr]einstall"):
         toy.load_toy(progress=False)
 
 

@@ -33,8 +33,8 @@ from specdec_helpers.models.drafts.eagle import (
     feature_drafter_in,
 )
 from specdec_helpers.models.toy import (  # one cache root for the package: $SPECDEC_CACHE_DIR, else the user cache
-    atomic_folder,
     cache_root,
+    cached_folder,
     load_toy,
 )
 
@@ -463,11 +463,11 @@ def smollm2_gguf() -> Path:
 
 
 def _convert_smollm2(folder: Path, progress: bool) -> None:
-    """Dequantize the GGUF once and save plain safetensors + tokenizer to ``folder`` (atomically)."""
+    """Dequantize the GGUF and save plain safetensors + tokenizer into ``folder`` (a fresh temp folder)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = smollm2_gguf()
-    _say(progress, f"smollm2-135m: converting {gguf.name} to safetensors once (about a minute) -> {folder}")
+    _say(progress, f"smollm2-135m: converting {gguf.name} to safetensors once (about a minute)")
     start = time.perf_counter()
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -482,19 +482,19 @@ def _convert_smollm2(folder: Path, progress: bool) -> None:
     model.generation_config.bos_token_id = tokenizer.bos_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    with atomic_folder(folder, lambda f: (f / "model.safetensors").is_file()) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
     _say(progress, f"smollm2-135m: converted in {time.perf_counter() - start:.0f} s")
 
 
 def load_smollm2(device="cpu", dtype=torch.float32, progress: bool = True):
-    """SmolLM2-135M-Instruct (target) and its tokenizer, converted from the GGUF on first use."""
+    """SmolLM2-135M-Instruct (target) and its tokenizer, converted from the GGUF on first use into a
+    cache folder whose files are checked against their sha256 manifest on every load: a damaged or
+    missing file is converted again, under a lock so that concurrent first uses convert once."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = cache_root() / _SMOLLM2_CACHE
-    if not (folder / "model.safetensors").is_file():
-        _convert_smollm2(folder, progress)
+    smollm2_gguf()  # a missing package is an ImportError with the pip command, before any cache work
+    folder = cached_folder(cache_root() / _SMOLLM2_CACHE, lambda tmp: _convert_smollm2(tmp, progress), progress)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
     return model, AutoTokenizer.from_pretrained(folder)
 
