@@ -87,22 +87,62 @@ from specdec_helpers.present.tables import (
 from specdec_helpers.present.widgets import token_spans
 
 
+def _at_least(minimum: int):
+    """argparse type: a whole number >= ``minimum`` (a count of tokens, runs, threads)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {value}")
+        return value
+
+    parse.__name__ = f"whole number >= {minimum}"
+    return parse
+
+
+_positive_int, _whole_number = _at_least(1), _at_least(0)
+
+
+def _positive_ints(text: str) -> list[int]:
+    """argparse type: comma-separated whole numbers >= 1, e.g. '1,2,4'."""
+    values = [_positive_int(part.strip()) for part in text.split(",") if part.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers >= 1, e.g. 1,2,4; got {text!r}")
+    return values
+
+
+def _check_device_and_out(parser, args) -> None:
+    """Fail at once, in one line, on a device this machine lacks or an --out that is a file."""
+    device = getattr(args, "device", None)
+    if device and device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {device}: no CUDA GPU here (torch {torch.__version__}); use --device cpu")
+    out = getattr(args, "out", None)
+    if out and Path(out).exists() and not Path(out).is_dir():
+        parser.error(f"--out {out} is a file; give a folder")
+
+
 def _demo_args(argv):
     parser = argparse.ArgumentParser(prog="python -m specdec_helpers demo", description=demo_module.__doc__.splitlines()[0])
     parser.add_argument("--preset", default=OFFLINE_PRESETS[0],
                         help=f"pair to load (default: {OFFLINE_PRESETS[0]}; offline: {', '.join(OFFLINE_PRESETS)}; "
                              f"also auto, {', '.join(p for p in PRESETS if p not in OFFLINE_PRESETS)})")
     parser.add_argument("--prompt", help="text to continue (default: a prompt that suits the preset)")
-    parser.add_argument("-k", "--num-speculative-tokens", type=int, dest="k",
+    parser.add_argument("-k", "--num-speculative-tokens", type=_positive_int, dest="k",
                         help="draft tokens per round (default: the preset's)")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--max-new-tokens", type=_positive_int, default=64)
     parser.add_argument("--draft", help="override the preset's draft: 'eagle', 'distilled', 'hybrid', 'int8', 'prompt-lookup' (HF's), "
                                          "'prompt-lookup:N' (n-grams of N tokens or more, proposals growing with the match), "
                                          "'hybrid:<name>' (lookup, then that draft), or a hub id / folder")
     parser.add_argument("--show-rejected", action="store_true", help="also show rejected draft tokens, struck out")
     parser.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                         help="ANSI colours (auto: when stdout is a terminal and NO_COLOR is unset)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.prompt is not None and not args.prompt.strip():
+        parser.error("--prompt is empty; give some text, or leave --prompt out for the preset's own prompt")
+    return args
 
 
 def demo(argv=None) -> int:
@@ -115,8 +155,8 @@ def demo(argv=None) -> int:
     except (OSError, ImportError, ValueError) as error:  # friendly load errors: no traceback
         print(f"demo: {error}", file=sys.stderr)
         return 1
-    k = args.k or pair.num_speculative_tokens
-    prompt = args.prompt or default_prompt(pair.preset)
+    k = args.k if args.k is not None else pair.num_speculative_tokens
+    prompt = default_prompt(pair.preset) if args.prompt is None else args.prompt
     input_ids = pair.encode(prompt)
     n = args.max_new_tokens
 
@@ -156,22 +196,23 @@ def bench(argv=None) -> int:
     parser.add_argument("--draft", default=None,
                         help="draft(s), comma-separated: default, or a drafter name as in load_pair (prompt-lookup, "
                              "prompt-lookup:2, int8, distilled, eagle, hybrid:<name>), or a hub id (default: the preset's)")
-    parser.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)), help="draft lengths k (default: 1,2,4,8,16)")
-    parser.add_argument("--max-new-tokens", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per method (interleaved)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed runs per method first")
+    parser.add_argument("--ks", type=_positive_ints, default=list(DEFAULT_KS), help="draft lengths k (default: 1,2,4,8,16)")
+    parser.add_argument("--max-new-tokens", type=_positive_int, default=100)
+    parser.add_argument("--repeats", type=_positive_int, default=3, help="timed runs per method (interleaved)")
+    parser.add_argument("--warmup", type=_whole_number, default=1, help="untimed runs per method first")
     parser.add_argument("--prompts", nargs="+", default=None,
                         help="prompt strings, or @file with one prompt a line (default: the 3 PA3 prompts + 2 more: five)")
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
     parser.add_argument("--device", default=None)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--out", default="report", help="folder for results/, figures/, tables/ (default: report)")
     parser.add_argument("--no-figures", action="store_true", help="skip figures and tables")
     args = parser.parse_args(argv)
+    _check_device_and_out(parser, args)
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    ks = [int(k) for k in args.ks.split(",") if k.strip()]
+    ks = args.ks
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     cases = load_cases(args)
     results = run_sweep(cases, ks, max_new_tokens=args.max_new_tokens, repeats=args.repeats, warmup=args.warmup,
@@ -200,19 +241,20 @@ def perf(argv=None) -> int:
                         help="draft(s), comma-separated (default: 'hybrid,prompt-lookup': n-gram lookup before the preset's draft, "
                              "that draft model alone (added after a hybrid over a draft model), and n-gram lookup alone; smollm2-135m: "
                              f"'{DEFAULT_DRAFTS['smollm2-135m']}')")
-    parser.add_argument("--k", type=int, default=None, help="draft length (default: each preset's k)")
-    parser.add_argument("--max-new-tokens", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per method (interleaved)")
-    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--k", type=_positive_int, default=None, help="draft length (default: each preset's k)")
+    parser.add_argument("--max-new-tokens", type=_positive_int, default=100)
+    parser.add_argument("--repeats", type=_positive_int, default=3, help="timed runs per method (interleaved)")
+    parser.add_argument("--warmup", type=_whole_number, default=1)
     parser.add_argument("--prompts", nargs="+", default=None, help="default: the 3 PA3 prompts + 2 more")
     parser.add_argument("--device", default=None)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--out", default="report", help="results JSON goes to OUT/results/perf.json")
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--compile", action="store_true",
                         help="also time ours with the target's forward compiled over a static cache (`compiled`; "
                              "minutes of compiling first): rows labelled '<draft> compiled'")
     args = parser.parse_args(argv)
+    _check_device_and_out(parser, args)
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -450,4 +492,10 @@ def main(argv: list[str] | None = None) -> int:
         for name, (_, summary) in COMMANDS.items():
             print(f"  {name:<10} {summary}")
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
-    return int(COMMANDS[argv[0]][0](argv[1:]) or 0)
+    try:
+        return int(COMMANDS[argv[0]][0](argv[1:]) or 0)
+    except (ValueError, OSError, ImportError, zipfile.BadZipFile) as error:
+        # A user's mistake (bad value, missing or unreadable file, a package to install): one line, no traceback.
+        # json and toml decode errors are ValueErrors; argparse errors exit 2 before this.
+        print(f"{argv[0]}: {error}", file=sys.stderr)
+        return 2

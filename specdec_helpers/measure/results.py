@@ -148,9 +148,14 @@ def load_results(path) -> dict:
     """One results JSON, or every ``*.json`` in a folder merged (runs, summary, theory, costs pooled)."""
     path = Path(path)
     files = sorted(path.glob("*.json")) if path.is_dir() else [path]
-    if not files:
-        raise FileNotFoundError(f"no results JSON in {path}; run `python -m specdec_helpers bench` first")
-    loaded = [json.loads(f.read_text()) for f in files]
+    loaded = [_read_json(f) for f in files]
+    if path.is_dir():  # `perf` writes perf.json beside the sweeps: it has ratios, not a sweep's summary
+        loaded = [r for r in loaded if isinstance(r, dict) and "summary" in r]
+    elif not (isinstance(loaded[0], dict) and "summary" in loaded[0]):
+        raise ValueError(f"{path} is not a `bench` results file (it has no 'summary'); give the folder or file "
+                         "that `python -m specdec_helpers bench` wrote")
+    if not loaded:
+        raise FileNotFoundError(f"no `bench` results JSON in {path}; run `python -m specdec_helpers bench` first")
     if len(loaded) == 1:
         return loaded[0]
     merged = dict(config=loaded[0]["config"], envs=[r["env"] for r in loaded if "env" in r], env=loaded[0].get("env"),
@@ -161,6 +166,13 @@ def load_results(path) -> dict:
         merged["theory"] += r["theory"]
         merged["costs"].update(r["costs"])
     return merged
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON ({error}); run `bench` again or remove it") from None
 
 
 def _json_default(obj):
