@@ -39,6 +39,7 @@ from specdec_helpers.core.decode import greedy_decode, speculative_decode
 from specdec_helpers.measure.bench import (
     DEFAULT_KS,
     METHODS,
+    QUICK,
     draft_label,
     load_cases,
     run_sweep,
@@ -53,12 +54,13 @@ from specdec_helpers.measure.perf import (
 )
 from specdec_helpers.measure.results import (
     COMPILED_METHODS,
-    SPECULATIVE,
     environment,
     save_results,
 )
+from specdec_helpers.measure.speedup import speedup
 from specdec_helpers.models.drafts import eagle
 from specdec_helpers.models.drafts.distill import distill_draft, distilled_dir, is_saved
+from specdec_helpers.models.toy import retrain_toy
 from specdec_helpers.models.pairs import (
     OFFLINE_PRESETS,
     PRESETS,
@@ -80,8 +82,7 @@ from specdec_helpers.present.report import TEMPLATE, build_report
 from specdec_helpers.present.tables import (
     print_profile,
     print_ratios,
-    sweep_table,
-    to_markdown,
+    print_summary,
     write_tables,
 )
 from specdec_helpers.present.widgets import token_spans
@@ -115,13 +116,19 @@ def _positive_ints(text: str) -> list[int]:
 
 
 def _check_device_and_out(parser, args) -> None:
-    """Fail at once, in one line, on a device this machine lacks or an --out that is a file."""
-    device = getattr(args, "device", None)
+    """Refuse at once a device this machine lacks and an --out that is a file."""
+    device, out = getattr(args, "device", None), getattr(args, "out", None)
     if device and device.startswith("cuda") and not torch.cuda.is_available():
         parser.error(f"--device {device}: no CUDA GPU here (torch {torch.__version__}); use --device cpu")
-    out = getattr(args, "out", None)
     if out and Path(out).exists() and not Path(out).is_dir():
         parser.error(f"--out {out} is a file; give a folder")
+
+
+def _set_threads(requested: int | None, presets: str) -> None:
+    """--threads, else 1 for the toy alone: on a busy 2-core machine a second thread waiting for a core
+    made a toy run 10x slower (and an 8x speedup appear from nowhere)."""
+    if requested or {p.strip().lower() for p in presets.split(",")} == {"toy"}:
+        torch.set_num_threads(requested or 1)
 
 
 def _demo_args(argv):
@@ -139,6 +146,10 @@ def _demo_args(argv):
     parser.add_argument("--show-rejected", action="store_true", help="also show rejected draft tokens, struck out")
     parser.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                         help="ANSI colours (auto: when stdout is a terminal and NO_COLOR is unset)")
+    parser.add_argument("--repeats", type=_positive_int, default=3,
+                        help="timed rounds of greedy and speculative, interleaved (default: 3); the table shows medians")
+    parser.add_argument("--threads", type=_positive_int, default=None,
+                        help="torch CPU threads (default: 1 for toy, else torch's choice)")
     args = parser.parse_args(argv)
     if args.prompt is not None and not args.prompt.strip():
         parser.error("--prompt is empty; give some text, or leave --prompt out for the preset's own prompt")
@@ -147,9 +158,7 @@ def _demo_args(argv):
 
 def demo(argv=None) -> int:
     args = _demo_args(argv)
-    import torch
-
-
+    _set_threads(args.threads, args.preset)
     try:
         pair = load_pair(args.preset, draft=args.draft, progress=True)
     except (OSError, ImportError, ValueError) as error:  # friendly load errors: no traceback
@@ -160,13 +169,19 @@ def demo(argv=None) -> int:
     input_ids = pair.encode(prompt)
     n = args.max_new_tokens
 
-    print(f"decoding {n} tokens, greedy then speculative ...", file=sys.stderr, flush=True)
+    print(f"decoding {n} tokens: warm-up, then greedy and speculative interleaved, {args.repeats} rounds ...",
+          file=sys.stderr, flush=True)
     # Warm-up: the first calls pay one-off costs (allocations, kernel selection) that are no part of either method.
     greedy_decode(pair.target, input_ids, max_new_tokens=4)
     speculative_decode(pair.target, pair.draft, input_ids, max_new_tokens=4, num_speculative_tokens=k)
-    greedy = greedy_decode(pair.target, input_ids, max_new_tokens=n)
-    spec = speculative_decode(pair.target, pair.draft, input_ids, max_new_tokens=n, num_speculative_tokens=k)
-    identical = torch.equal(spec.sequences, greedy.sequences)
+    greedys, specs = [], []
+    for _ in range(args.repeats):  # interleaved: a busy second slows both sides alike
+        greedys.append(greedy_decode(pair.target, input_ids, max_new_tokens=n))
+        specs.append(speculative_decode(pair.target, pair.draft, input_ids, max_new_tokens=n, num_speculative_tokens=k))
+    greedy, spec = (sorted(runs, key=lambda r: r.stats.wall_time_s)[len(runs) // 2] for runs in (greedys, specs))
+    identical = all(torch.equal(s.sequences, greedy.sequences) for s in specs + greedys)
+    measured = speedup([g.stats.wall_time_s for g in greedys], [s.stats.wall_time_s for s in specs],
+                       tokens_per_call=spec.stats.mean_accepted_length)
 
     color = use_color(args.color)
     print(f"preset={pair.preset}  draft={draft_label(pair.draft)}  k={k}  device={pair.device}  "
@@ -174,19 +189,8 @@ def demo(argv=None) -> int:
     print(f"prompt: {prompt!r}\n")
     print(render(token_spans(spec, pair.tokenizer, input_ids.shape[1], show_prompt=False), color, args.show_rejected))
     print("\n" + legend(color, args.show_rejected) + "\n")
-    print(summary_table(spec, greedy, identical))
+    print(summary_table(spec, greedy, identical, measured))
     return 0
-
-
-def print_summary(results: dict, file=None) -> None:
-    """One PA3-style block per (preset, drafter, k), then the sweep table."""
-    out = file or sys.stdout
-    for row in results["summary"]:
-        if row["method"] == SPECULATIVE and row.get("speedup"):
-            print(f"{row['preset']}/{row['drafter']} k={row['k']}: Speedup: {row['speedup']:.2f}x  "
-                  f"Latency reduction: {row['latency_reduction']:.2f}%  "
-                  f"Draft token acceptance rate: {row['acceptance_rate']:.2%}", file=out)
-    print("\n" + to_markdown(*sweep_table(results)), file=out)
 
 
 def bench(argv=None) -> int:
@@ -196,24 +200,33 @@ def bench(argv=None) -> int:
     parser.add_argument("--draft", default=None,
                         help="draft(s), comma-separated: default, or a drafter name as in load_pair (prompt-lookup, "
                              "prompt-lookup:2, int8, distilled, eagle, hybrid:<name>), or a hub id (default: the preset's)")
-    parser.add_argument("--ks", type=_positive_ints, default=list(DEFAULT_KS), help="draft lengths k (default: 1,2,4,8,16)")
-    parser.add_argument("--max-new-tokens", type=_positive_int, default=100)
+    parser.add_argument("--full", action="store_true",
+                        help="the full sweep: k 1,2,4,8,16, five prompts, 100 tokens, every method (tens of minutes on 2 cores); "
+                             f"without it: k {','.join(map(str, QUICK['ks']))}, {QUICK['max_prompts']} prompts, "
+                             f"{QUICK['max_new_tokens']} tokens, {','.join(QUICK['methods'])} (minutes)")
+    parser.add_argument("--ks", type=_positive_ints, default=None, help="draft lengths k, e.g. 1,2,4")
+    parser.add_argument("--max-new-tokens", type=_positive_int, default=None)
     parser.add_argument("--repeats", type=_positive_int, default=3, help="timed runs per method (interleaved)")
     parser.add_argument("--warmup", type=_whole_number, default=1, help="untimed runs per method first")
     parser.add_argument("--prompts", nargs="+", default=None,
-                        help="prompt strings, or @file with one prompt a line (default: the 3 PA3 prompts + 2 more: five)")
-    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
+                        help="prompt strings, or @file with one prompt a line (default: the 3 PA3 prompts, and with --full "
+                             "2 more)")
+    parser.add_argument("--methods", default=None, help=f"comma-separated subset of {','.join(METHODS)}")
     parser.add_argument("--device", default=None)
-    parser.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (default: 1 for toy alone, else torch's choice)")
     parser.add_argument("--out", default="report", help="folder for results/, figures/, tables/ (default: report)")
     parser.add_argument("--no-figures", action="store_true", help="skip figures and tables")
     args = parser.parse_args(argv)
     _check_device_and_out(parser, args)
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    ks = args.ks
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    _set_threads(args.threads, args.preset)
+    quick = {} if args.full else QUICK
+    ks = args.ks or list(quick.get("ks", DEFAULT_KS))
+    args.max_new_tokens = args.max_new_tokens or quick.get("max_new_tokens", 100)
+    args.max_prompts = None if args.prompts else quick.get("max_prompts")
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else list(quick.get("methods", METHODS))
+    unknown = sorted(set(methods) - set(METHODS) - set(COMPILED_METHODS))
+    if unknown:
+        parser.error(f"--methods: unknown {', '.join(unknown)}; choose from {','.join(METHODS)}")
     cases = load_cases(args)
     results = run_sweep(cases, ks, max_new_tokens=args.max_new_tokens, repeats=args.repeats, warmup=args.warmup,
                         methods=methods)
@@ -247,7 +260,7 @@ def perf(argv=None) -> int:
     parser.add_argument("--warmup", type=_whole_number, default=1)
     parser.add_argument("--prompts", nargs="+", default=None, help="default: the 3 PA3 prompts + 2 more")
     parser.add_argument("--device", default=None)
-    parser.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (default: 1 for toy alone, else torch's choice)")
     parser.add_argument("--out", default="report", help="results JSON goes to OUT/results/perf.json")
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--compile", action="store_true",
@@ -255,9 +268,7 @@ def perf(argv=None) -> int:
                              "minutes of compiling first): rows labelled '<draft> compiled'")
     args = parser.parse_args(argv)
     _check_device_and_out(parser, args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
+    _set_threads(args.threads, args.preset)
 
     runs, costs, profiles = [], {}, {}
     for preset in [p.strip() for p in args.preset.split(",") if p.strip()]:
@@ -293,8 +304,6 @@ def perf(argv=None) -> int:
 
 
 def distill(argv=None) -> int:
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m specdec_helpers distill",
                                      description="Train (once, then cached) a draft of a preset from its target's own text; "
                                                  "prints what it cost.")
@@ -323,23 +332,13 @@ def distill(argv=None) -> int:
 
 
 def train_toy(argv=None) -> int:
-    """Retrain the toy pair with its recipe (about 90 s on 2 cores) and write the folder the package ships."""
-    import tempfile
-
-    from specdec_helpers.models import toy
-
+    """Retrain the toy pair with its recipe (about 90 s on 2 cores) and rewrite the files the package ships."""
     parser = argparse.ArgumentParser(prog="python -m specdec_helpers train-toy", description=train_toy.__doc__)
-    parser.add_argument("--out", default=str(toy.shipped_toy()), help="folder to write (default: the package's data/toy)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (the shipped pair used 1)")
+    parser.add_argument("--out", default=None, help="folder to write (default: the package's data/toy)")
+    parser.add_argument("--threads", type=_positive_int, default=1, help="torch CPU threads (the shipped pair: 1)")
     args = parser.parse_args(argv)
-    if args.threads < 1:
-        parser.error("--threads must be 1 or more")
     torch.set_num_threads(args.threads)
-    print(f"training the toy pair (about {toy.EXPECTED_SECONDS} s on 2 cores) ...", file=sys.stderr)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = toy.ship_toy(toy.train_toy(tmp, seed=args.seed), args.out)
-    print(f"wrote {out}; commit it with its manifest.json")
+    print(f"wrote {retrain_toy(args.out)}; commit it with its manifest.json")
     return 0
 
 
@@ -352,11 +351,7 @@ def report(argv=None) -> int:
     parser.add_argument("--template", default=None, help=f"Markdown template (default: {TEMPLATE})")
     parser.add_argument("--no-pdf", action="store_true")
     args = parser.parse_args(argv)
-    try:
-        paths = build_report(args.results, args.out, args.template, pdf=not args.no_pdf)
-    except FileNotFoundError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    paths = build_report(args.results, args.out, args.template, pdf=not args.no_pdf)  # errors: see main
     for kind, path in paths.items():
         if path is not None:
             print(f"{kind}: {path}")
@@ -402,7 +397,6 @@ def grade(argv=None) -> int:
     parser.add_argument("--visible-only", action="store_true", help="skip the hidden tests")
     parser.add_argument("--results", default="results.json", help="where to write Gradescope's results.json")
     args = parser.parse_args(argv)
-
 
     quiet()
     config = load_config(args.config, _pairs(args.points, "points"), _pairs(args.threshold, "threshold"), args.preset)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from specdec_helpers.measure.speedup import pooled_speedup
 from specdec_helpers.measure.theory import (
     estimate_alpha,
     expected_speedup,
@@ -82,8 +83,22 @@ def summarize(runs: list[dict]) -> list[dict]:
                     row[key] = totals[base]["time"] / row["time"]
             if row.get("speedup"):
                 row["latency_reduction"] = (1 - 1 / row["speedup"]) * 100
+                row.update(_spread(group, name, row))
             rows.append(row)
     return rows
+
+
+def _spread(group: list[dict], name: str, row: dict) -> dict:
+    """The speedup's spread over the interleaved rounds (prompts pooled) and its warnings; the bound
+    check (tokens per target call) against our own greedy, the like-for-like baseline."""
+    base = [run["methods"][BASELINE]["times"] for run in group]
+    measured = pooled_speedup(base, [run["methods"][name]["times"] for run in group])
+    out = {key: value for key, value in measured.as_dict().items() if key != "speedup"}
+    if row.get("speedup_vs_greedy") and row.get("mean_accepted_length"):
+        own = pooled_speedup([run["methods"]["greedy"]["times"] for run in group],
+                             [run["methods"][name]["times"] for run in group], row["mean_accepted_length"])
+        out["speedup_warnings"] += [w for w in own.warnings if w.startswith("measurement broken")]
+    return out
 
 
 def _pooled(group: list[dict], name: str) -> dict:

@@ -36,6 +36,7 @@ __all__ = [
     "build_tokenizer",
     "cache_root",
     "load_toy",
+    "retrain_toy",
     "ship_toy",
     "shipped_toy",
     "toy_corpus",
@@ -384,6 +385,13 @@ def ship_toy(trained, out_dir) -> Path:
     write_manifest(out_dir)
     _share(out_dir)
     return out_dir
+
+
+def retrain_toy(out_dir=None, seed: int = 0, progress: bool = True) -> Path:
+    """:func:`train_toy` then :func:`ship_toy` into ``out_dir`` (default: the package's own data/toy)."""
+    print(f"training the toy pair (about {EXPECTED_SECONDS} s on 2 cores) ...", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as tmp:
+        return ship_toy(train_toy(tmp, progress=progress, seed=seed), out_dir or Path(str(shipped_toy())))
 
 
 def load_toy(device="cpu", dtype=torch.float32, progress: bool = True):

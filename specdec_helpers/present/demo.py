@@ -63,18 +63,28 @@ def legend(color: bool, show_rejected: bool) -> str:
     return "  ".join(f"{MARKERS[k][0]}{LEGEND[k]}{MARKERS[k][-1]}" for k in kinds)
 
 
-def summary_table(spec, greedy, identical: bool) -> str:
+def summary_table(spec, greedy, identical: bool, speedup=None) -> str:
+    """The demo's table. ``speedup``: a `measure.speedup.Speedup` from interleaved repeats (its
+    median times and spread are shown); without one, the single run's times (no spread: say so)."""
     s, g = spec.stats, greedy.stats
-    speedup = g.wall_time_s / s.wall_time_s if s.wall_time_s > 0 else float("nan")
+    if speedup is None:
+        ratio = g.wall_time_s / s.wall_time_s if s.wall_time_s > 0 else float("nan")
+        speed = f"{ratio:.2f}x (one run: no spread)"
+    else:
+        speed = f"{speedup.ratio:.2f}x ±{speedup.spread_pct:.0f}%"
     rows = [
         ("", "speculative", "greedy"),
         ("new tokens", f"{s.new_tokens}", f"{g.new_tokens}"),
         ("target calls", f"{s.target_calls}", f"{g.target_calls}"),
-        ("time (s)", f"{s.wall_time_s:.2f}", f"{g.wall_time_s:.2f}"),
+        ("tokens per target call", f"{s.mean_accepted_length:.2f}", "1.00"),
+        ("time (s, median)" if speedup else "time (s)", f"{s.wall_time_s:.2f}", f"{g.wall_time_s:.2f}"),
         ("tokens/s", f"{s.tokens_per_s:.1f}", f"{g.tokens_per_s:.1f}"),
         ("acceptance rate", f"{s.acceptance_rate:.0%} ({s.accepted}/{s.proposed})", ""),
-        ("mean accepted length", f"{s.mean_accepted_length:.2f}", "1.00"),
-        ("speedup vs greedy", f"{speedup:.2f}x", ""),
+        ("speedup vs greedy", speed, ""),
         ("identical to greedy", "yes" if identical else "NO (a bug, or fp ties)", ""),
     ]
-    return "\n".join(f"{a:<22}{b:>16}  {c:>8}" for a, b, c in rows)
+    table = "\n".join(f"{a:<24}{b:>18}  {c:>8}" for a, b, c in rows)
+    if speedup is not None:
+        table += f"\n\nspeedup: {speedup}"
+        table += "".join(f"\nwarning: {w}" for w in speedup.warnings)
+    return table
