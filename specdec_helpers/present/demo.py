@@ -22,9 +22,15 @@ LEGEND = {"accepted": "accepted draft tokens", "correction": "correction (target
 RESET = "\033[0m"
 
 
+# PA3's third prompt: a chat model writes the song's repeating lines, where n-gram lookup (smollm2-135m's draft) shines.
+PA3_LYRICS_PROMPT = "Write the lyrics to the song 'Happy Birthday'."
+
+
 def default_prompt(preset: str | None) -> str:
     if preset == "toy":
         return TOY_PROMPTS[0]
+    if preset == "smollm2-135m":
+        return PA3_LYRICS_PROMPT
     return PA3_PROMPT
 
 
