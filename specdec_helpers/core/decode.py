@@ -13,7 +13,7 @@ from specdec_helpers.core import checks
 from specdec_helpers.core.adaptive import KSchedule, as_schedule
 from specdec_helpers.core.cache import crop_cache, new_cache
 from specdec_helpers.core.compiled import compiled_forward
-from specdec_helpers.core.drafters import Drafter, Proposal, as_drafter
+from specdec_helpers.core.drafters import Drafter, Proposal, as_drafter, exclusive
 from specdec_helpers.core.sampling import Sampler
 from specdec_helpers.core.timing import sync_device
 from specdec_helpers.core.verify import score_draft, verify
@@ -160,7 +160,8 @@ def speculative_decode(
         checks.check_fits_context(draft_model, "draft", prompt_length + max_new_tokens, prompt_length, max_new_tokens)
     if compile:
         checks.check_compilable(use_cache, drafter)
-    return _decode_loop(target, drafter, input_ids, max_new_tokens, schedule, sampler, eos, use_cache, compile)
+    with exclusive(drafter):  # stateful: one decode at a time per drafter (see `exclusive`)
+        return _decode_loop(target, drafter, input_ids, max_new_tokens, schedule, sampler, eos, use_cache, compile)
 
 
 def greedy_decode(target, input_ids, *, max_new_tokens: int = 100, eos_token_id=None, use_cache: bool = True,
