@@ -47,3 +47,21 @@ def test_two_threads_sharing_one_drafter_get_right_text_or_the_clear_error(pair)
     for t in threads:
         t.join()
     assert len(outcomes) == 10 and all(outcomes)
+
+
+def test_a_pad_token_inside_the_prompt_is_refused():
+    """generate(ids) masks pad tokens when no attention mask is given; this decoder would read them,
+    and so wrote other text than generate(ids) did. Now it says so, and the fix decodes as generate."""
+    from specdec_helpers.models.pairs import load_pair
+
+    pair = load_pair("toy", progress=False)
+    pad = pair.tokenizer.pad_token_id
+    assert pad != pair.tokenizer.eos_token_id
+    ids = pair.encode("The <|pad|>for statement")
+    assert pad in ids[0].tolist()
+    with pytest.raises(ValueError, match=rf"pad token \(id {pad}\) at position.*Remove the padding"):
+        speculative_decode(pair.target, pair.draft, ids, max_new_tokens=8)
+    kept = ids[:, ids[0] != pad]
+    out = speculative_decode(pair.target, pair.draft, kept, max_new_tokens=8)
+    with torch.no_grad():
+        assert torch.equal(out.sequences, pair.target.generate(kept, do_sample=False, max_new_tokens=8))

@@ -147,6 +147,7 @@ def speculative_decode(
     """
     checks.check_model(target, "target")
     input_ids = checks.check_input_ids(target, input_ids)
+    checks.check_no_padding(target, input_ids)
     max_new_tokens = checks.check_positive_int(max_new_tokens, "max_new_tokens", 0)
     schedule = as_schedule(num_speculative_tokens)
     sampler = Sampler(temperature, top_k, top_p, generator)
