@@ -120,19 +120,3 @@ def check_compilable(use_cache: bool, drafter) -> None:
     if getattr(drafter, "observe_target", None) is not None:
         raise ValueError("a draft that reads the target's hidden states (eagle) cannot run with compile=True: "
                          "the compiled forward returns logits only; use compile=False")
-
-
-def check_no_padding(target, input_ids) -> None:
-    """Refuse a prompt holding the pad token: ``generate(ids)`` without an attention mask masks pads
-    out (when pad is not EOS), while this decoder attends to every prompt token, so the two would
-    write different text."""
-    pad = getattr(getattr(target, "generation_config", None), "pad_token_id", None)
-    if pad is None or pad in eos_ids(target, None):
-        return
-    positions = (input_ids[0] == pad).nonzero().flatten().tolist()
-    if positions:
-        raise ValueError(
-            f"the prompt holds the pad token (id {pad}) at position(s) {positions[:5]}: generate() would mask it "
-            "out and this decoder reads every token, so the texts would differ. Remove the padding (one prompt "
-            "needs none), e.g. input_ids[:, attention_mask[0].bool()]"
-        )

@@ -201,6 +201,11 @@ class ModelPair:
             )["input_ids"]
         else:
             ids = self.tokenizer(prompt, return_tensors="pt").input_ids
+        pad = self.tokenizer.pad_token_id
+        if pad is not None and pad != self.tokenizer.eos_token_id and pad in ids[0].tolist():
+            # generate(ids) masks pads out; speculative_decode reads every token: the texts would differ.
+            raise ValueError(f"the prompt encodes to the pad token {self.tokenizer.pad_token!r} (id {pad}), which "
+                             "generate() would mask out and speculative decoding reads: remove it from the text")
         return ids.to(self.device)
 
     def decode(self, ids: torch.Tensor, skip_special_tokens: bool = True) -> str:
