@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import zipfile
@@ -110,10 +111,9 @@ _positive_int, _whole_number = _at_least(1), _at_least(0)
 
 def _positive_ints(text: str) -> list[int]:
     """argparse type: comma-separated whole numbers >= 1, e.g. '1,2,4'."""
-    values = [_positive_int(part.strip()) for part in text.split(",") if part.strip()]
-    if not values:
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers >= 1, e.g. 1,2,4; got {text!r}")
-    return values
+    if values := [_positive_int(part.strip()) for part in text.split(",") if part.strip()]:
+        return values
+    raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers >= 1, e.g. 1,2,4; got {text!r}")
 
 
 def _check_device_and_out(parser, args) -> None:
@@ -125,10 +125,11 @@ def _check_device_and_out(parser, args) -> None:
 
 
 def _set_threads(requested: int | None, presets: str) -> None:
-    """--threads, else 1 for the toy alone: on a busy 2-core machine a second thread waiting for a core
-    made a toy run 10x slower (and an 8x speedup appear from nowhere)."""
-    if requested or {p.strip().lower() for p in presets.split(",")} == {"toy"}:
-        torch.set_num_threads(requested or 1)
+    """--threads, else 1 for the toy alone, else the cores other processes leave free (load average): a
+    thread waiting for a busy core made runs 6-10x slower (SmolLM2: 62 s instead of 10 s for 64 tokens)."""
+    toy = {p.strip().lower() for p in presets.split(",")} == {"toy"}
+    free = (os.cpu_count() or 1) - (os.getloadavg()[0] if hasattr(os, "getloadavg") else 0)
+    torch.set_num_threads(requested or (1 if toy else max(1, min(torch.get_num_threads(), round(free)))))
 
 
 def _demo_args(argv):
@@ -148,8 +149,7 @@ def _demo_args(argv):
                         help="ANSI colours (auto: when stdout is a terminal and NO_COLOR is unset)")
     parser.add_argument("--repeats", type=_positive_int, default=3,
                         help="timed rounds of greedy and speculative, interleaved (default: 3); the table shows medians")
-    parser.add_argument("--threads", type=_positive_int, default=None,
-                        help="torch CPU threads (default: 1 for toy, else torch's choice)")
+    parser.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: 1 for toy, else the cores not busy)")
     args = parser.parse_args(argv)
     if args.prompt is not None and not args.prompt.strip():
         parser.error("--prompt is empty; give some text, or leave --prompt out for the preset's own prompt")
@@ -189,7 +189,7 @@ def demo(argv=None) -> int:
 
     color = use_color(args.color)
     print(f"preset={pair.preset}  draft={draft_label(pair.draft)}  k={k}  device={pair.device}  "
-          f"dtype={str(pair.dtype).removeprefix('torch.')}")
+          f"dtype={str(pair.dtype).removeprefix('torch.')}  threads={torch.get_num_threads()}")
     print(f"prompt: {prompt!r}\n")
     print(render(token_spans(spec, pair.tokenizer, input_ids.shape[1], show_prompt=False), color, args.show_rejected))
     print("\n" + legend(color, args.show_rejected) + "\n")
@@ -217,7 +217,7 @@ def bench(argv=None) -> int:
                              "2 more)")
     parser.add_argument("--methods", default=None, help=f"comma-separated subset of {','.join(METHODS)}")
     parser.add_argument("--device", default=None)
-    parser.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (default: 1 for toy alone, else torch's choice)")
+    parser.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (default: 1 for toy alone, else the cores not busy)")
     parser.add_argument("--out", default="report", help="folder for results/, figures/, tables/ (default: report)")
     parser.add_argument("--no-figures", action="store_true", help="skip figures and tables")
     args = parser.parse_args(argv)
@@ -264,7 +264,7 @@ def perf(argv=None) -> int:
     parser.add_argument("--warmup", type=_whole_number, default=1)
     parser.add_argument("--prompts", nargs="+", default=None, help="default: the 3 PA3 prompts + 2 more")
     parser.add_argument("--device", default=None)
-    parser.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (default: 1 for toy alone, else torch's choice)")
+    parser.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (default: 1 for toy alone, else the cores not busy)")
     parser.add_argument("--out", default="report", help="results JSON goes to OUT/results/perf.json")
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--compile", action="store_true",
