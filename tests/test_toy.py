@@ -1,17 +1,16 @@
 """Tests for the offline toy pair.
 
-The fast tests check the corpus, tokenizer and cache folder. The ``slow`` ones train (a handful of
-steps, twice) or load the real toy pair, which is trained once into the cache when it is missing
-(about a minute and a half on 2 CPU cores).
+The recipe's tests (slow) train for a handful of steps; the others load the shipped pair (under a second).
 """
 
 import json
+from importlib import resources
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from specdec_helpers.models import toy
+from specdec_helpers.models import store, toy
 
 COURSE_PROMPTS = [
     "The future of Artificial Intelligence is",
@@ -54,12 +53,12 @@ def test_tokenizer_round_trips_prompts():
         assert tok.decode(ids) == text
 
 
-def test_cache_dir_respects_environment(monkeypatch, tmp_path):
+def test_cache_root_respects_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "c"))
-    assert toy.toy_cache_dir() == tmp_path / "c" / f"toy-v{toy.TOY_VERSION}"
+    assert store.cache_root() == tmp_path / "c"
     monkeypatch.delenv("SPECDEC_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
-    assert toy.toy_cache_dir() == tmp_path / "x" / "specdec_helpers" / f"toy-v{toy.TOY_VERSION}"
+    assert store.cache_root() == tmp_path / "x" / "specdec_helpers"
 
 
 @pytest.mark.slow
@@ -76,42 +75,73 @@ def test_training_is_deterministic(tmp_path):
     assert (a / "target" / "tokenizer.json").read_text() == (b / "target" / "tokenizer.json").read_text()
     info = json.loads((a / "toy.json").read_text())
     assert info["version"] == toy.TOY_VERSION and info["steps"] == 5
-    assert toy._is_complete(a)
-    (a / "toy.json").unlink()
-    assert not toy._is_complete(a)  # the marker is what makes a folder count as a cache
+
+
+def test_ship_toy_writes_fp16_weights_one_tokenizer_and_a_manifest(tmp_path):
+    out = toy.ship_toy(toy.train_toy(tmp_path / "trained", progress=False, steps=2), tmp_path / "shipped")
+    assert sorted(p.name for p in out.iterdir()) == ["draft", "manifest.json", "target", "tokenizer", "toy.json"]
+    assert {t.dtype for t in load_file(out / "target" / "model.safetensors").values()} == {torch.float16}
+    assert store.folder_problem(out) is None
+    (out / "tokenizer" / "tokenizer_config.json").unlink()
+    assert "tokenizer_config.json is missing" in store.folder_problem(out)
 
 
 @pytest.fixture(scope="session")
 def toy_pair():
-    """The real toy pair from the package cache (CI points SPECDEC_CACHE_DIR at a fresh folder, so
-    it is trained there once and the notebooks and other tests reuse it)."""
+    """The toy pair shipped in the package (no training, no cache)."""
     target, draft, tok = toy.load_toy(progress=False)
-    yield target, draft, tok, toy.cache_root()
+    yield target, draft, tok
 
 
-@pytest.mark.slow
-def test_toy_loads_from_cache(toy_pair):
-    target, draft, tok, cache = toy_pair
-    folder = cache / f"toy-v{toy.TOY_VERSION}"
-    assert toy._is_complete(folder)
-    assert not [p for p in cache.iterdir() if p.name.startswith(f".toy-v{toy.TOY_VERSION}")]  # no temp folder left
+def test_shipped_toy_is_the_one_in_its_manifest():
+    """The package's files are the recorded ones (sha256), so every machine loads the same pair."""
+    with resources.as_file(toy.shipped_toy()) as folder:
+        sums = json.loads((folder / "manifest.json").read_text())
+        assert {"target/model.safetensors", "draft/model.safetensors", "tokenizer/tokenizer.json",
+                "tokenizer/tokenizer_config.json", "toy.json"} <= set(sums)
+        assert store.folder_problem(folder) is None
+        info = json.loads((folder / "toy.json").read_text())
+    assert info["version"] == toy.TOY_VERSION and info["steps"] == toy.TRAIN_STEPS and info["seed"] == 0
+
+
+def test_shipped_toy_loads_as_fp32_and_decodes_deterministically(toy_pair):
+    target, draft, tok = toy_pair
     assert not target.training and not draft.training
-    assert target.config.vocab_size == draft.config.vocab_size == len(tok)
+    assert {p.dtype for p in target.parameters()} == {torch.float32}
+    assert target.config.vocab_size == draft.config.vocab_size == len(tok) == toy.VOCAB_SIZE
     assert target.config.num_hidden_layers > draft.config.num_hidden_layers
     for model in (target, draft):
         assert model.generation_config.eos_token_id == tok.eos_token_id
         assert model.generation_config.pad_token_id == tok.pad_token_id
-    with pytest.MonkeyPatch.context() as mp:  # a second load reuses the folder, no training
-        mp.setenv("SPECDEC_CACHE_DIR", str(cache))
-        stamp = (folder / "toy.json").stat().st_mtime_ns
-        t2, _, _ = toy.load_toy(progress=False)
-        assert (folder / "toy.json").stat().st_mtime_ns == stamp
-    sd1, sd2 = target.state_dict(), t2.state_dict()
-    assert all(torch.equal(sd1[k], sd2[k]) for k in sd1)
+    ids = tok(toy.TOY_PROMPTS[0], return_tensors="pt").input_ids
+    runs = [target.generate(ids, max_new_tokens=24, do_sample=False) for _ in range(2)]
+    t2, _, _ = toy.load_toy(progress=False)  # a second load gives the same model and the same tokens
+    runs.append(t2.generate(ids, max_new_tokens=24, do_sample=False))
+    assert all(torch.equal(runs[0], r) for r in runs[1:])
+    assert runs[0].shape[1] == ids.shape[1] + 24
+
+
+@pytest.mark.parametrize("rel, problem", [
+    ("target/model.safetensors", "is damaged"),  # truncated
+    ("tokenizer/tokenizer_config.json", "is missing"),  # once reported as "trained with another tokenizer"
+])
+def test_broken_shipped_toy_names_the_file_and_the_fix(tmp_path, monkeypatch, rel, problem):
+    import shutil
+
+    with resources.as_file(toy.shipped_toy()) as folder:
+        copy = shutil.copytree(folder, tmp_path / "toy")
+    path = copy / rel
+    if problem == "is missing":
+        path.unlink()
+    else:
+        path.write_bytes(path.read_bytes()[:1000])
+    monkeypatch.setattr(toy, "shipped_toy", lambda: copy)
+    with pytest.raises(RuntimeError, match=rf"{rel} {problem}.*[Rr]einstall"):
+        toy.load_toy(progress=False)
 
 
 @pytest.mark.slow
 def test_toy_draft_agrees_with_target(toy_pair):
-    target, draft, tok, _ = toy_pair
+    target, draft, tok = toy_pair
     rates = [greedy_agreement(target, draft, tok(p, return_tensors="pt").input_ids) for p in toy.TOY_PROMPTS]
     assert sum(rates) / len(rates) > 0.3, rates

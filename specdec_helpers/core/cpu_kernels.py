@@ -33,18 +33,36 @@ class OneDNNLinear(torch.nn.Module):
 
     Keeps ``weight``/``bias`` as they were (shared, so tied embeddings stay tied and ``state_dict`` and
     ``save_pretrained`` are unchanged); the packed copy is a non-persistent buffer. Changing the weight
-    afterwards (training) does not update the packed copy: pack after loading, for inference.
+    afterwards (training) does not update the packed copy: pack after loading, for inference. Moving
+    the module (``.half()``, ``.to("meta")``, ``.cuda()``) moves the weights and packs them again only
+    where they are CPU fp32; elsewhere it computes as a plain ``nn.Linear``.
     """
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
-        with torch.no_grad():
-            packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach())
+        self._pack()
+
+    def _pack(self) -> None:
+        """Pack the weight where oneDNN serves it (CPU fp32); elsewhere keep none and run as nn.Linear."""
+        weight, packed = self.weight, None
+        if weight.device.type == "cpu" and weight.dtype == torch.float32:
+            with torch.no_grad():
+                packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach())
         self.register_buffer("packed_weight", packed, persistent=False)
 
+    def _apply(self, fn, recurse=True):
+        # .half(), .to(torch.bfloat16), .to("meta"), .cuda(): the packed tensor is opaque (MkldnnCPU) and
+        # cannot be cast or moved. Drop it, move the real weights, and pack again if still CPU fp32.
+        self._buffers.pop("packed_weight", None)
+        super()._apply(fn, recurse)
+        self._pack()
+        return self
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed_weight is None:
+            return torch.nn.functional.linear(x, self.weight, self.bias)
         bias = None if self.bias is None else self.bias.detach()
         return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, bias, "none", [], "")
 

@@ -10,7 +10,7 @@ from specdec_helpers.core import checks
 from specdec_helpers.core.adaptive import KSchedule, as_schedule
 from specdec_helpers.core.cache import crop_cache, new_cache
 from specdec_helpers.core.compiled import compiled_forward
-from specdec_helpers.core.drafters import Drafter, Proposal, as_drafter
+from specdec_helpers.core.drafters import Drafter, Proposal, as_drafter, exclusive
 from specdec_helpers.core.rounds import DecodeOutput, DecodeStats, Step, Text, cut_at_eos, run_rounds
 from specdec_helpers.core.sampling import Sampler
 from specdec_helpers.core.verify import score_draft, verify
@@ -58,6 +58,8 @@ def speculative_decode(
     ``compile=True`` runs the target's forward compiled over a static cache (`compiled`), after
     minutes of compiling on first use; whether it pays depends on the machine: measure it
     (``perf --compile``; what it gave here is in benchmarks/RESULTS.md).
+    Every prompt token is read, pad tokens too: ``generate(ids)`` without an attention mask masks pads
+    out, so pass prompts without padding (`ModelPair.encode` refuses text that encodes to a pad token).
     """
     input_ids, max_new_tokens, eos = checks.decode_args(target, input_ids, max_new_tokens, eos_token_id)
     schedule = as_schedule(num_speculative_tokens)
@@ -66,7 +68,8 @@ def speculative_decode(
     checks.check_draft_model(drafter.model, input_ids, max_new_tokens)
     if compile:
         checks.check_compilable(use_cache, drafter)
-    return _decode_loop(target, drafter, input_ids, max_new_tokens, schedule, sampler, eos, use_cache, compile)
+    with exclusive(drafter):  # stateful: one decode at a time per drafter (see `exclusive`)
+        return _decode_loop(target, drafter, input_ids, max_new_tokens, schedule, sampler, eos, use_cache, compile)
 
 
 def greedy_decode(target, input_ids, *, max_new_tokens: int = 100, eos_token_id=None, use_cache: bool = True,

@@ -5,6 +5,8 @@ feed the same decode loop.
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -178,6 +180,29 @@ def _match_length(ids: torch.Tensor, start: int, length: int, n: int, limit: int
     return int(differ[0]) if differ.numel() else back
 
 
+_busy: set[int] = set()
+_busy_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def exclusive(drafter):
+    """Hold ``drafter`` for one decode. A drafter keeps state between rounds (the draft model's KV cache,
+    the n-gram index), so two decodes sharing one at the same time corrupt each other (from two threads:
+    a size mismatch deep inside attention). The second gets a clear error instead; give each thread its
+    own drafter (``copy.deepcopy(drafter)``, or ``pair.with_draft(...)`` per thread)."""
+    with _busy_lock:
+        if id(drafter) in _busy:
+            raise RuntimeError(f"this {type(drafter).__name__} is already decoding (in another thread): a drafter "
+                               "keeps a KV cache between rounds, so one decode at a time may use it; give each thread "
+                               "its own, e.g. copy.deepcopy(drafter)")
+        _busy.add(id(drafter))
+    try:
+        yield drafter
+    finally:
+        with _busy_lock:
+            _busy.discard(id(drafter))
+
+
 def as_drafter(draft, target) -> Drafter:
     """Wrap an HF model as a `ModelDrafter`; pass drafters through."""
     if isinstance(draft, torch.nn.Module):
@@ -210,6 +235,8 @@ class HybridDrafter(Drafter):
     ``model_tokens`` caps what the model drafts (None: k), for a draft whose second and later tokens
     are rarely right.
     ``last_source`` says who proposed last ("ngram" or "model"), for tracing.
+    Not thread-safe, as no drafter is (it keeps a KV cache): a second decode using it while one runs
+    raises a clear RuntimeError (`exclusive`); give each thread its own.
     """
 
     def __init__(self, model, max_ngram: int = 3, min_ngram: int = 2, vocab_limit: int | None = None,

@@ -55,6 +55,9 @@ PA3_PROMPTS = [
     "Write the lyrics to the song 'Happy Birthday'.",
 ]
 DEFAULT_KS = (1, 2, 4, 8, 16)
+# `bench` without --full: under 3 minutes for toy on 2 cores (k around the preset's, 3 prompts, 64 tokens,
+# our greedy and HF's as baselines and the cached decoder, each 1 warm-up + 3 timed runs).
+QUICK = dict(ks=(2, 4, 8), max_prompts=3, max_new_tokens=64, methods=("hf_greedy", "greedy", "spec_cached"))
 
 
 def count_new_tokens(sequences: torch.Tensor, prompt_length: int) -> int:
@@ -191,8 +194,9 @@ def benchmark(target, draft, input_ids, *, num_speculative_tokens: int = 5, max_
 
 @torch.inference_mode()
 def benchmark_ks(target, draft, input_ids, ks, *, max_new_tokens: int = 100, repeats: int = 3, warmup: int = 1,
-                 methods=METHODS, eos_token_id=None, progress: bool = False) -> dict[int, dict]:
-    """`benchmark` for several k at once: ``{k: result}``.
+                 methods=METHODS, eos_token_id=None, progress: bool = False, tick=None) -> dict[int, dict]:
+    """`benchmark` for several k at once: ``{k: result}``. ``tick()`` is called after every run (a
+    caller's progress bar over a whole sweep); without it, ``progress`` shows a bar of its own.
 
     The k-independent baselines run once per round, interleaved with every (method, k) job, so all
     k are compared with the same baseline timings and a sweep costs about a third less.
@@ -212,9 +216,9 @@ def benchmark_ks(target, draft, input_ids, ks, *, max_new_tokens: int = 100, rep
     from tqdm.auto import tqdm
 
     with _quiet_transformers(), tqdm(total=len(jobs) * (warmup + repeats), desc="runs", unit="run", leave=False,
-                                     disable=not progress) as bar:
+                                     disable=not progress or tick is not None) as bar:
         reference = _reference(target, input_ids, max_new_tokens, eos_token_id)
-        run = _run_interleaved(jobs, input_ids, max_new_tokens, repeats, warmup, tick=bar.update)
+        run = _run_interleaved(jobs, input_ids, max_new_tokens, repeats, warmup, tick=tick or bar.update)
     meta = dict(prompt_length=input_ids.shape[1], max_new_tokens=max_new_tokens, repeats=repeats, warmup=warmup,
                 order=run["order"])
     return {k: _assemble(run, keys[k], skipped[k], reference, dict(meta, num_speculative_tokens=k)) for k in ks}
@@ -291,15 +295,20 @@ def run_sweep(cases: list[Case], ks=DEFAULT_KS, *, max_new_tokens: int = 100, re
         costs[f"{case.preset}/{case.drafter}"] = cost
     cells = [(case, i) for case in cases for i in range(len(case.prompts))]
     runs = []
-    bar = tqdm(cells, desc="benchmark", disable=not progress, unit="prompt")
-    for case, i in bar:
+    # One bar over every decoding run of the sweep (warm-up and timed), so its estimate covers the whole wait.
+    per_prompt = sum(len(ks) if name in SPECULATIVE_METHODS else 1 for name in methods)
+    bar = tqdm(total=len(cells) * per_prompt * (warmup + repeats), desc="benchmark", disable=not progress,
+               unit="run")
+    for case, i in cells:
         text, ids = case.prompts[i]
-        bar.set_postfix_str(f"{case.preset}/{case.drafter} prompt {i + 1}")
+        bar.set_postfix_str(f"{case.preset}/{case.drafter} prompt {i + 1}/{len(case.prompts)}")
         by_k = benchmark_ks(case.target, case.draft, ids, ks, max_new_tokens=max_new_tokens, repeats=repeats,
-                            warmup=warmup, methods=methods, eos_token_id=case.eos_token_id, progress=progress)
+                            warmup=warmup, methods=methods, eos_token_id=case.eos_token_id, progress=progress,
+                            tick=bar.update)
         for k, result in by_k.items():
             result.update(preset=case.preset, drafter=case.drafter, k=k, prompt_index=i, prompt=text)
             runs.append(result)
+    bar.close()
     results = dict(config=dict(ks=ks, max_new_tokens=max_new_tokens, repeats=repeats, warmup=warmup,
                                methods=list(methods), cost_repeats=cost_repeats),
                    runs=runs, costs=costs)
@@ -341,6 +350,9 @@ def load_cases(args) -> list[Case]:
     for preset in args.preset.split(","):
         pair = pairs.load_pair(preset.strip(), device=args.device)
         prompts = parse_prompts(args.prompts) if args.prompts else PA3_PROMPTS + preset_prompts(pair.preset)
+        prompts = prompts[: getattr(args, "max_prompts", None) or len(prompts)]
+        if not prompts:
+            raise ValueError("no prompts: give --prompts TEXT ... or @file with one prompt a line")
         encode = getattr(pair, "encode", None) or (
             lambda text: pair.tokenizer(text, return_tensors="pt").input_ids.to(pair.device))
         encoded = [(p, encode(p)) for p in prompts]

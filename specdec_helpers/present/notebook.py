@@ -45,6 +45,40 @@ def pip_install_spec() -> str:
     return f"git+{REPO_URL}@{REPO_BRANCH}"
 
 
+def pip_install_command() -> list[str]:
+    """The Colab install, as a subprocess argument list. pip's ``only-if-needed`` strategy (never ``-U``)
+    upgrades a dependency only when Colab's own copy falls outside the kit's range, so Colab's torch,
+    its ipywidgets 7.x and its front end stay as they are. Then `setup` says whether a restart is needed."""
+    return [sys.executable, "-m", "pip", "install", "-q", "--upgrade-strategy", "only-if-needed", pip_install_spec()]
+
+
+#: Modules whose version matters to the kit: if one was imported before the install replaced it, the
+#: old code stays loaded until the runtime restarts.
+WATCHED = ("torch", "transformers", "tokenizers", "ipywidgets", "numpy", "matplotlib")
+
+
+def stale_modules() -> list[str]:
+    """What an install changed under the running kernel: 'transformers 4.57.1 is loaded, 5.2.0 installed'."""
+    from importlib import metadata
+
+    stale = []
+    for name in WATCHED:
+        module = sys.modules.get(name)
+        try:
+            installed = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+        loaded = getattr(module, "__version__", None)
+        if loaded and loaded != installed:
+            stale.append(f"{name} {loaded} is loaded, {installed} installed")
+    return stale
+
+
+def show_pair(pair) -> None:
+    """One line: which pair a notebook got and why (``auto`` looks at the GPU, the hub and SmolLM2)."""
+    print(f"pair: {pair.preset or 'custom'} on {pair.device}: {getattr(pair, 'reason', '') or 'as given'}")
+
+
 def in_colab() -> bool:
     """True inside Google Colab (its runtime always has ``google.colab`` importable and imported)."""
     return "google.colab" in sys.modules
@@ -91,6 +125,11 @@ def setup(threads: int | None = None) -> dict:
                 transformers=transformers.__version__, gpu=gpu, cpu_threads=torch.get_num_threads())
     where = "Colab" if info["colab"] else "local"
     print(f"{where}: python {info['python']}, torch {info['torch']}, transformers {info['transformers']}")
+    info["stale"] = stale_modules()
+    if info["stale"]:
+        print("⚠️ Restart needed: the install replaced packages this runtime had already loaded ("
+              + "; ".join(info["stale"]) + "). Runtime > Restart session, then run the notebook from the top "
+              "(the install will not repeat).")
     if gpu:
         print(f"GPU: {gpu}")
     elif info["colab"]:

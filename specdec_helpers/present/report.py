@@ -21,6 +21,7 @@ from markdown_it import MarkdownIt
 
 from specdec_helpers.measure.results import BASELINE, SPECULATIVE, load_results
 from specdec_helpers.present.plots import make_figures, save_figure
+from specdec_helpers.measure.speedup import in_words
 from specdec_helpers.present.tables import TABLES, summary_row, to_markdown
 
 TEMPLATE = Path("report") / "REPORT_TEMPLATE.md"
@@ -49,8 +50,12 @@ def report_values(results: dict) -> dict[str, str]:
         return {}
     best = max(rows, key=lambda r: r["speedup"])
     baseline = summary_row(results, best["preset"], best["drafter"], best["k"], BASELINE)
+    spread = (f", ±{best['speedup_spread_pct']:.0f}% over {best['speedup_rounds']} interleaved rounds"
+              if "speedup_spread_pct" in best else "")
+    warnings = "".join(f"\n\n**Measurement warning:** {w}." for w in best.get("speedup_warnings", []))
     return dict(preset=best["preset"], drafter=best["drafter"], best_k=str(best["k"]),
                 best_speedup=f"{best['speedup']:.2f}x", latency_reduction=f"{best['latency_reduction']:.1f}%",
+                speedup=f"{in_words(best['speedup'])}{spread}", speedup_warnings=warnings,
                 acceptance_rate=f"{best['acceptance_rate']:.1%}", alpha=f"{best.get('alpha', float('nan')):.2f}",
                 tokens_per_step=f"{best['mean_accepted_length']:.2f}",
                 tokens_per_s=f"{best['tokens_per_second']:.1f}",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from specdec_helpers.measure.perf import PHASES
 from specdec_helpers.measure.results import METHOD_LABELS, SPECULATIVE, best_k
+from specdec_helpers.measure.speedup import in_words
 
 
 @dataclass
@@ -183,3 +184,17 @@ def print_profile(profiles: dict, file=None) -> None:
                 for ph in (*PHASES, "rest")),
               p["draft_calls_per_round"], p["tokens_per_round"]] for name, p in profiles.items()]
     print(to_markdown(columns, table, ["", ".1f", *[""] * (len(PHASES) + 1), ".2f", ".2f"]), file=file or sys.stdout)
+
+
+def print_summary(results: dict, file=None) -> None:
+    """One PA3-style block per (preset, drafter, k), then the sweep table."""
+    out = file or sys.stdout
+    for row in results["summary"]:
+        if row["method"] == SPECULATIVE and row.get("speedup"):
+            spread = (f" ±{row['speedup_spread_pct']:.0f}% ({row['speedup_low']:.2f}-{row['speedup_high']:.2f}x "
+                      f"over {row['speedup_rounds']} rounds)" if "speedup_spread_pct" in row else "")
+            print(f"{row['preset']}/{row['drafter']} k={row['k']}: Speedup: {in_words(row['speedup'])}{spread}  "
+                  f"Draft token acceptance rate: {row['acceptance_rate']:.2%}", file=out)
+            for warning in row.get("speedup_warnings", []):
+                print(f"  warning: {warning}", file=out)
+    print("\n" + to_markdown(*sweep_table(results)), file=out)

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from specdec_helpers.models.toy import atomic_folder, cache_root
+from specdec_helpers.models.store import atomic_folder, cache_root
 
 DISTILL_VERSION = 1  # bump when anything below changes the trained result: it names the cache folder
 

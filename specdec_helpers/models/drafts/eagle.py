@@ -54,7 +54,7 @@ from specdec_helpers.models.drafts.distill import (
     text_meta,
     truncated_body,
 )
-from specdec_helpers.models.toy import cache_root
+from specdec_helpers.models.store import cache_root
 
 EAGLE_VERSION = 3  # bump when anything below changes the trained result: it names the cache folder
 # Tokens the feature draft proposes behind n-gram lookup (`pairs.load_pair(draft="hybrid:eagle")`): one,

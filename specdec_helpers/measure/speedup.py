@@ -1,0 +1,89 @@
+"""An honest speedup: a ratio of median times, its spread over interleaved rounds, and warnings.
+
+One timed run of each side is not a measurement: on a shared CPU the same command gave 1.01x, then
+6.13x, then 1.12x. So every speedup shown to a person (demo, bench, report) comes from here, with
+the spread of the per-round ratios (round r times the baseline and the method back to back, so the
+same slow second hits both) and with warnings when it cannot be trusted: too few rounds, a spread
+too wide, or a ratio above what the measured tokens per target call allow. Speculative decoding
+makes ``tokens per target call`` tokens for each target pass, and a verify pass costs at least a
+decode step, so it cannot beat its own greedy decoding by more than that: a larger ratio means the
+timings are broken (another process ran during the baseline), not that the method is that good.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+MIN_ROUNDS = 3
+MAX_SPREAD = 0.25  # (highest - lowest round ratio) / ratio above this: too noisy to trust the ratio
+BOUND_SLACK = 1.05  # timer noise allowed above the tokens-per-call bound before calling it broken
+
+
+@dataclass
+class Speedup:
+    """``ratio`` = median baseline time / median time; ``low``/``high``: the per-round ratios' range."""
+
+    ratio: float
+    low: float
+    high: float
+    rounds: int
+    tokens_per_call: float | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def spread_pct(self) -> float:
+        """Half the range of the per-round ratios, in % of the ratio (the '±' shown)."""
+        return 50.0 * (self.high - self.low) / self.ratio if self.ratio else float("nan")
+
+    @property
+    def trusted(self) -> bool:
+        return not self.warnings
+
+    def __str__(self) -> str:
+        return (f"{in_words(self.ratio)} (±{self.spread_pct:.0f}%: {self.low:.2f}-{self.high:.2f}x over "
+                f"{self.rounds} interleaved rounds)")
+
+    def as_dict(self) -> dict:
+        return dict(speedup=self.ratio, speedup_low=self.low, speedup_high=self.high, speedup_rounds=self.rounds,
+                    speedup_spread_pct=self.spread_pct, speedup_warnings=list(self.warnings))
+
+
+def in_words(ratio: float) -> str:
+    """'1.32x: 24% less time' or '0.72x: 39% slower': a slowdown is worded as one."""
+    if not ratio or ratio != ratio:
+        return "n/a"
+    if ratio >= 1:
+        return f"{ratio:.2f}x: {(1 - 1 / ratio) * 100:.0f}% less time"
+    return f"{ratio:.2f}x: {(1 / ratio - 1) * 100:.0f}% slower"
+
+
+def speedup(baseline_times, times, tokens_per_call: float | None = None, max_spread: float = MAX_SPREAD) -> Speedup:
+    """The speedup of ``times`` over ``baseline_times`` (seconds, one per interleaved round, same
+    order), with its spread and warnings. ``tokens_per_call``: new tokens per target call of the
+    method (mean accepted length + 1 bonus), the most it can gain over the same target's greedy."""
+    baseline_times, times = list(baseline_times), list(times)
+    if not baseline_times or not times:
+        raise ValueError("speedup needs at least one timing of each side")
+    ratio = statistics.median(baseline_times) / statistics.median(times)
+    per_round = [b / t for b, t in zip(baseline_times, times)] or [ratio]
+    result = Speedup(ratio, min(per_round), max(per_round), len(per_round), tokens_per_call)
+    warn = result.warnings.append
+    if len(per_round) < MIN_ROUNDS:
+        warn(f"only {len(per_round)} timed round(s): run at least {MIN_ROUNDS} (--repeats) to see the noise")
+    if (result.high - result.low) / ratio > max_spread:
+        warn(f"the rounds disagree ({result.low:.2f}x to {result.high:.2f}x): too noisy to trust the ratio; "
+             "another process may be using the CPU. Close it, or run more repeats")
+    elif result.low < 1 < result.high:
+        warn("some rounds were faster and some slower than the baseline: the difference is within the noise")
+    if tokens_per_call is not None and ratio > tokens_per_call * BOUND_SLACK:
+        warn(f"measurement broken: {ratio:.2f}x is more than the {tokens_per_call:.2f} tokens per target call allow; "
+             "the baseline was slowed by something else (another process, a first-call cost). Measure again")
+    return result
+
+
+def pooled_speedup(baseline_runs: list[list[float]], runs: list[list[float]], tokens_per_call=None) -> Speedup:
+    """`speedup` over several prompts: round r's times summed over the prompts (each prompt's rounds are
+    interleaved on their own, so round r of every prompt is one comparison)."""
+    rounds = min(len(r) for r in baseline_runs + runs)
+    return speedup([sum(r[i] for r in baseline_runs) for i in range(rounds)],
+                   [sum(r[i] for r in runs) for i in range(rounds)], tokens_per_call)
