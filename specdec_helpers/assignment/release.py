@@ -6,23 +6,35 @@ Instructor sources use nbgrader's markers, in Python files and in notebook cells
   ``raise NotImplementedError()`` at the same indentation (markdown cells: ``YOUR ANSWER HERE``);
 - ``### BEGIN HIDDEN TESTS`` ... ``### END HIDDEN TESTS``: removed.
 
-Notebook outputs and execution counts are cleared. Instructor-only files (this tool, the mistake
-catalog, the notebook builder with its solutions, the test suite of the kit itself) are left out.
+Notebook outputs and execution counts are cleared, and every notebook's Colab badge and install line
+point at the student repository (``repo_url``: the one students open and install from). The kit gets
+its own README (``templates/STUDENT_README.md``), not the instructor's. Instructor-only files (this
+tool, the autograder, the mistake catalog, the notebook builder, the kit's own tests) are left out.
 Afterwards the kit is scanned; if a marker, an instructor-only file or a line of a solution survived,
 the release fails loudly and the folder is deleted, so a leaky kit cannot be shipped by accident.
 """
 from __future__ import annotations
 
+import copy
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
+import jinja2
+import nbformat
+
+from specdec_helpers.assignment.notebook_sync import fix_notebook
+from specdec_helpers.present.notebook import REPO_BRANCH, colab_url, github_path, pip_install_spec
+
 ROOT = Path(__file__).resolve().parents[2]
-#: What the kit contains (paths relative to the repository root).
-INCLUDE = ["README.md", "pyproject.toml", "requirements.txt", "conftest.py", "specdec_helpers", "notebooks", "report"]
-#: Never shipped: solutions, the mistake catalog, the release tool itself.
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+#: What the kit contains (paths relative to the repository root); its README is written from a template.
+INCLUDE = ["pyproject.toml", "requirements.txt", "conftest.py", "specdec_helpers", "notebooks", "report"]
+#: Never shipped: solutions, the mistake catalog, the instructor's tools and templates.
 INSTRUCTOR_ONLY = ["specdec_helpers/assignment/release.py", "specdec_helpers/assignment/mutations.py",
-                   "notebooks/_build.py", "tests", "report/build"]
+                   "specdec_helpers/assignment/autograder.py", "specdec_helpers/assignment/notebook_sync.py",
+                   "specdec_helpers/assignment/templates", "notebooks/_build.py", "tests", "report/build"]
 SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
 
 REGION = re.compile(
@@ -59,8 +71,6 @@ def regions(source: str) -> list[str]:
 
 def strip_notebook(nb, where: str = ""):
     """A stripped copy of an nbformat notebook: markers handled per cell, outputs cleared."""
-    import copy
-
     nb = copy.deepcopy(nb)
     for i, cell in enumerate(nb.cells):
         cell.source = strip(cell.source, markdown=cell.cell_type == "markdown", where=f"{where} cell {i}")
@@ -85,8 +95,6 @@ def _files(root: Path):
 def _text(path: Path) -> str | None:
     """What a reader sees: a notebook's cell sources joined; a text file's text; None for binaries."""
     if path.suffix == ".ipynb":
-        import nbformat
-
         return "\n".join(cell.source for cell in nbformat.read(str(path), as_version=4).cells)
     try:
         return path.read_text()
@@ -94,17 +102,91 @@ def _text(path: Path) -> str | None:
         return None
 
 
-def release(out, root=ROOT) -> list[str]:
-    """Write the kit to ``out`` and verify it; returns the relative paths written."""
-    import nbformat
+def _normal(url: str) -> str:
+    """A repository URL reduced to ``host/owner/name`` (https or ssh, with or without .git)."""
+    url = url.strip().lower().removesuffix("/").removesuffix(".git")
+    url = re.sub(r"^(git\+)?(https?|ssh|git)://", "", url)
+    url = re.sub(r"^[^@/]+@", "", url)  # user@ of ssh URLs
+    return url.replace(":", "/", 1) if "/" not in url.split(":", 1)[0] and ":" in url else url
 
+
+def instructor_urls(root: Path) -> list[str]:
+    """The instructor repository's own remotes (``git remote -v``); empty when it is no git checkout."""
+    try:
+        out = subprocess.run(["git", "-C", str(root), "remote", "-v"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return sorted({line.split()[1] for line in out.stdout.splitlines() if len(line.split()) >= 2})
+
+
+def is_kit(root: Path) -> bool:
+    return (root / "specdec_helpers").is_dir() and (root / "notebooks").is_dir()
+
+
+def check_paths(out, root=ROOT) -> None:
+    """Refuse an ``out`` that would overwrite the instructor's repository, or a ``root`` that is no kit."""
+    out, root = Path(out).resolve(), Path(root).resolve()
+    if not is_kit(root):
+        raise ValueError(f"--root {root} is not the course kit (no specdec_helpers/ and notebooks/ in it); "
+                         "pass the instructor repository's top folder")
+    if out == root or root in out.parents:
+        raise ValueError(f"--out {out} is inside the instructor repository {root}: the release would overwrite or "
+                         "ship the instructor's files; write it outside, e.g. a clone of the student repository")
+    if out in root.parents:
+        raise ValueError(f"--out {out} contains the instructor repository {root}; choose a folder outside it")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; name a folder (empty, absent, or a clone of the student repository)")
+
+
+def check_repo_url(repo_url: str, root=ROOT, instructor_url: str | None = None) -> None:
+    """Refuse a missing, non-GitHub or instructor repository URL: Colab installs the kit from it."""
+    if not repo_url:
+        raise ValueError("release needs --repo-url: the student repository (https://github.com/OWNER/NAME) that the "
+                         "notebooks' Colab badges open and their set-up cells install from")
+    github_path(repo_url)  # ValueError for a URL that is not a GitHub repository
+    own = [u for u in instructor_urls(Path(root)) + [instructor_url or ""] if u]
+    for url in own:
+        if _normal(url) == _normal(repo_url):
+            raise ValueError(f"--repo-url {repo_url} is the instructor's own repository ({url}): Colab would install "
+                             "the solutions from it; give the student repository's URL")
+
+
+def student_readme(notebooks: list[tuple[str, str]], repo_url: str, branch: str = REPO_BRANCH) -> str:
+    """The student repository's README from ``templates/STUDENT_README.md``; ``notebooks``: (file, title)."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined)
+    items = [dict(file=name, title=title, colab=colab_url(name, repo_url, branch)) for name, title in notebooks]
+    return env.get_template("STUDENT_README.md").render(
+        repo_url=repo_url.rstrip("/").removesuffix(".git"), github=github_path(repo_url), branch=branch,
+        install=pip_install_spec(repo_url, branch), notebooks=items)
+
+
+def _title(nb, name: str) -> str:
+    first = nb.cells[0].source if nb.cells and nb.cells[0].cell_type == "markdown" else ""
+    heading = next((line for line in first.splitlines() if line.startswith("# ")), "")
+    return heading[2:].strip() or name
+
+
+def release(out, root=ROOT, repo_url: str | None = None, branch: str = REPO_BRANCH,
+            instructor_url: str | None = None) -> list[str]:
+    """Write the kit to ``out`` (empty or absent) and verify it; returns the relative paths written.
+
+    ``repo_url``: the student repository; badges and install lines point there. Raises ValueError for a
+    bad ``out``/``root``/``repo_url`` (nothing written), ReleaseError if the kit would leak.
+    """
+    check_paths(out, root)
+    check_repo_url(repo_url, root, instructor_url)
     root, out = Path(root), Path(out)
-    written, secrets = [], {}
+    written, secrets, notebooks = [], {}, []
     for path, rel in _files(root):
         target = out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         if path.suffix == ".ipynb":
-            nbformat.write(strip_notebook(nbformat.read(str(path), as_version=4), rel), str(target))
+            nb = strip_notebook(nbformat.read(str(path), as_version=4), rel)
+            fix_notebook(nb, path.name, repo_url, branch)
+            nbformat.write(nb, str(target))
+            if rel.startswith("notebooks/") and rel.count("/") == 1 and path.name[0].isdigit():
+                notebooks.append((path.name, _title(nb, path.name)))
         elif path.suffix == ".py":
             target.write_text(strip(path.read_text(), where=rel))
         else:
@@ -113,6 +195,8 @@ def release(out, root=ROOT) -> list[str]:
             source = _text(path)
             secrets[rel] = (regions(source), REGION.sub("", source))
         written.append(rel)
+    (out / "README.md").write_text(student_readme(sorted(notebooks), repo_url, branch))
+    written.append("README.md")
     verify(out, secrets)
     return written
 
