@@ -42,6 +42,11 @@ REGION = re.compile(
     re.S | re.M,
 )
 MARKER = re.compile(r"^[ \t]*### (?:BEGIN|END) (?:SOLUTION|HIDDEN TESTS)\b", re.M)
+LINE_BEGIN = re.compile(r"^(?P<indent>\s*)### BEGIN (?P<kind>SOLUTION|HIDDEN TESTS)\s*$")
+LINE_END = re.compile(r"^\s*### END (?P<kind>SOLUTION|HIDDEN TESTS)\s*$")
+#: nbgrader's default stubs (ClearSolutions.code_stub["python"], ClearSolutions.text_stub).
+CODE_STUB = ["# YOUR CODE HERE", "raise NotImplementedError()"]
+TEXT_STUB = ["YOUR ANSWER HERE"]
 
 
 class ReleaseError(Exception):
@@ -49,31 +54,54 @@ class ReleaseError(Exception):
 
 
 def strip(source: str, markdown: bool = False, where: str = "") -> str:
-    """``source`` with solutions stubbed out and hidden tests removed."""
-    def replace(m: re.Match) -> str:
-        if m["kind"] == "HIDDEN TESTS":
-            return ""
-        if markdown:
-            return f"{m['indent']}YOUR ANSWER HERE\n"
-        return f"{m['indent']}# YOUR CODE HERE\n{m['indent']}raise NotImplementedError()\n"
+    """``source`` with solutions stubbed out and hidden tests removed, line by line as nbgrader's
+    ``generate_assignment`` does (same stubs, same indentation, same newlines)."""
+    out, inside = [], None
+    for number, line in enumerate(source.split("\n"), 1):
+        begin, end = LINE_BEGIN.match(line), LINE_END.match(line)
+        if begin:
+            if inside:
+                raise ReleaseError(f"{where}: unmatched marker '### BEGIN {inside}' (a second BEGIN at line {number})")
+            inside = begin["kind"]
+            if inside == "SOLUTION":
+                out += [begin["indent"] + stub for stub in (TEXT_STUB if markdown else CODE_STUB)]
+        elif end:
+            if end["kind"] != inside:
+                raise ReleaseError(f"{where}: unmatched marker '### END {end['kind']}' (line {number})")
+            inside = None
+        elif inside is None:
+            out.append(line)
+    if inside:
+        raise ReleaseError(f"{where}: unmatched marker '### BEGIN {inside}' (no END)")
+    return "\n".join(out)
 
-    out = REGION.sub(replace, source)
-    left = MARKER.search(out)
-    if left:
-        line = out[: left.start()].count("\n") + 1
-        raise ReleaseError(f"{where}: unmatched marker {left.group().strip()!r} (line {line} after stripping)")
-    return out
+
+def is_solution_cell(cell) -> bool:
+    """nbgrader's answer cells: ``metadata.nbgrader.solution`` is true."""
+    return bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution"))
 
 
 def regions(source: str) -> list[str]:
     return [m["body"] for m in REGION.finditer(source)]
 
 
+def whole_solutions(path: Path) -> list[str]:
+    """A notebook's answer cells without markers: all of their text is solution."""
+    if path.suffix != ".ipynb":
+        return []
+    cells = nbformat.read(str(path), as_version=4).cells
+    return [c.source for c in cells if is_solution_cell(c) and not MARKER.search(c.source)]
+
+
 def strip_notebook(nb, where: str = ""):
-    """A stripped copy of an nbformat notebook: markers handled per cell, outputs cleared."""
+    """A stripped copy of an nbformat notebook: markers handled per cell, outputs cleared. An answer
+    cell (nbgrader ``solution``) without markers becomes the stub as a whole, as in nbgrader."""
     nb = copy.deepcopy(nb)
     for i, cell in enumerate(nb.cells):
-        cell.source = strip(cell.source, markdown=cell.cell_type == "markdown", where=f"{where} cell {i}")
+        markdown = cell.cell_type == "markdown"
+        if is_solution_cell(cell) and not any(LINE_BEGIN.match(line) for line in cell.source.split("\n")):
+            cell.source = "\n".join(TEXT_STUB if markdown else CODE_STUB)
+        cell.source = strip(cell.source, markdown=markdown, where=f"{where} cell {i}")
         if cell.cell_type == "code":
             cell.outputs = []
             cell.execution_count = None
@@ -193,7 +221,7 @@ def release(out, root=ROOT, repo_url: str | None = None, branch: str = REPO_BRAN
             shutil.copy2(path, target)
         if path.suffix in (".py", ".ipynb"):
             source = _text(path)
-            secrets[rel] = (regions(source), REGION.sub("", source))
+            secrets[rel] = (regions(source) + whole_solutions(path), REGION.sub("", source))
         written.append(rel)
     (out / "README.md").write_text(student_readme(sorted(notebooks), repo_url, branch))
     written.append("README.md")
