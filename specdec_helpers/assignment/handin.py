@@ -18,7 +18,7 @@ from pathlib import Path
 
 import nbformat
 
-#: (what, glob pattern relative to the kit root); each needs at least one match.
+#: (what, glob pattern relative to the kit root); each needs at least one match (README.md does not count).
 REQUIRED = [
     ("the notebooks", "notebooks/*.ipynb"),
     ("your report (a .md file in report/)", "report/*.md"),
@@ -42,7 +42,7 @@ class HandinError(ValueError):
 def missing(root: Path) -> list[str]:
     """Descriptions of the required files that are not there."""
     return [f"missing {what}: {pattern}" for what, pattern in REQUIRED
-            if not any(p.is_file() for p in root.glob(pattern))]
+            if not any(p.is_file() and p.name not in NOT_REPORTS for p in root.glob(pattern))]
 
 
 def report_problems(root: Path) -> list[str]:
