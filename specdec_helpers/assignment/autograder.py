@@ -81,6 +81,7 @@ def bundle(out, root=ROOT, config=None, toy_dir: Path | None = None) -> list[str
     shutil.copy2(root / "requirements.txt", out / "requirements.txt")
     (out / "constraints.txt").write_text(constraints(root / "requirements.txt"))
     shutil.copy2(config, out / "points.toml")
+    (out / "kit").mkdir()
     for name in KIT:
         src = root / name
         if src.is_dir():
