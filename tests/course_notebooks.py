@@ -6,11 +6,13 @@ The badge and set-up cells are locked, as the real notebooks' are.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
+from specdec_helpers.assignment import release
 from specdec_helpers.present import notebook as nbh
 
 #: Lines that must never reach a student (each appears only inside a solution or hidden-test region).
@@ -78,3 +80,17 @@ def error_output(ename="CheckFailed", evalue="❌ Not yet: the product is wrong"
 
 def stream(text="✅ Correct\n"):
     return new_output("stream", name="stdout", text=text)
+
+
+def solution_lines(root) -> set[str]:
+    """Every telling line inside a solution or hidden-test region of the instructor's shipped sources
+    (and of answer cells without markers) that does not also appear outside those regions."""
+    hidden, visible = set(), set()
+    for path, rel in release._files(root):
+        if path.suffix not in (".py", ".ipynb"):
+            continue
+        source = release._text(path)
+        for body in release.regions(source) + release.whole_solutions(path):
+            hidden |= {line.strip() for line in body.splitlines()}
+        visible |= {line.strip() for line in release.REGION.sub("", source).splitlines()}
+    return {line for line in hidden - visible if len(line) >= 8 and not re.fullmatch(r"[#\s\w]*", line)}

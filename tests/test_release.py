@@ -2,13 +2,12 @@
 the refusals that keep it from overwriting or pointing at the instructor's repository."""
 from __future__ import annotations
 
-import re
 import subprocess
 
 import nbformat
 import pytest
 
-from course_notebooks import SECRETS, instructor_kit
+from course_notebooks import SECRETS, instructor_kit, solution_lines
 from specdec_helpers import cli
 from specdec_helpers.assignment import notebook_sync, release
 
@@ -110,25 +109,11 @@ def test_config_file_and_force_keep_the_student_clone(tmp_path, capsys):
     assert rc == 2 and "unknown keys ['repo']" in err
 
 
-def _solution_lines(root) -> set[str]:
-    """Every telling line inside a solution or hidden-test region of the instructor's shipped sources
-    (and of answer cells without markers) that does not also appear outside those regions."""
-    hidden, visible = set(), set()
-    for path, rel in release._files(root):
-        if path.suffix not in (".py", ".ipynb"):
-            continue
-        source = release._text(path)
-        for body in release.regions(source) + release.whole_solutions(path):
-            hidden |= {line.strip() for line in body.splitlines()}
-        visible |= {line.strip() for line in release.REGION.sub("", source).splitlines()}
-    return {line for line in hidden - visible if len(line) >= 8 and not re.fullmatch(r"[#\s\w]*", line)}
-
-
 def test_the_real_kit_releases_without_any_solution_line(tmp_path):
     """Scans the release for every solution line of the instructor's notebooks and modules."""
     out = tmp_path / "students"
     release.release(out, release.ROOT, URL)
-    secrets = _solution_lines(release.ROOT)
+    secrets = solution_lines(release.ROOT)
     assert len(secrets) > 20  # the scan has something to find
     shipped = {}
     for path in out.rglob("*"):
