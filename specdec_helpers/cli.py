@@ -308,32 +308,14 @@ def report(argv=None) -> int:
     return 0
 
 
-def _release_config(path) -> dict:
-    """Settings from a release config file (TOML; keys at the top or in a ``[release]`` table)."""
-    import tomllib
-
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except (OSError, ValueError) as error:
-        raise ValueError(f"--config {path}: {error}") from None
-    data = data.get("release", data)
-    unknown = set(data) - {"out", "root", "repo_url", "branch", "instructor_url"}
-    if unknown:
-        raise ValueError(f"--config {path}: unknown keys {sorted(unknown)}; known: out, root, repo_url, branch, instructor_url")
-    return data
-
-
-def _clear(out: Path) -> None:
-    """Empty ``out`` but keep its ``.git``: releasing into a clone of the student repository stays a clone."""
-    for child in out.iterdir():
-        if child.name != ".git":
-            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+def _instructor_only(command: str) -> int:
+    print(f"{command}: an instructor command; the student kit does not include it", file=sys.stderr)
+    return 2
 
 
 def release(argv=None) -> int:
     if release_module is None:
-        print("release: an instructor command; the student kit does not include it", file=sys.stderr)
-        return 2
+        return _instructor_only("release")
     parser = argparse.ArgumentParser(prog="python -m specdec_helpers release", description=release_module.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", help="folder for the student repository (empty, absent, or with --force a clone of it)")
@@ -347,35 +329,24 @@ def release(argv=None) -> int:
     parser.add_argument("--force", action="store_true", help="replace the files of a non-empty --out (its .git is kept)")
     args = parser.parse_args(argv)
     try:
-        settings = _release_config(args.config) if args.config else {}
+        settings = release_module.load_settings(args.config) if args.config else {}
         settings.update({k: v for k, v in vars(args).items() if v is not None and k not in ("config", "force")})
-        if not settings.get("out"):
-            raise ValueError("release needs --out (or out in --config): the folder for the student repository")
-        out, root = Path(settings["out"]), Path(settings.get("root", ROOT))
-        branch = settings.get("branch", REPO_BRANCH)
-        release_module.check_paths(out, root)
-        release_module.check_repo_url(settings.get("repo_url"), root, settings.get("instructor_url"))
+        settings.setdefault("branch", REPO_BRANCH)
+        written = release_module.publish(**settings, force=args.force)
     except ValueError as error:
         print(f"release: {error}", file=sys.stderr)
         return 2
-    if out.exists() and any(p.name != ".git" for p in out.iterdir()):
-        if not args.force:
-            print(f"release: {out} is not empty; use --force to replace its files (a .git folder is kept)", file=sys.stderr)
-            return 2
-        _clear(out)
-    try:
-        written = release_module.release(out, root, settings["repo_url"], branch, settings.get("instructor_url"))
     except release_module.ReleaseError as error:
-        _clear(out) if (out / ".git").exists() else shutil.rmtree(out, ignore_errors=True)
         print("=" * 70 + "\nRELEASE FAILED: the kit would leak solutions or hidden tests; nothing was written.\n"
               + str(error) + "\n" + "=" * 70, file=sys.stderr)
         return 1
+    out = Path(settings["out"])
     stubs = sum((out / rel).read_text().count("raise NotImplementedError()") for rel in written
                 if rel.endswith((".py", ".ipynb")))
-    for problem in notebook_sync.check(out / "notebooks", settings["repo_url"], branch):
+    for problem in notebook_sync.check(out / "notebooks", settings["repo_url"], settings["branch"]):
         print(f"warning: {problem}", file=sys.stderr)
     print(f"student repository: {len(written)} files in {out} ({stubs} exercise stubs); no solution or hidden test "
-          f"left; badges and install cells point at {settings['repo_url']} ({branch})")
+          f"left; badges and install cells point at {settings['repo_url']} ({settings['branch']})")
     return 0
 
 
@@ -467,8 +438,7 @@ def handin(argv=None) -> int:
 
 def autograder(argv=None) -> int:
     if autograder_module is None:
-        print("autograder: an instructor command; the student kit does not include it", file=sys.stderr)
-        return 2
+        return _instructor_only("autograder")
     parser = argparse.ArgumentParser(prog="python -m specdec_helpers autograder", description=autograder_module.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="folder to write (empty or absent); the zip goes beside it")
@@ -492,8 +462,7 @@ def mistakes(argv=None) -> int:
     """Print the catalog with the grader's verdict on each mutation; exit 1 if one goes uncaught."""
     argparse.ArgumentParser(prog="python -m specdec_helpers mistakes", description=mistakes.__doc__).parse_args(argv)
     if grade_all is None:
-        print("mistakes: an instructor command; the student kit does not include it", file=sys.stderr)
-        return 2
+        return _instructor_only("mistakes")
     missed = 0
     for m, report in grade_all():
         r = report.find(m.test_id)

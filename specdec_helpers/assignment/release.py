@@ -19,6 +19,7 @@ import copy
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import jinja2
@@ -258,3 +259,46 @@ def verify(out: Path, secrets: dict[str, tuple[list[str], str]]) -> None:
                 problems.append(f"{rel}: solution/hidden-test text leaked: {leaked[0]!r}")
     if problems:
         raise ReleaseError("\n".join(problems))
+
+
+SETTINGS = ("out", "root", "repo_url", "branch", "instructor_url")
+
+
+def load_settings(path) -> dict:
+    """Release settings from a TOML file (keys at the top or in a ``[release]`` table)."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"--config {path}: {error}") from None
+    data = data.get("release", data)
+    unknown = set(data) - set(SETTINGS)
+    if unknown:
+        raise ValueError(f"--config {path}: unknown keys {sorted(unknown)}; known: {', '.join(SETTINGS)}")
+    return data
+
+
+def clear(out: Path) -> None:
+    """Empty ``out`` but keep its ``.git``: releasing into a clone of the student repository keeps the clone."""
+    for child in Path(out).iterdir():
+        if child.name != ".git":
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+
+
+def publish(out=None, root=ROOT, repo_url: str | None = None, branch: str = REPO_BRANCH,
+            instructor_url: str | None = None, force: bool = False) -> list[str]:
+    """`release` after every check, into an empty folder or (``force``) a replaced one whose ``.git``
+    stays; if the kit would leak, the folder is emptied again and ReleaseError raised."""
+    if not out:
+        raise ValueError("release needs --out (or out in --config): the folder for the student repository")
+    out = Path(out)
+    check_paths(out, root)
+    check_repo_url(repo_url, root, instructor_url)
+    if out.exists() and any(p.name != ".git" for p in out.iterdir()):
+        if not force:
+            raise ValueError(f"{out} is not empty; use --force to replace its files (a .git folder is kept)")
+        clear(out)
+    try:
+        return release(out, root, repo_url, branch, instructor_url)
+    except ReleaseError:
+        clear(out) if (out / ".git").exists() else shutil.rmtree(out, ignore_errors=True)
+        raise
