@@ -111,3 +111,22 @@ def test_nothing_to_hand_in(tmp_path, capsys):
     assert rc == 2 and "nothing to hand in" in err
     assert handin.problems(tmp_path) == ["missing the notebooks: notebooks/*.ipynb",
                                          "missing your report (a .md file in report/): report/*.md"]
+
+
+def test_what_counts_as_a_stub():
+    assert handin.has_stub("def f():\n    # YOUR CODE HERE\n    raise NotImplementedError()")
+    assert handin.has_stub("def f():\n    # YOUR CODE HERE\n\nx = 1")  # nothing written in its place
+    assert handin.has_stub("Why?\n\nYOUR ANSWER HERE")
+    assert not handin.has_stub("def f():\n    # YOUR CODE HERE\n    return 1")  # the comment may stay
+    assert not handin.has_stub("def f():\n    return 1")
+
+
+def test_with_nbgrader_metadata_only_answer_cells_count(student):
+    for name in ("01_multiply.ipynb", "02_times.ipynb"):
+        finish(student, name)
+    write_report(student)
+    path = student / "notebooks/01_multiply.ipynb"
+    nb = nbformat.read(str(path), as_version=4)
+    nb.cells.append(ran(nbformat.v4.new_code_cell("class Base:\n    def f(self):\n        raise NotImplementedError()")))
+    nbformat.write(nb, str(path))
+    assert handin.problems(student) == []  # a given cell that raises NotImplementedError is no answer

@@ -3,12 +3,12 @@
 Packs ``notebooks/*.ipynb`` and ``report/`` into one zip (upload it to Gradescope). It refuses, one
 line a problem, while the hand-in is not finished: a report that still holds the template's TODO
 paragraphs, notebooks whose graded cells were never run, raised an error, or still hold the stubs
-(``raise NotImplementedError()``, ``# YOUR CODE HERE``, ``YOUR ANSWER HERE``). ``--force`` writes
-the zip anyway, with the problems as a warning (a partial hand-in).
+(``raise NotImplementedError()``, ``YOUR ANSWER HERE``, a ``# YOUR CODE HERE`` with nothing under
+it). ``--force`` writes the zip anyway, with the problems as a warning (a partial hand-in).
 
 Graded cells are the ones nbgrader's metadata marks: answers (``solution: true``) and their checks
-(``grade: true`` or a locked ``..._check`` cell). A code cell holding a stub counts as an unfinished
-answer even without that metadata.
+(``grade: true`` or a locked ``..._check`` cell). In a notebook without that metadata, a cell holding
+a stub counts as an unfinished answer.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ PACKED = ["notebooks/*.ipynb", "report/**/*"]
 SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints"}
 MAX_FILE_MB = 20
 NOT_REPORTS = {"README.md"}
-STUBS = ("raise NotImplementedError()", "# YOUR CODE HERE", "YOUR ANSWER HERE")
+CODE_MARK = "# YOUR CODE HERE"
 TODO_PARAGRAPH = re.compile(r"(?:\A|\n[ \t]*\n)[ \t]*TODO\b")
 
 
@@ -55,10 +55,25 @@ def report_problems(root: Path) -> list[str]:
             "your own words" for p, n in todos.items()]
 
 
-def _graded(cell) -> tuple[bool, bool]:
-    """(is an answer cell, is a check cell) by nbgrader metadata; a stub marks an answer too."""
+def has_stub(source: str) -> bool:
+    """A stub is left: ``raise NotImplementedError()``, ``YOUR ANSWER HERE``, or a ``# YOUR CODE HERE``
+    with nothing written under it (the comment kept above the student's code is fine)."""
+    lines = source.splitlines()
+    if any(line.strip() in ("raise NotImplementedError()", "YOUR ANSWER HERE") for line in lines):
+        return True
+    for i, line in enumerate(lines):
+        if line.strip() == CODE_MARK:
+            indent = len(line) - len(line.lstrip())
+            after = [x for x in lines[i + 1:] if x.strip() and not x.strip().startswith("#")]
+            if not after or len(after[0]) - len(after[0].lstrip()) < indent:
+                return True
+    return False
+
+
+def _graded(cell, by_metadata: bool) -> tuple[bool, bool]:
+    """(is an answer cell, is a check cell) by nbgrader metadata, else by a stub in it."""
     meta = cell.metadata.get("nbgrader", {})
-    answer = bool(meta.get("solution")) or any(stub in cell.source for stub in STUBS)
+    answer = bool(meta.get("solution")) if by_metadata else has_stub(cell.source)
     check = not answer and (bool(meta.get("grade")) or
                             (bool(meta.get("locked")) and str(meta.get("grade_id", "")).endswith("_check")))
     return answer, check
@@ -75,11 +90,12 @@ def notebook_problems(path: Path, rel: str) -> list[str]:
     except Exception as error:  # not JSON, not a notebook
         return [f"{rel}: cannot be read as a notebook ({type(error).__name__}: {error})"]
     stubs, unrun, graded_code, problems = [], [], [], []
+    by_metadata = any("nbgrader" in cell.metadata for cell in nb.cells)
     for i, cell in enumerate(nb.cells):
-        answer, check = _graded(cell)
+        answer, check = _graded(cell, by_metadata)
         if not (answer or check):
             continue
-        if answer and any(stub in cell.source for stub in STUBS):
+        if answer and has_stub(cell.source):
             stubs.append(_name(cell, i))
         if cell.cell_type != "code" or not cell.source.strip():
             continue
