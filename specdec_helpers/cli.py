@@ -92,7 +92,6 @@ except ModuleNotFoundError as error:
         raise  # a missing dependency, not the student kit
     autograder_module = notebook_sync = release_module = grade_all = None
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE_POINTS = "specdec_helpers/assignment/templates/points.example.toml"
 
 
 def _demo_args(argv):
@@ -367,13 +366,9 @@ def grade(argv=None) -> int:
 
     quiet()
     try:
-        if args.config and not Path(args.config).is_file():
-            raise ValueError(f"--config {args.config} does not exist (an example: {EXAMPLE_POINTS})")
         config = load_config(args.config, _pairs(args.points, "points"), _pairs(args.threshold, "threshold"), args.preset)
     except (OSError, ValueError) as error:  # a missing or invalid --config: one line, no traceback
-        message = str(error).replace("\n", " ")
-        print(f"grade: {message}" if str(args.config) in message else f"grade: --config {args.config}: {message}",
-              file=sys.stderr)
+        print(f"grade: --config {args.config}: {error}".replace("\n", " "), file=sys.stderr)
         return 2
     try:
         cls, path = load(args.submission)
@@ -415,18 +410,14 @@ def handin(argv=None) -> int:
     try:
         out, problems = write_handin(args.root, args.out, force=args.force)
     except handin_module.HandinError as error:
-        print(f"❌ not ready to hand in ({len(error.problems)} problem(s)):", file=sys.stderr)
-        for problem in error.problems:
-            print(f"  - {problem}", file=sys.stderr)
+        print(f"❌ not ready to hand in ({len(error.problems)} problem(s)):", *error.problems, sep="\n  - ", file=sys.stderr)
         print("Fix these (or hand in as it is with --force).", file=sys.stderr)
         return 1
     except (ValueError, FileNotFoundError) as error:
         print(f"handin: {error}", file=sys.stderr)
         return 2
     if problems:
-        print(f"⚠️  handing in anyway (--force) with {len(problems)} problem(s):", file=sys.stderr)
-        for problem in problems:
-            print(f"  - {problem}", file=sys.stderr)
+        print(f"⚠️  handing in anyway (--force) with {len(problems)} problem(s):", *problems, sep="\n  - ", file=sys.stderr)
     with zipfile.ZipFile(out) as archive:
         names = archive.namelist()
     print(f"wrote {out} ({out.stat().st_size / 1e3:.0f} kB, {len(names)} files):")
