@@ -116,7 +116,8 @@ def stubs(course):
     work = tmp / "stubs"
     shutil.copytree(students, work)
     refused = student_command(work, "handin")
-    assert refused.returncode == 1 and not (work / "handin.zip").exists()
+    assert refused.returncode == 1 and "not ready to hand in" in refused.stderr, refused.stderr
+    assert not (work / "handin.zip").exists()
     forced = student_command(work, "handin", "--force")
     assert forced.returncode == 0, forced.stderr
     return refused.stderr, grade_on_gradescope(bundle, work / "handin.zip", tmp / "gs-stubs")

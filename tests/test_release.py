@@ -2,7 +2,9 @@
 the refusals that keep it from overwriting or pointing at the instructor's repository."""
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -109,6 +111,7 @@ def test_config_file_and_force_keep_the_student_clone(tmp_path, capsys):
     assert rc == 2 and "unknown keys ['repo']" in err
 
 
+@pytest.mark.slow
 def test_the_real_kit_releases_without_any_solution_line(tmp_path):
     """Scans the release for every solution line of the instructor's notebooks and modules."""
     out = tmp_path / "students"
@@ -125,3 +128,11 @@ def test_the_real_kit_releases_without_any_solution_line(tmp_path):
     assert not [rel for rel in release.INSTRUCTOR_ONLY if (out / rel).exists()]
     assert notebook_sync.check(out / "notebooks", URL) == []
     assert "For instructors" not in (out / "README.md").read_text()
+    # Every shipped module imports without the instructor-only ones (they must not import those).
+    code = ("import importlib, pkgutil, specdec_helpers as p\n"
+            "assert p.__file__.startswith(%r), p.__file__\n"
+            "for m in pkgutil.walk_packages(p.__path__, 'specdec_helpers.'):\n"
+            "    importlib.import_module(m.name)\n" % str(out))
+    done = subprocess.run([sys.executable, "-c", code], cwd=out, env={**os.environ, "PYTHONPATH": str(out)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
