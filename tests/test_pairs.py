@@ -12,7 +12,6 @@ from transformers import PreTrainedTokenizerFast
 
 from specdec_helpers.measure import bench
 from specdec_helpers import cli
-from specdec_helpers.present import demo
 from specdec_helpers.models import pairs
 from specdec_helpers.core.cpu_kernels import uses_onednn
 from specdec_helpers.core.decode import speculative_decode
