@@ -19,7 +19,6 @@ import torch
 from specdec_helpers.assignment import check as check_module
 from specdec_helpers.assignment import grader as grader_module
 from specdec_helpers.assignment import handin as handin_module
-from specdec_helpers.assignment import release as release_module
 from specdec_helpers.assignment.check import run_check
 from specdec_helpers.assignment.grader import (
     EXTRA_CREDIT,
@@ -32,9 +31,6 @@ from specdec_helpers.assignment.grader import (
 )
 from specdec_helpers.assignment.grader import grade as grade_submission
 from specdec_helpers.assignment.handin import handin as write_handin
-from specdec_helpers.assignment.mutations import grade_all
-from specdec_helpers.assignment.release import ROOT, ReleaseError
-from specdec_helpers.assignment.release import release as write_release
 from specdec_helpers.assignment.submission import SubmissionError, load
 from specdec_helpers.core.decode import greedy_decode, speculative_decode
 from specdec_helpers.measure.bench import (
@@ -73,7 +69,7 @@ from specdec_helpers.present.demo import (
     summary_table,
     use_color,
 )
-from specdec_helpers.present.notebook import quiet
+from specdec_helpers.present.notebook import REPO_BRANCH, quiet
 from specdec_helpers.present.plots import save_all_figures
 from specdec_helpers.present.report import TEMPLATE, build_report
 from specdec_helpers.present.tables import (
@@ -83,6 +79,17 @@ from specdec_helpers.present.tables import (
     write_tables,
 )
 from specdec_helpers.present.widgets import token_spans
+
+try:  # instructor-only modules: the student kit leaves them out (release.INSTRUCTOR_ONLY)
+    import specdec_helpers.assignment.autograder as autograder_module
+    import specdec_helpers.assignment.notebook_sync as notebook_sync
+    import specdec_helpers.assignment.release as release_module
+    from specdec_helpers.assignment.mutations import grade_all
+except ModuleNotFoundError as error:
+    if not (error.name or "").startswith("specdec_helpers."):
+        raise  # a missing dependency, not the student kit
+    autograder_module = notebook_sync = release_module = grade_all = None
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _at_least(minimum: int):
@@ -353,29 +360,45 @@ def report(argv=None) -> int:
     return 0
 
 
+def _instructor_only(command: str) -> int:
+    print(f"{command}: an instructor command; the student kit does not include it", file=sys.stderr)
+    return 2
+
+
 def release(argv=None) -> int:
+    if release_module is None:
+        return _instructor_only("release")
     parser = argparse.ArgumentParser(prog="python -m specdec_helpers release", description=release_module.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, help="folder for the student kit (must be empty or absent)")
-    parser.add_argument("--root", default=str(ROOT), help="instructor repository (default: this checkout)")
-    parser.add_argument("--force", action="store_true", help="replace a non-empty --out folder")
+    parser.add_argument("--out", help="folder for the student repository (empty, absent, or with --force a clone of it)")
+    parser.add_argument("--repo-url", help="the STUDENT repository, https://github.com/OWNER/NAME: Colab badges open and "
+                                           "install cells install from it (never the instructor's: it holds the solutions)")
+    parser.add_argument("--branch", help=f"branch the badges and install cells use (default: {REPO_BRANCH})")
+    parser.add_argument("--root", help="instructor repository (default: this checkout)")
+    parser.add_argument("--instructor-url", help="the instructor repository's URL, refused as --repo-url "
+                                                 "(its git remotes are refused anyway)")
+    parser.add_argument("--config", help="TOML file with out, repo_url, branch, root, instructor_url (flags override it)")
+    parser.add_argument("--force", action="store_true", help="replace the files of a non-empty --out (its .git is kept)")
     args = parser.parse_args(argv)
-    out = Path(args.out)
-    if out.exists() and any(out.iterdir()):
-        if not args.force:
-            print(f"release: {out} is not empty; use --force to replace it", file=sys.stderr)
-            return 2
-        shutil.rmtree(out)
     try:
-        written = write_release(out, args.root)
-    except ReleaseError as error:
-        shutil.rmtree(out, ignore_errors=True)
+        settings = release_module.load_settings(args.config) if args.config else {}
+        settings.update({k: v for k, v in vars(args).items() if v is not None and k not in ("config", "force")})
+        settings.setdefault("branch", REPO_BRANCH)
+        written = release_module.publish(**settings, force=args.force)
+    except ValueError as error:
+        print(f"release: {error}", file=sys.stderr)
+        return 2
+    except release_module.ReleaseError as error:
         print("=" * 70 + "\nRELEASE FAILED: the kit would leak solutions or hidden tests; nothing was written.\n"
               + str(error) + "\n" + "=" * 70, file=sys.stderr)
         return 1
+    out = Path(settings["out"])
     stubs = sum((out / rel).read_text().count("raise NotImplementedError()") for rel in written
                 if rel.endswith((".py", ".ipynb")))
-    print(f"student kit: {len(written)} files in {out} ({stubs} exercise stubs); no solution or hidden test left")
+    for problem in notebook_sync.check(out / "notebooks", settings["repo_url"], settings["branch"]):
+        print(f"warning: {problem}", file=sys.stderr)
+    print(f"student repository: {len(written)} files in {out} ({stubs} exercise stubs); no solution or hidden test "
+          f"left; badges and install cells point at {settings['repo_url']} ({settings['branch']})")
     return 0
 
 
@@ -394,7 +417,11 @@ def grade(argv=None) -> int:
     args = parser.parse_args(argv)
 
     quiet()
-    config = load_config(args.config, _pairs(args.points, "points"), _pairs(args.threshold, "threshold"), args.preset)
+    try:
+        config = load_config(args.config, _pairs(args.points, "points"), _pairs(args.threshold, "threshold"), args.preset)
+    except (OSError, ValueError) as error:  # a missing or invalid --config: one line, no traceback
+        print(f"grade: --config {args.config}: {error}".replace("\n", " "), file=sys.stderr)
+        return 2
     try:
         cls, path = load(args.submission)
     except SubmissionError as error:
@@ -429,15 +456,20 @@ def handin(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="handin.zip", help="zip to write (default: handin.zip)")
     parser.add_argument("--root", default=".", help="the kit's top folder (default: the current folder)")
-    parser.add_argument("--no-check", action="store_true", help="skip the visible checks")
+    parser.add_argument("--force", action="store_true", help="write the zip even if the hand-in is not finished")
     args = parser.parse_args(argv)
 
-    quiet()
     try:
-        out = write_handin(args.root, args.out, not args.no_check)
-    except FileNotFoundError as error:
-        print(f"❌ {error}", file=sys.stderr)
+        out, problems = write_handin(args.root, args.out, force=args.force)
+    except handin_module.HandinError as error:
+        print(f"❌ not ready to hand in ({len(error.problems)} problem(s)):", *error.problems, sep="\n  - ", file=sys.stderr)
+        print("Fix these (or hand in as it is with --force).", file=sys.stderr)
         return 1
+    except (ValueError, FileNotFoundError) as error:
+        print(f"handin: {error}", file=sys.stderr)
+        return 2
+    if problems:
+        print(f"⚠️  handing in anyway (--force) with {len(problems)} problem(s):", *problems, sep="\n  - ", file=sys.stderr)
     with zipfile.ZipFile(out) as archive:
         names = archive.namelist()
     print(f"wrote {out} ({out.stat().st_size / 1e3:.0f} kB, {len(names)} files):")
@@ -447,9 +479,33 @@ def handin(argv=None) -> int:
     return 0
 
 
+def autograder(argv=None) -> int:
+    if autograder_module is None:
+        return _instructor_only("autograder")
+    parser = argparse.ArgumentParser(prog="python -m specdec_helpers autograder", description=autograder_module.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="folder to write (empty or absent); the zip goes beside it")
+    parser.add_argument("--config", help="grading config (default: the defaults, see points.example.toml)")
+    parser.add_argument("--root", default=str(ROOT), help="instructor repository (default: this checkout)")
+    args = parser.parse_args(argv)
+    try:
+        if args.config:
+            grader_module.load_config(args.config)  # refuse a bad config now, not on Gradescope
+        files = autograder_module.bundle(args.out, args.root, args.config)
+    except (OSError, ValueError) as error:
+        print(f"autograder: {error}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    print(f"autograder: {len(files)} files in {out}; upload {out.with_name(out.name + '.zip')} to Gradescope "
+          "(Configure Autograder > Zip file upload)")
+    return 0
+
+
 def mistakes(argv=None) -> int:
     """Print the catalog with the grader's verdict on each mutation; exit 1 if one goes uncaught."""
     argparse.ArgumentParser(prog="python -m specdec_helpers mistakes", description=mistakes.__doc__).parse_args(argv)
+    if grade_all is None:
+        return _instructor_only("mistakes")
     missed = 0
     for m, report in grade_all():
         r = report.find(m.test_id)
@@ -466,11 +522,12 @@ COMMANDS = {
     "distill": (distill, "train (once) a draft from a preset's target: eagle (default) or distilled"),
     "train-toy": (train_toy, "maintainer: retrain the toy pair with its recipe and rewrite the shipped files"),
     "report": (report, "build report/build/report.md, report.html (and a PDF with Chromium)"),
-    "release": (release, "instructor: write the student kit (solutions stubbed, hidden tests removed)"),
+    "release": (release, "instructor: write the student repository (--repo-url: its badges, no solutions)"),
     "grade": (grade, "instructor: grade a submission, write Gradescope results.json"),
+    "autograder": (autograder, "instructor: a Gradescope autograder (setup.sh, run_autograder, the kit, the toy pair)"),
     "mistakes": (mistakes, "instructor: the known-mistake catalog, each graded (exit 1 if one goes uncaught)"),
     "check": (check, "student: run the visible tests on your exercises"),
-    "handin": (handin, "student: bundle notebooks, exercises and report/ into a zip"),
+    "handin": (handin, "student: bundle notebooks and report/ into a zip; refuses unfinished work (--force)"),
 }
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import zipfile
 from pathlib import Path
 
 import nbformat
@@ -17,12 +16,13 @@ import torch
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from specdec_helpers.assignment import exercises
-from specdec_helpers.assignment import check, grader, handin, mutations, release, submission, suite
+from specdec_helpers.assignment import check, grader, mutations, release, submission, suite
 from specdec_helpers import cli
 from specdec_helpers.assignment.grader import Measurement
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parent.parent
+STUDENT_URL = "https://github.com/course/specdec-students"
 Reference = exercises.SpeculativeDecoder
 
 
@@ -74,12 +74,12 @@ def _instructor_tree(root: Path) -> None:
 def test_release_strips_module_and_notebooks(tmp_path):
     _instructor_tree(tmp_path / "src")
     out = tmp_path / "kit"
-    written = release.release(out, tmp_path / "src")
+    written = release.release(out, tmp_path / "src", STUDENT_URL)
     assert "notebooks/_build.py" not in written and not (out / "specdec_helpers/assignment/mutations.py").exists()
     module = (out / "specdec_helpers/mod.py").read_text()
     assert "    # YOUR CODE HERE\n    raise NotImplementedError()" in module and "forty-two" not in module
     nb = nbformat.read(str(out / "notebooks/01_marked.ipynb"), as_version=4)
-    assert nb.cells[0].source == "Explain:\nYOUR ANSWER HERE\n"
+    assert nb.cells[0].source == "Explain:\nYOUR ANSWER HERE"  # nbgrader's stub, nbgrader's newlines
     assert nb.cells[1].outputs == [] and nb.cells[1].execution_count is None
     assert "raise NotImplementedError()" in nb.cells[1].source
     assert nb.cells[2].source == "print('visible check')"
@@ -90,7 +90,7 @@ def test_release_strips_module_and_notebooks(tmp_path):
 def test_release_fails_loudly_and_writes_nothing(tmp_path, capsys):
     _instructor_tree(tmp_path / "src")
     (tmp_path / "src/specdec_helpers/broken.py").write_text("### BEGIN SOLUTION\nx = 1\n")  # no END marker
-    assert cli.release(["--out", str(tmp_path / "kit"), "--root", str(tmp_path / "src")]) == 1
+    assert cli.release(["--out", str(tmp_path / "kit"), "--root", str(tmp_path / "src"), "--repo-url", STUDENT_URL]) == 1
     assert "RELEASE FAILED" in capsys.readouterr().err and not (tmp_path / "kit").exists()
     # The scan itself: a solution line copied into a shipped file is caught.
     kit = tmp_path / "kit2"
@@ -103,7 +103,7 @@ def test_release_fails_loudly_and_writes_nothing(tmp_path, capsys):
 
 def test_released_kit_imports_and_checks_say_not_implemented(tmp_path):
     out = tmp_path / "kit"
-    assert cli.release(["--out", str(out)]) == 0
+    assert cli.release(["--out", str(out), "--repo-url", STUDENT_URL]) == 0
     student = (out / "specdec_helpers/assignment/exercises.py").read_text()
     assert "BEGIN SOLUTION" not in student and student.count("raise NotImplementedError()") >= 8
     kit_suite = (out / "specdec_helpers/assignment/suite.py").read_text()
@@ -257,31 +257,7 @@ def test_grade_cli_explains_a_missing_class(tmp_path, capsys):
     assert json.loads((tmp_path / "r.json").read_text())["score"] == 0
 
 
-# --------------------------------------------------------------------------- check and hand-in
-
-
-def test_handin_lists_missing_files(tmp_path, capsys):
-    assert cli.handin(["--root", str(tmp_path), "--out", str(tmp_path / "h.zip"), "--no-check"]) == 1
-    err = capsys.readouterr().err
-    assert "exercise module" in err and "notebooks" in err and "report" in err
-
-
-def test_handin_bundles_work_and_check_verdict(tmp_path):
-    (tmp_path / "specdec_helpers/assignment").mkdir(parents=True)
-    (tmp_path / "specdec_helpers/assignment/exercises.py").write_text((ROOT / "specdec_helpers/assignment/exercises.py").read_text())
-    (tmp_path / "notebooks").mkdir()
-    nbformat.write(new_notebook(cells=[new_code_cell("1")]), str(tmp_path / "notebooks/01.ipynb"))
-    (tmp_path / "report").mkdir()
-    (tmp_path / "report/REPORT.md").write_text("# my report\n")
-    out = handin.handin(tmp_path, tmp_path / "handin.zip")
-    with zipfile.ZipFile(out) as archive:
-        names = set(archive.namelist())
-        verdict = archive.read("CHECK.txt").decode()
-    assert {"specdec_helpers/assignment/exercises.py", "notebooks/01.ipynb", "report/REPORT.md", "CHECK.txt"} <= names
-    assert "All visible checks pass" in verdict
-    # The grader takes the zip as it is.
-    cls, path = submission.load(out)
-    assert cls.__name__ == "SpeculativeDecoder" and path.name == "exercises.py"
+# hand-in: tests/test_handin.py
 
 
 # --------------------------------------------------------------------------- end to end on the toy pair

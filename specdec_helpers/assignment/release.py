@@ -6,23 +6,36 @@ Instructor sources use nbgrader's markers, in Python files and in notebook cells
   ``raise NotImplementedError()`` at the same indentation (markdown cells: ``YOUR ANSWER HERE``);
 - ``### BEGIN HIDDEN TESTS`` ... ``### END HIDDEN TESTS``: removed.
 
-Notebook outputs and execution counts are cleared. Instructor-only files (this tool, the mistake
-catalog, the notebook builder with its solutions, the test suite of the kit itself) are left out.
+Notebook outputs and execution counts are cleared, and every notebook's Colab badge and install line
+point at the student repository (``repo_url``: the one students open and install from). The kit gets
+its own README (``templates/STUDENT_README.md``), not the instructor's. Instructor-only files (this
+tool, the autograder, the mistake catalog, the notebook builder, the kit's own tests) are left out.
 Afterwards the kit is scanned; if a marker, an instructor-only file or a line of a solution survived,
 the release fails loudly and the folder is deleted, so a leaky kit cannot be shipped by accident.
 """
 from __future__ import annotations
 
+import copy
 import re
 import shutil
+import subprocess
+import tomllib
 from pathlib import Path
 
+import jinja2
+import nbformat
+
+from specdec_helpers.assignment.notebook_sync import fix_notebook
+from specdec_helpers.present.notebook import REPO_BRANCH, colab_url, github_path, pip_install_spec
+
 ROOT = Path(__file__).resolve().parents[2]
-#: What the kit contains (paths relative to the repository root).
-INCLUDE = ["README.md", "pyproject.toml", "requirements.txt", "conftest.py", "specdec_helpers", "notebooks", "report"]
-#: Never shipped: solutions, the mistake catalog, the release tool itself.
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+#: What the kit contains (paths relative to the repository root); its README is written from a template.
+INCLUDE = ["pyproject.toml", "requirements.txt", "conftest.py", "specdec_helpers", "notebooks", "report"]
+#: Never shipped: solutions, the mistake catalog, the instructor's tools and templates.
 INSTRUCTOR_ONLY = ["specdec_helpers/assignment/release.py", "specdec_helpers/assignment/mutations.py",
-                   "notebooks/_build.py", "tests", "report/build"]
+                   "specdec_helpers/assignment/autograder.py", "specdec_helpers/assignment/notebook_sync.py",
+                   "specdec_helpers/assignment/templates", "notebooks/_build.py", "tests", "report/build"]
 SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
 
 REGION = re.compile(
@@ -30,6 +43,11 @@ REGION = re.compile(
     re.S | re.M,
 )
 MARKER = re.compile(r"^[ \t]*### (?:BEGIN|END) (?:SOLUTION|HIDDEN TESTS)\b", re.M)
+LINE_BEGIN = re.compile(r"^(?P<indent>\s*)### BEGIN (?P<kind>SOLUTION|HIDDEN TESTS)\s*$")
+LINE_END = re.compile(r"^\s*### END (?P<kind>SOLUTION|HIDDEN TESTS)\s*$")
+#: nbgrader's default stubs (ClearSolutions.code_stub["python"], ClearSolutions.text_stub).
+CODE_STUB = ["# YOUR CODE HERE", "raise NotImplementedError()"]
+TEXT_STUB = ["YOUR ANSWER HERE"]
 
 
 class ReleaseError(Exception):
@@ -37,33 +55,54 @@ class ReleaseError(Exception):
 
 
 def strip(source: str, markdown: bool = False, where: str = "") -> str:
-    """``source`` with solutions stubbed out and hidden tests removed."""
-    def replace(m: re.Match) -> str:
-        if m["kind"] == "HIDDEN TESTS":
-            return ""
-        if markdown:
-            return f"{m['indent']}YOUR ANSWER HERE\n"
-        return f"{m['indent']}# YOUR CODE HERE\n{m['indent']}raise NotImplementedError()\n"
+    """``source`` with solutions stubbed out and hidden tests removed, line by line as nbgrader's
+    ``generate_assignment`` does (same stubs, same indentation, same newlines)."""
+    out, inside = [], None
+    for number, line in enumerate(source.split("\n"), 1):
+        begin, end = LINE_BEGIN.match(line), LINE_END.match(line)
+        if begin:
+            if inside:
+                raise ReleaseError(f"{where}: unmatched marker '### BEGIN {inside}' (a second BEGIN at line {number})")
+            inside = begin["kind"]
+            if inside == "SOLUTION":
+                out += [begin["indent"] + stub for stub in (TEXT_STUB if markdown else CODE_STUB)]
+        elif end:
+            if end["kind"] != inside:
+                raise ReleaseError(f"{where}: unmatched marker '### END {end['kind']}' (line {number})")
+            inside = None
+        elif inside is None:
+            out.append(line)
+    if inside:
+        raise ReleaseError(f"{where}: unmatched marker '### BEGIN {inside}' (no END)")
+    return "\n".join(out)
 
-    out = REGION.sub(replace, source)
-    left = MARKER.search(out)
-    if left:
-        line = out[: left.start()].count("\n") + 1
-        raise ReleaseError(f"{where}: unmatched marker {left.group().strip()!r} (line {line} after stripping)")
-    return out
+
+def is_solution_cell(cell) -> bool:
+    """nbgrader's answer cells: ``metadata.nbgrader.solution`` is true."""
+    return bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution"))
 
 
 def regions(source: str) -> list[str]:
     return [m["body"] for m in REGION.finditer(source)]
 
 
-def strip_notebook(nb, where: str = ""):
-    """A stripped copy of an nbformat notebook: markers handled per cell, outputs cleared."""
-    import copy
+def whole_solutions(path: Path) -> list[str]:
+    """A notebook's answer cells without markers: all of their text is solution."""
+    if path.suffix != ".ipynb":
+        return []
+    cells = nbformat.read(str(path), as_version=4).cells
+    return [c.source for c in cells if is_solution_cell(c) and not MARKER.search(c.source)]
 
+
+def strip_notebook(nb, where: str = ""):
+    """A stripped copy of an nbformat notebook: markers handled per cell, outputs cleared. An answer
+    cell (nbgrader ``solution``) without markers becomes the stub as a whole, as in nbgrader."""
     nb = copy.deepcopy(nb)
     for i, cell in enumerate(nb.cells):
-        cell.source = strip(cell.source, markdown=cell.cell_type == "markdown", where=f"{where} cell {i}")
+        markdown = cell.cell_type == "markdown"
+        if is_solution_cell(cell) and not any(LINE_BEGIN.match(line) for line in cell.source.split("\n")):
+            cell.source = "\n".join(TEXT_STUB if markdown else CODE_STUB)
+        cell.source = strip(cell.source, markdown=markdown, where=f"{where} cell {i}")
         if cell.cell_type == "code":
             cell.outputs = []
             cell.execution_count = None
@@ -85,8 +124,6 @@ def _files(root: Path):
 def _text(path: Path) -> str | None:
     """What a reader sees: a notebook's cell sources joined; a text file's text; None for binaries."""
     if path.suffix == ".ipynb":
-        import nbformat
-
         return "\n".join(cell.source for cell in nbformat.read(str(path), as_version=4).cells)
     try:
         return path.read_text()
@@ -94,25 +131,101 @@ def _text(path: Path) -> str | None:
         return None
 
 
-def release(out, root=ROOT) -> list[str]:
-    """Write the kit to ``out`` and verify it; returns the relative paths written."""
-    import nbformat
+def _normal(url: str) -> str:
+    """A repository URL reduced to ``host/owner/name`` (https or ssh, with or without .git)."""
+    url = url.strip().lower().removesuffix("/").removesuffix(".git")
+    url = re.sub(r"^(git\+)?(https?|ssh|git)://", "", url)
+    url = re.sub(r"^[^@/]+@", "", url)  # user@ of ssh URLs
+    return url.replace(":", "/", 1) if "/" not in url.split(":", 1)[0] and ":" in url else url
 
+
+def instructor_urls(root: Path) -> list[str]:
+    """The instructor repository's own remotes (``git remote -v``); empty when it is no git checkout."""
+    try:
+        out = subprocess.run(["git", "-C", str(root), "remote", "-v"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return sorted({line.split()[1] for line in out.stdout.splitlines() if len(line.split()) >= 2})
+
+
+def is_kit(root: Path) -> bool:
+    return (root / "specdec_helpers").is_dir() and (root / "notebooks").is_dir()
+
+
+def check_paths(out, root=ROOT) -> None:
+    """Refuse an ``out`` that would overwrite the instructor's repository, or a ``root`` that is no kit."""
+    out, root = Path(out).resolve(), Path(root).resolve()
+    if not is_kit(root):
+        raise ValueError(f"--root {root} is not the course kit (no specdec_helpers/ and notebooks/ in it); "
+                         "pass the instructor repository's top folder")
+    if out == root or root in out.parents:
+        raise ValueError(f"--out {out} is inside the instructor repository {root}: the release would overwrite or "
+                         "ship the instructor's files; write it outside, e.g. a clone of the student repository")
+    if out in root.parents:
+        raise ValueError(f"--out {out} contains the instructor repository {root}; choose a folder outside it")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; name a folder (empty, absent, or a clone of the student repository)")
+
+
+def check_repo_url(repo_url: str, root=ROOT, instructor_url: str | None = None) -> None:
+    """Refuse a missing, non-GitHub or instructor repository URL: Colab installs the kit from it."""
+    if not repo_url:
+        raise ValueError("release needs --repo-url: the student repository (https://github.com/OWNER/NAME) that the "
+                         "notebooks' Colab badges open and their set-up cells install from")
+    github_path(repo_url)  # ValueError for a URL that is not a GitHub repository
+    own = [u for u in instructor_urls(Path(root)) + [instructor_url or ""] if u]
+    for url in own:
+        if _normal(url) == _normal(repo_url):
+            raise ValueError(f"--repo-url {repo_url} is the instructor's own repository ({url}): Colab would install "
+                             "the solutions from it; give the student repository's URL")
+
+
+def student_readme(notebooks: list[tuple[str, str]], repo_url: str, branch: str = REPO_BRANCH) -> str:
+    """The student repository's README from ``templates/STUDENT_README.md``; ``notebooks``: (file, title)."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined)
+    items = [dict(file=name, title=title, colab=colab_url(name, repo_url, branch)) for name, title in notebooks]
+    return env.get_template("STUDENT_README.md").render(
+        repo_url=repo_url.rstrip("/").removesuffix(".git"), github=github_path(repo_url), branch=branch,
+        install=pip_install_spec(repo_url, branch), notebooks=items)
+
+
+def _title(nb, name: str) -> str:
+    first = nb.cells[0].source if nb.cells and nb.cells[0].cell_type == "markdown" else ""
+    heading = next((line for line in first.splitlines() if line.startswith("# ")), "")
+    return heading[2:].strip() or name
+
+
+def release(out, root=ROOT, repo_url: str | None = None, branch: str = REPO_BRANCH,
+            instructor_url: str | None = None) -> list[str]:
+    """Write the kit to ``out`` (empty or absent) and verify it; returns the relative paths written.
+
+    ``repo_url``: the student repository; badges and install lines point there. Raises ValueError for a
+    bad ``out``/``root``/``repo_url`` (nothing written), ReleaseError if the kit would leak.
+    """
+    check_paths(out, root)
+    check_repo_url(repo_url, root, instructor_url)
     root, out = Path(root), Path(out)
-    written, secrets = [], {}
+    written, secrets, notebooks = [], {}, []
     for path, rel in _files(root):
         target = out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         if path.suffix == ".ipynb":
-            nbformat.write(strip_notebook(nbformat.read(str(path), as_version=4), rel), str(target))
+            nb = strip_notebook(nbformat.read(str(path), as_version=4), rel)
+            fix_notebook(nb, path.name, repo_url, branch)
+            nbformat.write(nb, str(target))
+            if rel.startswith("notebooks/") and rel.count("/") == 1 and path.name[0].isdigit():
+                notebooks.append((path.name, _title(nb, path.name)))
         elif path.suffix == ".py":
             target.write_text(strip(path.read_text(), where=rel))
         else:
             shutil.copy2(path, target)
         if path.suffix in (".py", ".ipynb"):
             source = _text(path)
-            secrets[rel] = (regions(source), REGION.sub("", source))
+            secrets[rel] = (regions(source) + whole_solutions(path), REGION.sub("", source))
         written.append(rel)
+    (out / "README.md").write_text(student_readme(sorted(notebooks), repo_url, branch))
+    written.append("README.md")
     verify(out, secrets)
     return written
 
@@ -146,3 +259,46 @@ def verify(out: Path, secrets: dict[str, tuple[list[str], str]]) -> None:
                 problems.append(f"{rel}: solution/hidden-test text leaked: {leaked[0]!r}")
     if problems:
         raise ReleaseError("\n".join(problems))
+
+
+SETTINGS = ("out", "root", "repo_url", "branch", "instructor_url")
+
+
+def load_settings(path) -> dict:
+    """Release settings from a TOML file (keys at the top or in a ``[release]`` table)."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"--config {path}: {error}") from None
+    data = data.get("release", data)
+    unknown = set(data) - set(SETTINGS)
+    if unknown:
+        raise ValueError(f"--config {path}: unknown keys {sorted(unknown)}; known: {', '.join(SETTINGS)}")
+    return data
+
+
+def clear(out: Path) -> None:
+    """Empty ``out`` but keep its ``.git``: releasing into a clone of the student repository keeps the clone."""
+    for child in Path(out).iterdir():
+        if child.name != ".git":
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+
+
+def publish(out=None, root=ROOT, repo_url: str | None = None, branch: str = REPO_BRANCH,
+            instructor_url: str | None = None, force: bool = False) -> list[str]:
+    """`release` after every check, into an empty folder or (``force``) a replaced one whose ``.git``
+    stays; if the kit would leak, the folder is emptied again and ReleaseError raised."""
+    if not out:
+        raise ValueError("release needs --out (or out in --config): the folder for the student repository")
+    out = Path(out)
+    check_paths(out, root)
+    check_repo_url(repo_url, root, instructor_url)
+    if out.exists() and any(p.name != ".git" for p in out.iterdir()):
+        if not force:
+            raise ValueError(f"{out} is not empty; use --force to replace its files (a .git folder is kept)")
+        clear(out)
+    try:
+        return release(out, root, repo_url, branch, instructor_url)
+    except ReleaseError:
+        clear(out) if (out / ".git").exists() else shutil.rmtree(out, ignore_errors=True)
+        raise

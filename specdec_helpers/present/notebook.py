@@ -1,9 +1,9 @@
 """Small helpers for the course notebooks: Colab set-up, friendly check verdicts, quiet logs.
 
-``REPO_URL`` is the ONE place the kit's repository address lives. ``notebooks/_build.py`` writes it
-into every notebook's "Open in Colab" badge and Colab install line, so after changing it, run
-``python notebooks/_build.py`` to regenerate the notebooks. The value below is a placeholder until
-the kit has its public home.
+The "Open in Colab" badge and the Colab install line of every notebook are built from a repository
+URL by `colab_badge` and `pip_install_spec`. ``release --repo-url URL`` writes them for the student
+repository (the one Colab must install from: never the instructor's, which holds the solutions);
+``assignment/notebook_sync.py`` checks and fixes them. ``REPO_URL`` is only the default, a placeholder.
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import warnings
 from specdec_helpers.measure.bench import PA3_PROMPTS
 from specdec_helpers.models.toy import TOY_PROMPTS
 
-#: Where the kit lives (placeholder: the course has not published it yet). Badges and the Colab
-#: ``pip install git+...`` line are generated from this constant by ``notebooks/_build.py``.
+#: Default repository (a placeholder): ``release --repo-url`` puts the student repository's URL in
+#: the released notebooks' badges and install lines.
 REPO_URL = "https://github.com/specdec-kit/specdec-kit"
 #: Branch the Colab badges open and the Colab install pulls.
 REPO_BRANCH = "main"
@@ -25,24 +25,30 @@ REPO_BRANCH = "main"
 NOTEBOOK_DIR = "notebooks"
 
 
-def github_path() -> str:
-    """``owner/name`` of ``REPO_URL``."""
-    return REPO_URL.rstrip("/").split("github.com/", 1)[-1]
+def github_path(repo_url: str | None = None) -> str:
+    """``owner/name`` of a GitHub URL (default ``REPO_URL``); Colab opens notebooks from GitHub only."""
+    url = (repo_url or REPO_URL).strip().rstrip("/").removesuffix(".git")
+    path = url.split("github.com/", 1)[-1] if "github.com/" in url else ""
+    if path.count("/") != 1 or not all(path.split("/")):
+        raise ValueError(f"not a GitHub repository URL: {url!r}; expected https://github.com/OWNER/NAME "
+                         "(Colab opens notebooks from GitHub)")
+    return path
 
 
-def colab_url(notebook: str) -> str:
+def colab_url(notebook: str, repo_url: str | None = None, branch: str = REPO_BRANCH) -> str:
     """Colab link that opens ``notebook`` (a file name in ``NOTEBOOK_DIR``) straight from GitHub."""
-    return f"https://colab.research.google.com/github/{github_path()}/blob/{REPO_BRANCH}/{NOTEBOOK_DIR}/{notebook}"
+    return f"https://colab.research.google.com/github/{github_path(repo_url)}/blob/{branch}/{NOTEBOOK_DIR}/{notebook}"
 
 
-def colab_badge(notebook: str) -> str:
+def colab_badge(notebook: str, repo_url: str | None = None, branch: str = REPO_BRANCH) -> str:
     """Markdown for the "Open in Colab" badge of ``notebook``."""
-    return f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(notebook)})"
+    return (f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+            f"({colab_url(notebook, repo_url, branch)})")
 
 
-def pip_install_spec() -> str:
+def pip_install_spec(repo_url: str | None = None, branch: str = REPO_BRANCH) -> str:
     """What ``pip install`` needs to get the kit from the repository (Colab's install line)."""
-    return f"git+{REPO_URL}@{REPO_BRANCH}"
+    return f"git+https://github.com/{github_path(repo_url)}@{branch}"
 
 
 def pip_install_command() -> list[str]:

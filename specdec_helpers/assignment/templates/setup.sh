@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Gradescope runs this once when it builds the autograder's image (Ubuntu with python3). It makes a
+# virtual environment in /autograder/venv with the versions the instructor graded with
+# (constraints.txt), the CPU build of torch first. The kit is used from source/kit and the toy
+# pair's weights ship in the bundle: nothing is downloaded or trained at grading time.
+set -euxo pipefail
+cd /autograder/source
+if ! python3 -m venv --help > /dev/null 2>&1 || ! python3 -c "import ensurepip" 2> /dev/null; then
+  apt-get update && apt-get install -y python3-venv python3-pip
+fi
+python3 -m venv /autograder/venv
+/autograder/venv/bin/pip install --upgrade pip
+/autograder/venv/bin/pip install -c constraints.txt torch --index-url https://download.pytorch.org/whl/cpu
+/autograder/venv/bin/pip install -c constraints.txt -r requirements.txt

@@ -1,0 +1,122 @@
+"""The Gradescope autograder bundle, run in a temporary root laid out like Gradescope's."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from specdec_helpers import cli
+from specdec_helpers.assignment import autograder, grader
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    """The real kit's bundle; a stand-in for the toy pair's folder (these submissions never reach
+    the performance items; tests/test_course.py bundles the trained pair)."""
+    tmp = tmp_path_factory.mktemp("ag")
+    toy = tmp / "toy-v1"
+    (toy / "target").mkdir(parents=True)
+    (toy / "toy.json").write_text("{}")
+    (toy / "target" / "model.safetensors").write_bytes(b"weights")
+    autograder.bundle(tmp / "autograder", ROOT, toy_dir=toy)
+    return tmp / "autograder"
+
+
+def gradescope_root(tmp: Path, bundle: Path, submission_files: dict[str, str]) -> Path:
+    """``source/`` from the uploaded zip (as Gradescope unpacks it), ``submission/``, empty ``results/``."""
+    root = tmp / "autograder"
+    with zipfile.ZipFile(bundle.with_name(bundle.name + ".zip")) as archive:
+        archive.extractall(root / "source")
+        for info in archive.infolist():  # extractall drops permissions; Gradescope keeps them
+            os.chmod(root / "source" / info.filename, info.external_attr >> 16 or 0o644)
+    for rel, text in submission_files.items():
+        (root / "submission" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / "submission" / rel).write_text(text)
+    (root / "results").mkdir()
+    return root
+
+
+def run_autograder(root: Path, **env) -> subprocess.CompletedProcess:
+    environ = {**os.environ, "AUTOGRADER_ROOT": str(root), "PYTHON": sys.executable, **env}
+    environ.pop("SPECDEC_CACHE_DIR", None)  # the bundle brings its own toy pair
+    return subprocess.run([str(root / "source" / "run_autograder")], env=environ, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_bundle_layout(bundle):
+    rel = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()}
+    assert {"setup.sh", "run_autograder", "requirements.txt", "constraints.txt", "points.toml",
+            "kit/pyproject.toml", "kit/specdec_helpers/cli.py", "kit/specdec_helpers/assignment/suite.py"} <= rel
+    assert any(r.startswith("kit/notebooks/") and r.endswith(".ipynb") for r in rel)  # the instructor's, with solutions
+    if (ROOT / autograder.PACKAGED_TOY).is_dir():  # the package ships the toy pair itself
+        assert any(r.startswith(f"kit/{autograder.PACKAGED_TOY.as_posix()}/") for r in rel)
+    else:
+        assert {"cache/toy-v1/toy.json", "cache/toy-v1/target/model.safetensors"} <= rel
+    assert os.access(bundle / "run_autograder", os.X_OK) and os.access(bundle / "setup.sh", os.X_OK)
+    assert "torch==" in (bundle / "constraints.txt").read_text()
+    assert not [r for r in rel if "__pycache__" in r]
+
+
+@pytest.mark.slow
+def test_run_autograder_writes_what_grade_writes(bundle, tmp_path):
+    submission = {"notebooks/01_model_init.ipynb": json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}),
+                  "report/REPORT.md": "# report\n"}
+    root = gradescope_root(tmp_path, bundle, submission)
+    done = run_autograder(root)
+    assert done.returncode == 0, done.stderr
+    data = json.loads((root / "results" / "results.json").read_text())
+    assert "autograder failed" not in data.get("output", ""), data
+    assert {"score", "tests"} <= set(data)
+    # The same command run directly here gives the same verdict.
+    direct = tmp_path / "direct.json"
+    cli.grade([str(root / "submission"), "--config", str(bundle / "points.toml"), "--results", str(direct)])
+    expected = json.loads(direct.read_text())
+    strip = lambda d: {k: v for k, v in d.items() if k != "execution_time"}  # noqa: E731
+    assert strip(data) == strip(expected)
+
+
+@pytest.mark.slow
+def test_a_crashing_grader_still_leaves_results_json(bundle, tmp_path):
+    root = gradescope_root(tmp_path, bundle, {"report/REPORT.md": "x"})
+    (root / "source/kit/specdec_helpers/cli.py").write_text("raise SystemExit(3)\n")
+    done = run_autograder(root)
+    assert done.returncode == 0
+    data = json.loads((root / "results" / "results.json").read_text())
+    assert data["score"] == 0 and "failed (exit 3)" in data["output"]
+
+
+@pytest.mark.parametrize("case, fragment", [("inside kit", "would overwrite the kit"), ("not empty", "not empty"),
+                                            ("bad config", "unknown sections"), ("missing config", "No such file")])
+def test_refusals(tmp_path, capsys, case, fragment):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    (tmp_path / "bad.toml").write_text("[style]\n")
+    args = {"inside kit": ["--out", str(ROOT / "specdec_helpers" / "ag")],
+            "not empty": ["--out", str(tmp_path / "full")],
+            "bad config": ["--out", str(tmp_path / "o"), "--config", str(tmp_path / "bad.toml")],
+            "missing config": ["--out", str(tmp_path / "o"), "--config", str(tmp_path / "nope.toml")]}[case]
+    assert cli.autograder(args) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists() and not (ROOT / "specdec_helpers" / "ag").exists()
+
+
+def test_grade_config_errors_are_one_line(tmp_path, capsys):
+    (tmp_path / "bad.toml").write_text("points = [\n")
+    for config, fragment in ((tmp_path / "nope.toml", "No such file"), (tmp_path / "bad.toml", "Invalid value")):
+        assert cli.grade([str(tmp_path), "--config", str(config), "--results", str(tmp_path / "r.json")]) == 2
+        err = capsys.readouterr().err
+        assert fragment in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_example_points_file_gives_the_defaults():
+    assert grader.load_config(autograder.EXAMPLE_CONFIG) == grader.load_config()
+    assert "assignment/templates/*" in (ROOT / "pyproject.toml").read_text()  # ships as package data
