@@ -18,14 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
-    """The real kit's bundle; a stand-in for the toy pair's folder (these submissions never reach
-    the performance items; tests/test_course.py bundles the trained pair)."""
+    """The real kit's bundle (with the toy pair the package ships)."""
     tmp = tmp_path_factory.mktemp("ag")
-    toy = tmp / "toy-v1"
-    (toy / "target").mkdir(parents=True)
-    (toy / "toy.json").write_text("{}")
-    (toy / "target" / "model.safetensors").write_bytes(b"weights")
-    autograder.bundle(tmp / "autograder", ROOT, toy_dir=toy)
+    autograder.bundle(tmp / "autograder", ROOT)
     return tmp / "autograder"
 
 
@@ -55,10 +50,8 @@ def test_bundle_layout(bundle):
     assert {"setup.sh", "run_autograder", "requirements.txt", "constraints.txt", "points.toml",
             "kit/pyproject.toml", "kit/specdec_helpers/cli.py", "kit/specdec_helpers/assignment/suite.py"} <= rel
     assert any(r.startswith("kit/notebooks/") and r.endswith(".ipynb") for r in rel)  # the instructor's, with solutions
-    if (ROOT / autograder.PACKAGED_TOY).is_dir():  # the package ships the toy pair itself
-        assert any(r.startswith(f"kit/{autograder.PACKAGED_TOY.as_posix()}/") for r in rel)
-    else:
-        assert {"cache/toy-v1/toy.json", "cache/toy-v1/target/model.safetensors"} <= rel
+    toy = autograder.PACKAGED_TOY.as_posix()
+    assert {f"kit/{toy}/toy.json", f"kit/{toy}/target/model.safetensors", f"kit/{toy}/manifest.json"} <= rel
     assert os.access(bundle / "run_autograder", os.X_OK) and os.access(bundle / "setup.sh", os.X_OK)
     assert "torch==" in (bundle / "constraints.txt").read_text()
     assert not [r for r in rel if "__pycache__" in r]

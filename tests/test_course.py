@@ -24,7 +24,6 @@ import pytest
 
 from course_notebooks import solution_lines
 from specdec_helpers.assignment import autograder, handin, notebook_sync, release
-from specdec_helpers.models.toy import toy_cache_dir
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,10 +89,6 @@ def course(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("course")
     students = tmp / "students"
     release.release(students, ROOT, URL)
-    if not (ROOT / autograder.PACKAGED_TOY).is_dir() and not (toy_cache_dir() / "toy.json").is_file():
-        from specdec_helpers.models.pairs import load_pair
-
-        load_pair("toy")  # trains the toy pair once (about 100 s) so that the bundle can ship it
     autograder.bundle(tmp / "autograder", ROOT)
     return tmp, students, tmp / "autograder"
 

@@ -9,7 +9,6 @@ Writes ``DIR/`` and ``DIR.zip`` (upload the zip as the assignment's autograder):
     points.toml       the grading config (--config, else the defaults of points.example.toml)
     kit/              the instructor's kit, solutions and hidden tests included: grading runs the
                       same code as ``grade`` does here
-    cache/            the trained toy pair, when the package does not ship it (no training at grade time)
 
 ``run_autograder`` reads ``$AUTOGRADER_ROOT`` (default ``/autograder``), so a test can run it in a
 temporary folder laid out like Gradescope's (``source/``, ``submission/``, ``results/``).
@@ -24,7 +23,6 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 from specdec_helpers.assignment.release import ROOT, SKIP_PARTS, TEMPLATES, is_kit
-from specdec_helpers.models.toy import toy_cache_dir
 
 #: The kit as the grader needs it (paths relative to the repository root): code, hidden tests, notebooks.
 KIT = ["pyproject.toml", "requirements.txt", "conftest.py", "specdec_helpers", "notebooks"]
@@ -64,17 +62,16 @@ def _copy_tree(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns(*SKIP_PARTS, "*.pyc"))
 
 
-def bundle(out, root=ROOT, config=None, toy_dir: Path | None = None) -> list[str]:
+def bundle(out, root=ROOT, config=None) -> list[str]:
     """Write the autograder folder ``out`` and ``out.zip``; returns the folder's files (relative)."""
     out, root = Path(out), Path(root)
     check_out(out, root)
     config = Path(config) if config else EXAMPLE_CONFIG
     if not config.is_file():
         raise ValueError(f"--config {config} does not exist")
-    toy = Path(toy_dir) if toy_dir else toy_cache_dir()
-    if not (root / PACKAGED_TOY).is_dir() and not (toy / "toy.json").is_file():
-        raise ValueError(f"the trained toy pair is neither in {root / PACKAGED_TOY} nor in {toy}; train it once with "
-                         "python -c \"import specdec_helpers as sd; sd.load_pair('toy')\" (about 100 s)")
+    if not (root / PACKAGED_TOY / "toy.json").is_file():
+        raise ValueError(f"the toy pair the grader runs on is missing from {root / PACKAGED_TOY}; "
+                         "restore it (git checkout specdec_helpers/data/toy) or rebuild it: specdec train-toy")
     out.mkdir(parents=True, exist_ok=True)
     for name in ("setup.sh", "run_autograder"):
         shutil.copy2(TEMPLATES / name, out / name)
@@ -88,8 +85,6 @@ def bundle(out, root=ROOT, config=None, toy_dir: Path | None = None) -> list[str
             _copy_tree(src, out / "kit" / name)
         elif src.is_file():
             shutil.copy2(src, out / "kit" / name)
-    if not (root / PACKAGED_TOY).is_dir():
-        _copy_tree(toy, out / "cache" / toy.name)
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     with zipfile.ZipFile(out.with_name(out.name + ".zip"), "w", zipfile.ZIP_DEFLATED) as archive:
         for rel in files:
