@@ -15,16 +15,19 @@ from __future__ import annotations
 import copy
 import json
 import math
-import signal
-import threading
+import secrets
 import time
-import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from specdec_helpers.assignment import suite
-from specdec_helpers.assignment.suite import EXERCISES, Mistake
+import torch
+
+from specdec_helpers.assignment import suite, suite_decode  # noqa: F401 - suite_decode registers the decode tests
+from specdec_helpers.assignment.cells import is_stub, kit_references
+from specdec_helpers.assignment.sandbox import Child, ChildFailed, Delegated, StudentError
+from specdec_helpers.assignment.suite import EXERCISES
+from specdec_helpers.assignment.world import Mistake
 from specdec_helpers.measure.bench import MethodOutput, benchmark
 from specdec_helpers.models import pairs
 from specdec_helpers.present.notebook import prompts_for
@@ -169,61 +172,79 @@ class Report:
 # --------------------------------------------------------------------------- running tests
 
 
-class _Timeout(Exception):
-    pass
-
-
-def _with_timeout(fn: Callable, seconds: float):
-    """Run ``fn``; in the main thread a SIGALRM stops it after ``seconds`` (a loop that never ends)."""
-    if seconds <= 0 or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGALRM"):
-        return fn()
-
-    def stop(signum, frame):
-        raise _Timeout()
-
-    previous = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+def run_test(t: suite.Test, ctx: suite.Ctx) -> tuple[str, str]:
+    """``(status, feedback)`` of one test; never raises. The child's death is reported, not raised."""
     try:
-        return fn()
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def run_test(t: suite.Test, ctx: suite.Ctx, timeout: float = 60) -> tuple[str, str]:
-    """``(status, feedback)`` of one test; never raises."""
-    try:
-        _with_timeout(lambda: t.fn(ctx), timeout)
+        t.fn(ctx)
         return "passed", ""
     except NotImplementedError:
         return "not implemented", "not implemented yet (a method it needs still raises NotImplementedError)"
     except Mistake as mistake:
         return "failed", str(mistake)
-    except _Timeout:
-        return "failed", f"did not finish within {timeout:g} s (an endless loop? each round must append a token)"
-    except Exception as error:  # the student's code crashed: say where
-        frames = traceback.extract_tb(error.__traceback__)
-        own = [f for f in frames if "specdec_helpers/assignment" not in f.filename.replace("\\", "/")]
-        where = f" (in {own[-1].name}, line {own[-1].lineno}: {own[-1].line})" if own else ""
-        return "error", f"crashed with {type(error).__name__}: {error}{where}"
+    except (ChildFailed, Delegated) as error:
+        return "failed", str(error)
+    except StudentError as error:
+        return "error", f"crashed with {error}"
+    except Exception as error:  # noqa: BLE001 - a malformed answer: say what it was
+        return "error", f"crashed with {type(error).__name__}: {error}"
 
 
-def run_suite(cls, points: dict, *, hidden: bool = True, timeout: float = 60, only=None) -> list[Result]:
-    """Run the implementation tests; each exercise's points are split over its tests by weight."""
-    import torch
+def part_status(sources: dict) -> dict[str, str]:
+    """Per part: ``ok``, ``not implemented`` (missing or the released stub) or why it earns nothing."""
+    status = {}
+    for part in EXERCISES:
+        source = sources.get(part)
+        if source is None or is_stub(source):
+            status[part] = "not implemented"
+        elif kit_references(source):
+            status[part] = (f"delegates to the kit's own implementation ({kit_references(source)[0]}): a graded part "
+                            "must be your own code; only specdec_helpers.core.cache may be imported")
+        else:
+            status[part] = "ok"
+    return status
 
-    ctx = suite.Ctx(cls)
+
+def run_suite(sources: dict, points: dict, *, hidden: bool = True, timeout: float = 60, only=None, seed: int | None = None,
+              child_factory: Callable | None = None) -> list[Result]:
+    """Run the implementation tests against the graded cells ``sources`` (``{part: source}``), the
+    student's code in a child process; each part's points are split over its tests by weight."""
+    seed = secrets.randbelow(10**6) if seed is None else seed
+    status = part_status(sources)
+    runnable = {part: src for part, src in sources.items() if status.get(part) == "ok"}
+    start = child_factory or (lambda: Child(runnable))
+    child, start_error = None, ""
     tests = [t for t in suite.TESTS if (hidden or not t.hidden) and (only is None or t.exercise in only)]
     results = []
     for exercise in EXERCISES:
         group = [t for t in tests if t.exercise == exercise]
         total = sum(t.weight for t in group)
         for t in group:
-            with torch.random.fork_rng():
-                status, feedback = run_test(t, ctx, timeout)
             best = points.get(exercise, 0) * t.weight / total
-            results.append(Result(exercise, t.name, best if status == "passed" else 0.0, best, status, feedback,
+            if status[exercise] != "ok":
+                state = "not implemented" if status[exercise] == "not implemented" else "failed"
+                feedback = "not implemented yet" if state == "not implemented" else status[exercise]
+                results.append(Result(exercise, t.name, 0.0, best, state, feedback, t.hidden, t.id))
+                continue
+            if child is None or not getattr(child, "alive", lambda: True)():
+                try:
+                    child = start()
+                    start_error = ""
+                except ChildFailed as error:
+                    child, start_error = None, str(error)
+            if child is None:
+                state, feedback = "failed", start_error
+            elif (child.ready or {}).get(exercise, "ok").startswith("error"):
+                state, feedback = "error", f"your graded cell does not run: {child.ready[exercise][7:]}"
+            else:
+                with torch.random.fork_rng():
+                    state, feedback = run_test(t, suite.Ctx(child, seed, timeout))
+            if state != "passed" and exercise == "decode" and any(
+                    not r.passed for r in results if r.item in ("draft", "verify")):
+                feedback += " [the drafting or verification part fails its own tests: fix that first]"
+            results.append(Result(exercise, t.name, best if state == "passed" else 0.0, best, state, feedback,
                                   t.hidden, t.id))
+    if child is not None:
+        child.close()
     return results
 
 
