@@ -28,22 +28,19 @@ from specdec_helpers.assignment.cells import is_stub, kit_references
 from specdec_helpers.assignment.sandbox import Child, ChildFailed, Delegated, StudentError
 from specdec_helpers.assignment.suite import EXERCISES
 from specdec_helpers.assignment.world import Mistake
-from specdec_helpers.measure.bench import MethodOutput, benchmark
-from specdec_helpers.models import pairs
-from specdec_helpers.present.notebook import prompts_for
+from specdec_helpers.assignment.speed import Measurement
 
 DEFAULT_CONFIG = {
     "points": {"init": 5, "draft": 5, "verify": 5, "decode": 10, "speedup": 10, "acceptance": 10, "bonus": 5},
     # speedup >= min_speedup; acceptance > min_acceptance; bonus: speedup > and acceptance > both.
-    "thresholds": {"speedup": 1.0, "acceptance": 0.75, "bonus_speedup": 1.7, "bonus_acceptance": 0.85},
-    "performance": {"preset": "toy", "max_new_tokens": 64, "repeats": 3, "warmup": 1, "num_speculative_tokens": 0,
-                    "prompts": 3},
+    "thresholds": {"speedup": 1.0, "acceptance": 0.75, "bonus_speedup": 1.7, "bonus_acceptance": 0.85,
+                   "relative_speed": 0.85, "relative_acceptance": 0.9},
+    "performance": {"preset": "toy", "max_new_tokens": 64, "repeats": 5, "warmup": 1, "num_speculative_tokens": 0},
     "test_timeout_s": 60,
 }
-# PA3's thresholds assume Pythia-1.4b/160m on a GPU (87-94% acceptance in the reports). The CPU toy
-# pair's one-layer draft agrees with its target ~65-75% of the time (the reference solution measures
-# 68%), so its acceptance bars are lower; a config file or --threshold still overrides them.
-PRESET_THRESHOLDS = {"toy": {"acceptance": 0.60, "bonus_acceptance": 0.75}}
+# PA3's absolute thresholds assume Pythia-1.4b/160m on a GPU; CPU presets are graded relative to the
+# reference solution (relative_speed, relative_acceptance). A config file or --threshold overrides them.
+PRESET_THRESHOLDS: dict = {}
 EXTRA_CREDIT = ("bonus",)
 LABELS = {"init": "1 initialization", "draft": "2 drafting", "verify": "3 verification", "decode": "4 decode loop",
           "speedup": "speedup", "acceptance": "acceptance", "bonus": "bonus (extra credit)"}
@@ -251,91 +248,44 @@ def run_suite(sources: dict, points: dict, *, hidden: bool = True, timeout: floa
 # --------------------------------------------------------------------------- performance
 
 
-@dataclass
-class Measurement:
-    """What the performance items are graded on (tests inject these; the grader measures them)."""
-
-    speedup: float  # geometric mean over prompts of median greedy time / median speculative time
-    acceptance: float  # accepted / proposed draft tokens, counted by the grader
-    identical: bool = True  # every output equal to the target's greedy output
-    detail: dict = field(default_factory=dict)
-    error: str = ""
-
-
-def measure(cls, perf: dict) -> Measurement:
-    """Time the student's decoder vs HF greedy on the course pair with `bench.benchmark` (warm-up,
-    interleaved repeats, medians); count acceptance from the verification results the student returns."""
-    import torch
-
-
-    pair = pairs.load_pair(perf["preset"], progress=False)
-    k = perf.get("num_speculative_tokens") or pair.num_speculative_tokens
-    decoder = suite.make_decoder(cls, pair, eos=pair.target.generation_config.eos_token_id, record=True)
-    if isinstance(decoder.eos_token_id, (list, tuple)):
-        decoder.eos_token_id = decoder.eos_token_id[0]
-    prompts = prompts_for(pair, perf.get("prompts") or None)
-    speedups, identical, per_prompt = [], True, []
-    for prompt in prompts:
-        ids = pair.encode(prompt)
-
-        def student(input_ids, n):
-            return MethodOutput(decoder.generate_ids(input_ids, n, k, use_cache=True))
-
-        def hf_greedy(input_ids, n):
-            return MethodOutput(decoder.greedy_ids(input_ids, n) if hasattr(decoder, "greedy_ids") else
-                                pair.target.generate(input_ids, attention_mask=torch.ones_like(input_ids),
-                                                     do_sample=False, max_new_tokens=n))
-
-        decoder.log = []
-        result = benchmark(pair.target, pair.draft, ids, num_speculative_tokens=k, max_new_tokens=perf["max_new_tokens"],
-                           repeats=perf["repeats"], warmup=perf["warmup"],
-                           methods={"hf_greedy": hf_greedy, "student": student})
-        row = result["methods"].get("student", {})
-        if "speedup" not in row:
-            raise RuntimeError(row.get("skipped", "the student's decoder failed"))
-        verifies = [e for e in decoder.log if e[0] == "verify"]
-        proposed = sum(e[2] for e in verifies)
-        accepted = sum(suite._unpack(e[3], "verify")[1] for e in verifies)
-        speedups.append(row["speedup"])
-        identical &= row["identical"]
-        per_prompt.append(dict(prompt=prompt, speedup=round(row["speedup"], 3), identical=row["identical"],
-                               proposed=proposed, accepted=accepted))
-    proposed = sum(p["proposed"] for p in per_prompt)
-    accepted = sum(p["accepted"] for p in per_prompt)
-    return Measurement(
-        speedup=math.exp(sum(math.log(s) for s in speedups) / len(speedups)),
-        acceptance=accepted / proposed if proposed else 0.0,
-        identical=identical,
-        detail=dict(preset=pair.preset, k=k, max_new_tokens=perf["max_new_tokens"], repeats=perf["repeats"],
-                    prompts=per_prompt),
-    )
-
-
 def performance_results(m: Measurement | None, config: dict, reason: str = "") -> list[Result]:
-    """Score the performance items from a measurement (``None``: not measured, with ``reason``)."""
+    """Score the performance items from a measurement (``None``: not measured, with ``reason``).
+
+    On a CPU preset speed and acceptance are relative to the reference solution measured side by
+    side (``relative_speed``: reference time / student time at least this; ``relative_acceptance``:
+    at least this fraction of the reference's acceptance); the bonus needs a GPU preset. On a GPU
+    preset PA3's absolute bars apply."""
     points, th = config["points"], config["thresholds"]
-    items = [
-        ("speedup", f"speedup >= {th['speedup']:g}x over greedy decoding",
-         lambda: m.speedup >= th["speedup"]),
-        ("acceptance", f"draft acceptance > {th['acceptance']:.0%}",
-         lambda: m.acceptance > th["acceptance"]),
-        ("bonus", f"bonus: speedup > {th['bonus_speedup']:g}x and acceptance > {th['bonus_acceptance']:.0%}",
-         lambda: m.speedup > th["bonus_speedup"] and m.acceptance > th["bonus_acceptance"]),
-    ]
+    gpu = bool(m and m.detail.get("device", "cpu") != "cpu")
+    if gpu:
+        items = [("speedup", f"speedup >= {th['speedup']:g}x over greedy decoding", lambda: m.speedup >= th["speedup"]),
+                 ("acceptance", f"draft acceptance > {th['acceptance']:.0%}", lambda: m.acceptance > th["acceptance"]),
+                 ("bonus", f"bonus: speedup > {th['bonus_speedup']:g}x and acceptance > {th['bonus_acceptance']:.0%}",
+                  lambda: m.speedup > th["bonus_speedup"] and m.acceptance > th["bonus_acceptance"])]
+    else:
+        items = [("speedup", f"speed: at least {th['relative_speed']:.0%} of the reference solution's, timed side by side",
+                  lambda: m.speedup >= th["relative_speed"]),
+                 ("acceptance", f"draft acceptance at least {th['relative_acceptance']:.0%} of the reference's",
+                  lambda: m.acceptance >= th["relative_acceptance"] * m.reference_acceptance),
+                 ("bonus", "bonus (measured on GPU presets only)", None)]
     results = []
     for item, name, ok in items:
         best = float(points.get(item, 0))
         if not best:
             continue
-        if m is None:
-            results.append(Result(item, name, 0.0, best, "skipped", reason, test_id=f"perf.{item}"))
+        if m is None or ok is None:
+            results.append(Result(item, name, 0.0, best, "skipped", reason or "a GPU preset measures the bonus",
+                                  test_id=f"perf.{item}"))
             continue
-        numbers = f"measured {m.speedup:.2f}x, acceptance {m.acceptance:.1%}"
+        numbers = (f"measured {m.speedup:.2f}x the reference's speed, acceptance {m.acceptance:.1%} "
+                   f"(reference {m.reference_acceptance:.1%})")
         if m.error:
             status, feedback = "error", m.error
         elif not m.identical:
-            status, feedback = "failed", f"{numbers}, but the output differs from greedy decoding: a speedup that " \
+            status, feedback = "failed", f"{numbers}, but an output differs from greedy decoding: a speedup that " \
                                          "changes the text does not count"
+        elif not m.speculates:
+            status, feedback = "failed", f"{numbers}; {m.detail.get('problem') or 'the decoder does not speculate'}"
         else:
             status, feedback = ("passed" if ok() else "failed"), numbers
         results.append(Result(item, name, best if status == "passed" else 0.0, best, status, feedback,
@@ -346,37 +296,32 @@ def performance_results(m: Measurement | None, config: dict, reason: str = "") -
 # --------------------------------------------------------------------------- grading
 
 
-def grade(cls, config: dict | None = None, *, measure_fn: Callable | None = measure, hidden: bool = True,
-          source: str = "") -> Report:
-    """All tests, then performance (only when the decode loop is right: speed of wrong output is moot).
-
-    ``measure_fn(cls, performance_config) -> Measurement``; ``None`` skips performance.
-    """
-    import torch
-
+def grade(sources: dict, config: dict | None = None, *, reference_sources: dict | None = None,
+          measure_fn: Callable | None = None, hidden: bool = True, source: str = "", checks: list | None = None,
+          seed: int | None = None) -> Report:
+    """Grade graded-cell sources ``{part: source}``: the notebooks' check lines (``checks``, 0 points),
+    the implementation tests, then performance (only when the cached decode loop is right: the speed
+    of wrong output is moot). ``measure_fn(student, reference, performance_config) -> Measurement``
+    (default `speed.measure`; ``None`` skips performance)."""
     config = config or load_config()
     start = time.perf_counter()
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: threads only add overhead and noise on shared machines
-    try:
-        results = run_suite(cls, config["points"], hidden=hidden, timeout=config["test_timeout_s"])
-    finally:
-        torch.set_num_threads(threads)
-    decode_ok = all(r.passed for r in results if r.test_id in ("decode.decode_cached", "verify.verify_cached"))
-    measurement = None
+    results = list(checks or [])
+    results += run_suite(sources, config["points"], hidden=hidden, timeout=config["test_timeout_s"], seed=seed)
+    torch.set_num_threads(threads)
+    decode_ok = all(r.passed for r in results if r.test_id in ("decode.decode_cached", "decode.verify_cached"))
+    measurement, reason = None, ""
     if measure_fn is None:
         reason = "performance not measured (--no-perf)"
     elif not decode_ok:
-        reason = "needs a correct cached decode loop first (see the decode and verify tests above)"
+        reason = "needs a correct cached decode loop first (see the decode tests above)"
     else:
-        reason = ""
         try:
-            measurement = measure_fn(cls, config["performance"])
-        except Exception as error:
+            measurement = measure_fn(sources, reference_sources, config["performance"])
+        except Exception as error:  # noqa: BLE001 - the grader's own failure: say it, grade nothing
             measurement = Measurement(0.0, 0.0, error=f"measuring failed: {type(error).__name__}: {error}")
     results += performance_results(measurement, config, reason)
-    report = Report(results, source, time.perf_counter() - start, asdict(measurement) if measurement else {})
-    return report
+    return Report(results, source, time.perf_counter() - start, asdict(measurement) if measurement else {})
 
 
 def _pairs(values: list[str], what: str) -> dict:

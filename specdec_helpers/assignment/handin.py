@@ -1,8 +1,9 @@
 """Bundle your work for submission: ``python -m specdec_helpers handin [--out handin.zip]``.
 
-Packs the notebooks, the exercise module and ``report/`` into one zip (upload it to Gradescope),
-after checking that the required files exist. It also runs the visible checks and puts their verdict
-in the zip as ``CHECK.txt``; unfinished exercises do not block a hand-in, missing files do.
+Packs the notebooks (your graded cells live there) and ``report/`` into one zip (upload it to
+Gradescope). It also runs the visible checks on the notebooks' graded cells and puts their verdict
+in the zip as ``CHECK.txt``; unfinished parts do not block a hand-in, missing notebooks do. On
+Colab, download your notebooks (File > Download .ipynb) and zip them: the grader takes that too.
 """
 from __future__ import annotations
 
@@ -12,14 +13,9 @@ from pathlib import Path
 
 from specdec_helpers.assignment.check import run_check
 
-EXERCISE_MODULE = "specdec_helpers/assignment/exercises.py"
 #: (what, glob pattern relative to the kit root); each needs at least one match.
-REQUIRED = [
-    ("the exercise module", EXERCISE_MODULE),
-    ("the notebooks", "notebooks/*.ipynb"),
-    ("your report (a .md file in report/)", "report/*.md"),
-]
-PACKED = [EXERCISE_MODULE, "notebooks/*.ipynb", "report/**/*"]
+REQUIRED = [("the notebooks", "notebooks/*.ipynb")]
+PACKED = ["notebooks/*.ipynb", "report/**/*"]
 SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints"}
 MAX_FILE_MB = 20
 
@@ -45,9 +41,9 @@ def handin(root=".", out="handin.zip", run_checks: bool = True) -> Path:
     report = ""
     if run_checks:
         buffer = io.StringIO()
-        failing = run_check(root / EXERCISE_MODULE, file=buffer)
+        failing = run_check(root / "notebooks", file=buffer)
         report = buffer.getvalue()
-        print(f"visible checks: {'all pass' if not failing else f'{failing} exercise(s) not passing yet'}")
+        print(f"visible checks: {'all pass' if not failing else f'{failing} part(s) not passing yet'}")
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in files(root):
             if path != out:
