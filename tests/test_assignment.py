@@ -114,16 +114,39 @@ IMPORT_CHEATS = {
 }
 
 
+WRONG = "\n".join(f"def {name}(self, *args, **kwargs):\n    return None\n" for name in
+                  ("initialize_target_model", "initialize_draft_model", "generate_draft_tokens", "accept_draft",
+                   "verify_tokens_vectorized", "verify_tokens_cached", "generate_ids"))
+
+
+def _submission_with(folder: Path, source_for) -> Path:
+    """The instructor's notebooks with every graded cell replaced by ``source_for(part)``."""
+    folder.mkdir()
+    for path in sorted(NOTEBOOKS.glob("0[1-4]*.ipynb")):
+        nb = nbformat.read(str(path), as_version=4)
+        for cell in nb.cells:
+            part = cells.nbgrader(cell).get("grade_id")
+            if cells.nbgrader(cell).get("solution") and part in grader.EXERCISES:
+                cell.source = source_for(part)
+        nbformat.write(nb, str(folder / path.name))
+    return folder
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(IMPORT_CHEATS))
-def test_cheats_at_import_earn_nothing(name, reference, tmp_path, monkeypatch):
+def test_cheats_earn_nothing(name, tmp_path, monkeypatch):
+    """Each cheat sits in every graded cell next to functions that do nothing useful: it must earn 0,
+    and results.json is the grader's own (written after the cheat ran, listing every test)."""
     monkeypatch.chdir(tmp_path)
-    config = grader.load_config()
-    config["test_timeout_s"] = 20
-    sources = {part: IMPORT_CHEATS[name] + "\n" + "def x(self):\n    raise NotImplementedError()\n" for part in reference}
-    report = grader.grade(sources, config, reference_sources=reference, measure_fn=None)
-    assert report.score == 0, [(r.test_id, r.status, r.feedback) for r in report.results if r.score]
-    assert not (tmp_path / "results.json").exists() or json.loads((tmp_path / "results.json").read_text()) != {}
+    monkeypatch.setenv("PWD", str(tmp_path))
+    folder = _submission_with(tmp_path / "handin", lambda part: IMPORT_CHEATS[name] + "\n" + WRONG)
+    (tmp_path / "config.json").write_text(json.dumps({"test_timeout_s": 10}))
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"score": 45, "stale": True}))
+    assert cli.grade([str(folder), "--no-nbval", "--no-perf", "--config", str(tmp_path / "config.json"),
+                      "--results", str(results)]) == 0
+    data = json.loads(results.read_text())
+    assert data["score"] == 0 and "stale" not in data and len(data["tests"]) >= 20, data.get("output")
 
 
 @pytest.mark.slow

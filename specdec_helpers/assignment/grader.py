@@ -208,7 +208,7 @@ def run_suite(sources: dict, points: dict, *, hidden: bool = True, timeout: floa
     seed = secrets.randbelow(10**6) if seed is None else seed
     status = part_status(sources)
     runnable = {part: src for part, src in sources.items() if status.get(part) == "ok"}
-    start = child_factory or (lambda: Child(runnable))
+    start = child_factory or (lambda: Child(runnable, ready_timeout=max(timeout, 10)))
     child, start_error = None, ""
     tests = [t for t in suite.TESTS if (hidden or not t.hidden) and (only is None or t.exercise in only)]
     results = []
@@ -222,12 +222,11 @@ def run_suite(sources: dict, points: dict, *, hidden: bool = True, timeout: floa
                 feedback = "not implemented yet" if state == "not implemented" else status[exercise]
                 results.append(Result(exercise, t.name, 0.0, best, state, feedback, t.hidden, t.id))
                 continue
-            if child is None or not getattr(child, "alive", lambda: True)():
-                try:
+            if not start_error and (child is None or not getattr(child, "alive", lambda: True)()):
+                try:  # (re)start after a test ended the child; a child that cannot load is not retried
                     child = start()
-                    start_error = ""
                 except ChildFailed as error:
-                    child, start_error = None, str(error)
+                    child, start_error = None, f"your graded cells could not be loaded: {error}"
             if child is None:
                 state, feedback = "failed", start_error
             elif (child.ready or {}).get(exercise, "ok").startswith("error"):

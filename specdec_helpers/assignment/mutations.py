@@ -97,8 +97,6 @@ CATALOG = [
     Mutation("no_pad_token", "the tokenizer's missing pad token is not set", "init",
              (("    if tokenizer.pad_token is None:\n        tokenizer.pad_token = tokenizer.eos_token\n", ""),),
              "init.init_target", "no pad token"),
-    Mutation("training_mode", "the model is left in training mode (dropout on)", "init",
-             ((_LOAD, _LOAD.replace(".eval()", "")),), "init.init_target", "training mode"),
     Mutation("fp16_on_cpu", "half precision on a CPU", "init",
              (('dtype = torch.float16 if self.device.type == "cuda" else torch.float32', "dtype = torch.float16"),),
              "init.init_target", "half precision is slow"),

@@ -222,7 +222,9 @@ def init_constructor(ctx):
 def init_device(ctx):
     for role in ("target", "draft"):  # "meta": a device the model is not loaded on, as "cuda" would be
         info = _init(ctx, role, device="meta")
-        if info.get("is_module") and info["device"] != "meta":
+        if not info.get("is_module"):
+            raise Mistake(f"initialize_{role}_model must return (model, tokenizer) with a causal LM first, got {info['model']}")
+        if info["device"] != "meta":
             raise Mistake(f"with self.device = meta the {role} model stays on {info['device']}: the models are never "
                           "moved to the decoder's device; move them with .to(self.device)")
 ### END HIDDEN TESTS
