@@ -6,13 +6,15 @@ asserted; the performance tests assert only what a cheat earns (nothing) or the 
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
 import nbformat
 import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from specdec_helpers import cli
-from specdec_helpers.assignment import cells, grader, mutations, release, speed, submission
+from specdec_helpers.assignment import cells, grader, handin, mutations, release, speed, submission
 from specdec_helpers.assignment.speed import Measurement
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +43,88 @@ def test_every_part_is_one_graded_cell_with_nbgrader_metadata(reference):
                 assert "### BEGIN SOLUTION" in c.source and meta["locked"] is False, (path.name, i)
                 check = cells.nbgrader(nb.cells[i + 1])
                 assert check.get("locked") and check["grade_id"] == meta["grade_id"] + "_check", (path.name, i)
+
+
+# --------------------------------------------------------------------------- release
+
+
+def test_strip_keeps_indentation_and_drops_hidden_tests():
+    source = "def f(x):\n    y = 1\n    ### BEGIN SOLUTION\n    return x + y\n    ### END SOLUTION\n\n" \
+             "### BEGIN HIDDEN TESTS\nassert f(1) == 2\n### END HIDDEN TESTS\nprint('visible')\n"
+    out = release.strip(source)
+    assert out == "def f(x):\n    y = 1\n    # YOUR CODE HERE\n    raise NotImplementedError()\n\nprint('visible')\n"
+    assert release.strip("### BEGIN SOLUTION\nanswer\n### END SOLUTION\n", markdown=True) == "YOUR ANSWER HERE\n"
+    with pytest.raises(release.ReleaseError, match="unmatched"):
+        release.strip("x = 1\n### BEGIN SOLUTION\nx = 2\n")
+
+
+def _instructor_tree(root: Path) -> None:
+    """A small instructor repository: a marked module, a marked notebook with outputs, an unmarked
+    notebook, and instructor-only files."""
+    pkg = root / "specdec_helpers" / "assignment"
+    pkg.mkdir(parents=True)
+    (root / "specdec_helpers" / "mod.py").write_text(
+        "def answer():\n    ### BEGIN SOLUTION\n    return 'forty-two-is-the-secret'\n    ### END SOLUTION\n")
+    (pkg / "mutations.py").write_text("SECRET = 1\n")
+    (root / "notebooks").mkdir()
+    (root / "notebooks" / "_build.py").write_text("# builds notebooks with solutions\n")
+    marked = new_notebook(cells=[
+        new_markdown_cell("Explain:\n### BEGIN SOLUTION\nthe-secret-explanation-here\n### END SOLUTION"),
+        new_code_cell("def g():\n    ### BEGIN SOLUTION\n    return 'solution-text-not-to-ship'\n    ### END SOLUTION",
+                      outputs=[new_output("stream", name="stdout", text="done\n")], execution_count=3),
+        new_code_cell("### BEGIN HIDDEN TESTS\nassert g() == 'solution-text-not-to-ship'\n### END HIDDEN TESTS\n"
+                      "print('visible check')"),
+    ])
+    nbformat.write(marked, str(root / "notebooks" / "01_marked.ipynb"))
+    plain = new_notebook(cells=[new_code_cell("print(1)", outputs=[new_output("stream", name="stdout", text="1\n")])])
+    nbformat.write(plain, str(root / "notebooks" / "02_plain.ipynb"))
+    (root / "README.md").write_text("# kit\n")
+
+
+def test_release_strips_module_and_notebooks(tmp_path):
+    _instructor_tree(tmp_path / "src")
+    out = tmp_path / "kit"
+    written = release.release(out, tmp_path / "src")
+    assert "notebooks/_build.py" not in written and not (out / "specdec_helpers/assignment/mutations.py").exists()
+    module = (out / "specdec_helpers/mod.py").read_text()
+    assert "    # YOUR CODE HERE\n    raise NotImplementedError()" in module and "forty-two" not in module
+    nb = nbformat.read(str(out / "notebooks/01_marked.ipynb"), as_version=4)
+    assert nb.cells[0].source == "Explain:\nYOUR ANSWER HERE\n"
+    assert nb.cells[1].outputs == [] and nb.cells[1].execution_count is None
+    assert "raise NotImplementedError()" in nb.cells[1].source
+    assert nb.cells[2].source == "print('visible check')"
+    plain = nbformat.read(str(out / "notebooks/02_plain.ipynb"), as_version=4)
+    assert plain.cells[0].source == "print(1)" and plain.cells[0].outputs == []
+
+
+def test_release_fails_loudly_and_writes_nothing(tmp_path, capsys):
+    _instructor_tree(tmp_path / "src")
+    (tmp_path / "src/specdec_helpers/broken.py").write_text("### BEGIN SOLUTION\nx = 1\n")  # no END marker
+    assert cli.release(["--out", str(tmp_path / "kit"), "--root", str(tmp_path / "src")]) == 1
+    assert "RELEASE FAILED" in capsys.readouterr().err and not (tmp_path / "kit").exists()
+    # The scan itself: a solution line copied into a shipped file is caught.
+    kit = tmp_path / "kit2"
+    (kit / "notebooks").mkdir(parents=True)
+    (kit / "notebooks" / "x.py").write_text("return 'forty-two-is-the-secret'\n")
+    secrets = {"notebooks/x.py": (["    return 'forty-two-is-the-secret'\n"], "")}
+    with pytest.raises(release.ReleaseError, match="leaked"):
+        release.verify(kit, secrets)
+
+
+def test_released_notebooks_are_stubs_and_the_kit_has_no_catalog(tmp_path):
+    out = tmp_path / "kit"
+    assert cli.release(["--out", str(out)]) == 0
+    assert not (out / "specdec_helpers/assignment/mutations.py").exists()
+    kit_suite = (out / "specdec_helpers/assignment/suite.py").read_text()
+    assert "BEGIN HIDDEN" not in kit_suite and "hidden=True" not in kit_suite
+    sources = cells.graded_sources([out / "notebooks"])
+    assert set(sources) == set(grader.EXERCISES) and all(cells.is_stub(s) for s in sources.values())
+    for nb_path in (out / "notebooks").glob("*.ipynb"):
+        nb = nbformat.read(str(nb_path), as_version=4)
+        assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), nb_path.name
+
+
+# --------------------------------------------------------------------------- grading
 
 
 @pytest.mark.slow
@@ -213,3 +297,28 @@ def test_grading_the_instructor_notebooks_gives_full_marks(run, tmp_path):
     assert data["score"] == pytest.approx(data["max_score"]) == pytest.approx(45), data["output"]
     assert any(t["name"].startswith("checks") for t in data["tests"])
     assert all(t["max_score"] == 0 for t in data["tests"] if t["name"].startswith("checks"))
+
+
+# --------------------------------------------------------------------------- check and hand-in
+
+
+def test_handin_lists_missing_files(tmp_path, capsys):
+    assert cli.handin(["--root", str(tmp_path), "--out", str(tmp_path / "h.zip"), "--no-check"]) == 1
+    err = capsys.readouterr().err
+    assert "notebooks" in err
+
+
+def test_handin_bundles_notebooks_and_check_verdict(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    for path in sorted(NOTEBOOKS.glob("0[1-4]*.ipynb")):
+        (tmp_path / "notebooks" / path.name).write_bytes(path.read_bytes())
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report/REPORT.md").write_text("# my report\n")
+    out = handin.handin(tmp_path, tmp_path / "handin.zip")
+    with zipfile.ZipFile(out) as archive:
+        names = set(archive.namelist())
+        verdict = archive.read("CHECK.txt").decode()
+    assert {"notebooks/01_model_init.ipynb", "report/REPORT.md", "CHECK.txt"} <= names
+    assert "All visible checks pass" in verdict, verdict
+    # The grader takes the zip as it is.
+    assert set(cells.graded_sources(submission.notebooks_in(out))) == set(grader.EXERCISES)

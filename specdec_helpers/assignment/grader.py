@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import secrets
 import time
 from dataclasses import asdict, dataclass, field
