@@ -18,6 +18,7 @@ import torch
 
 from specdec_helpers.assignment.child import encode
 from specdec_helpers.assignment.sandbox import Child, ChildFailed, StudentError
+from specdec_helpers.core.checks import greedy_divergence
 from specdec_helpers.core.decode import greedy_decode
 from specdec_helpers.core.drafters import ModelDrafter
 from specdec_helpers.models.pairs import load_pair
@@ -118,7 +119,10 @@ def measure(student_sources: dict, reference_sources: dict, perf: dict, *, seed:
                 out = answer["result"]
                 got = out[0, ids.shape[1]:].tolist() if isinstance(out, torch.Tensor) and out.dim() == 2 else None
                 want = expected[2 * run + slot]
-                if got is None or (got != want and not _stopped_at_eos(got, want, pair)):
+                if got is not None and got != want and not _stopped_at_eos(got, want, pair):
+                    # in half precision a divergence is right only at a numerical near-tie of the target
+                    got = got if greedy_divergence(pair.target, ids, got, want=want)[0] else None
+                if got is None:
                     identical &= who == "reference"
                     problems.setdefault(who, "an output differs from greedy decoding")
                     continue
