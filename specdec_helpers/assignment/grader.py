@@ -1,14 +1,17 @@
-"""Grade a submission by running it: ``python -m specdec_helpers grade <module | notebook | folder | zip>``.
+"""Grade a submission: ``python -m specdec_helpers grade <folder | zip of notebooks>`` (see `cli.grade`).
 
-Implementation points come from the behavioural tests in `suite` on tiny models (seconds, CPU).
-Performance points come from timing the student's decoder against the target's greedy decoding on
-the course's pair (``toy`` on CPU by default), interleaved and repeated, medians; acceptance is
-counted by the grader from the student's verification results, not from the student's own stats.
-Prints a score table with feedback and writes Gradescope's ``results.json``.
+Implementation points come from the tests in `suite` / `suite_decode`, run from this process against
+the graded cells running in a child process (`sandbox.Child`, `child`), on a tiny world seeded at
+grade time. Performance points come from `speed.measure`: the student's decoder and the reference
+solution timed side by side in two children on the course's pair, outputs checked against greedy
+decoding and acceptance replayed by the grader. This process never runs student code, and it
+alone writes ``results.json`` (Gradescope's format).
 
-Points and thresholds default to PA3's scheme (init 5, draft 5, verify 5, decode 10; speedup >= 1.0x
-10; acceptance > 75% 10; bonus > 1.7x and > 85% as extra credit) and can be changed with
-``--config points.toml|.json`` or ``--points decode=12 --threshold speedup=1.2``.
+Points default to PA3's scheme (init 5, draft 5, verify 5, decode 10, speed 10, acceptance 10, bonus
+5 as extra credit). On CPU presets speed and acceptance are relative to the reference solution
+(``relative_speed``, ``relative_acceptance``); PA3's absolute bars (1.0x / 75%, bonus 1.7x / 85%)
+apply on GPU presets. Change them with ``--config points.toml|.json`` or ``--points decode=12
+--threshold relative_speed=0.9``.
 """
 from __future__ import annotations
 

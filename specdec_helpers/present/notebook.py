@@ -1,9 +1,9 @@
 """Small helpers for the course notebooks: Colab set-up, friendly check verdicts, quiet logs.
 
-``REPO_URL`` is the ONE place the kit's repository address lives. ``notebooks/_build.py`` writes it
-into every notebook's "Open in Colab" badge and Colab install line, so after changing it, run
-``python notebooks/_build.py`` to regenerate the notebooks. The value below is a placeholder until
-the kit has its public home.
+``REPO_URL`` is the ONE place the kit's repository address lives. Every notebook's "Open in Colab"
+badge and Colab install line must match it (``tests/test_notebooks.py`` checks), so after changing
+it, update those two lines in each notebook. The value below is a placeholder until the kit has its
+public home.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from specdec_helpers.measure.bench import PA3_PROMPTS
 from specdec_helpers.models.toy import TOY_PROMPTS
 
 #: Where the kit lives (placeholder: the course has not published it yet). Badges and the Colab
-#: ``pip install git+...`` line are generated from this constant by ``notebooks/_build.py``.
+#: ``pip install git+...`` line must match this constant (checked by tests/test_notebooks.py).
 REPO_URL = "https://github.com/specdec-kit/specdec-kit"
 #: Branch the Colab badges open and the Colab install pulls.
 REPO_BRANCH = "main"
