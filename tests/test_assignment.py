@@ -249,6 +249,15 @@ def test_delegating_to_the_kit_earns_nothing(reference):
     results = grader.run_suite(sources, POINTS, only=["verify", "draft"])
     assert sum(r.score for r in results) == 0
     assert any("kit" in r.feedback for r in results if r.item == "verify")
+    # No import statement to see: the child catches the call itself.
+    sources["verify"] = ("import importlib as il\n\ndef accept_draft(self, target_logits, draft_tokens):\n"
+                         "    r = il.import_module('specdec_helpers.core.verify').accept_greedy(target_logits, "
+                         "draft_tokens.reshape(-1))\n    return r.tokens.tolist(), r.num_accepted\n\n"
+                         + reference["verify"].split("@torch.inference_mode()")[-1].join(["import torch\n\n@torch.inference_mode()", ""]))
+    assert cells.kit_references(sources["verify"]) == []
+    results = grader.run_suite(sources, POINTS, only=["verify"])
+    accept = [r for r in results if r.test_id.startswith("verify.accept")]
+    assert all(r.score == 0 and "kit's own implementation" in r.feedback for r in accept), accept
 
 
 @pytest.mark.slow
@@ -279,7 +288,7 @@ def test_performance_scoring_relative_on_cpu_absolute_on_gpu():
     config = grader.load_config()
     score = lambda m: {r.item: r.score for r in grader.performance_results(m, config)}  # noqa: E731
     assert score(Measurement(0.95, 0.5, reference_acceptance=0.52)) == {"speedup": 10, "acceptance": 10, "bonus": 0}
-    assert score(Measurement(0.7, 0.3, reference_acceptance=0.52)) == {"speedup": 0, "acceptance": 0, "bonus": 0}
+    assert score(Measurement(0.6, 0.3, reference_acceptance=0.52)) == {"speedup": 0, "acceptance": 0, "bonus": 0}
     assert score(Measurement(1.2, 0.6, speculates=False, reference_acceptance=0.5))["speedup"] == 0
     gpu = dict(device="cuda")
     assert score(Measurement(1.8, 0.86, detail=gpu)) == {"speedup": 10, "acceptance": 10, "bonus": 5}

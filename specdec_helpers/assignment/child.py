@@ -32,29 +32,33 @@ class KitDelegation(BaseException):
     """Raised by a poisoned kit function (BaseException: a student's ``except Exception`` cannot hide it)."""
 
 
-def _poisoned(name: str):
+def _poisoned(name: str, real):
+    """``real``, except when called straight from a graded cell: then record a delegation and raise.
+    (Kit code calling it, e.g. a stand-in for a part the student did not write, goes through.)"""
     def poisoned(*args, **kwargs):
-        DELEGATED.append(name)
-        raise KitDelegation(f"graded code called the kit's own {name}")
+        if sys._getframe(1).f_code.co_filename.startswith("<graded cell"):
+            DELEGATED.append(name)
+            raise KitDelegation(f"graded code called the kit's own {name}")
+        return real(*args, **kwargs)
     return poisoned
 
 
 def poison() -> dict:
-    """Replace the kit's entry points for the graded steps; returns the real stand-ins (for parts
-    the student did not write)."""
+    """Guard the kit's implementations of the graded steps against direct calls from graded cells;
+    returns the real stand-ins (for the parts the student did not write)."""
     import specdec_helpers
     from specdec_helpers.core import decode, drafters, verify
 
     real = dict(decoder_module.STANDINS)
     targets = [(verify, "accept_greedy"), (verify, "score_draft"), (verify, "verify_tokens_vectorized"),
-               (decode, "speculative_decode"), (decode, "greedy_decode"), (drafters, "ModelDrafter"),
+               (decode, "speculative_decode"), (decode, "greedy_decode"), (drafters.ModelDrafter, "propose"),
                (specdec_helpers, "speculative_decode"), (specdec_helpers, "greedy_decode")]
-    for module, name in targets:
-        if hasattr(module, name):
-            setattr(module, name, _poisoned(f"{module.__name__}.{name}"))
-    for name in real:
-        decoder_module.STANDINS[name] = _poisoned(f"stand-in {name}")
-        setattr(decoder_module, f"standin_{name}", _poisoned(f"stand-in {name}"))
+    for owner, name in targets:
+        if hasattr(owner, name):
+            setattr(owner, name, _poisoned(f"{getattr(owner, '__name__', owner)}.{name}", getattr(owner, name)))
+    for name, fn in real.items():
+        decoder_module.STANDINS[name] = _poisoned(f"stand-in {name}", fn)
+        setattr(decoder_module, f"standin_{name}", decoder_module.STANDINS[name])
     return real
 
 

@@ -36,12 +36,17 @@ DEFAULT_CONFIG = {
     "points": {"init": 5, "draft": 5, "verify": 5, "decode": 10, "speedup": 10, "acceptance": 10, "bonus": 5},
     # speedup >= min_speedup; acceptance > min_acceptance; bonus: speedup > and acceptance > both.
     "thresholds": {"speedup": 1.0, "acceptance": 0.75, "bonus_speedup": 1.7, "bonus_acceptance": 0.85,
-                   "relative_speed": 0.85, "relative_acceptance": 0.9},
-    "performance": {"preset": "toy", "max_new_tokens": 64, "repeats": 5, "warmup": 1, "num_speculative_tokens": 0},
+                   "relative_speed": 0.7, "relative_acceptance": 0.9},
+    "performance": {"preset": "toy", "max_new_tokens": 64, "repeats": 7, "warmup": 1, "num_speculative_tokens": 0},
     "test_timeout_s": 60,
 }
 # PA3's absolute thresholds assume Pythia-1.4b/160m on a GPU; CPU presets are graded relative to the
-# reference solution (relative_speed, relative_acceptance). A config file or --threshold overrides them.
+# reference solution (relative_speed, relative_acceptance). On the toy pair speculation gains only ~1.2x
+# over HF greedy on a CPU, and paired timings of the reference against itself spread by +-20% on a
+# shared 2-core machine, so time alone cannot tell a non-speculating decoder (~0.85x the reference)
+# apart: the speed item also requires rounds the grader replays as speculation (`speed.replay`), and
+# the time bar (0.7) only catches a decoder far slower than the reference. Overrides: a config file
+# or --threshold.
 PRESET_THRESHOLDS: dict = {}
 EXTRA_CREDIT = ("bonus",)
 LABELS = {"init": "1 initialization", "draft": "2 drafting", "verify": "3 verification", "decode": "4 decode loop",

@@ -100,7 +100,7 @@ def measure(student_sources: dict, reference_sources: dict, perf: dict, *, seed:
     pair = load_pair(perf["preset"], progress=False)
     k = perf.get("num_speculative_tokens") or pair.num_speculative_tokens
     n_new, repeats = perf["max_new_tokens"], perf["repeats"]
-    prompts = fresh_prompts(pair, 2 * (repeats + perf["warmup"]), rng)
+    prompts = fresh_prompts(pair, repeats + perf["warmup"], rng)
     expected = [greedy_decode(pair.target, p, max_new_tokens=n_new, eos_token_id=None).sequences[0, p.shape[1]:].tolist()
                 for p in prompts]
     students = reference = None
@@ -113,12 +113,12 @@ def measure(student_sources: dict, reference_sources: dict, perf: dict, *, seed:
             order = [("reference", reference, students), ("student", students, reference)]
             if run % 2:
                 order.reverse()
-            for slot, (who, child, other) in enumerate(order):
-                ids = prompts[2 * run + slot]
+            for who, child, other in order:
+                ids = prompts[run]  # the same fresh prompt for both: paired runs, comparable acceptance
                 answer, seconds = _timed(child, other, handles[child], ids, n_new, k, timeout)
                 out = answer["result"]
                 got = out[0, ids.shape[1]:].tolist() if isinstance(out, torch.Tensor) and out.dim() == 2 else None
-                want = expected[2 * run + slot]
+                want = expected[run]
                 if got is not None and got != want and not _stopped_at_eos(got, want, pair):
                     # in half precision a divergence is right only at a numerical near-tie of the target
                     got = got if greedy_divergence(pair.target, ids, got, want=want)[0] else None
@@ -143,7 +143,8 @@ def measure(student_sources: dict, reference_sources: dict, perf: dict, *, seed:
         raise RuntimeError(f"the reference solution failed its own measurement: {problems['reference']}")
     rate = lambda who: totals[who][0] / totals[who][1] if totals[who][1] else 0.0  # noqa: E731
     speculates = "student" not in problems
-    ratio = statistics.median(times["reference"]) / statistics.median(times["student"]) if times["student"] else 0.0
+    paired = [r / s for r, s in zip(times["reference"], times["student"])] if len(times["student"]) == repeats else []
+    ratio = statistics.median(paired) if paired else 0.0
     return Measurement(
         speedup=ratio, acceptance=rate("student") if speculates else 0.0, identical=identical, speculates=speculates,
         reference_acceptance=rate("reference"),
