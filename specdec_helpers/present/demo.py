@@ -63,7 +63,8 @@ def legend(color: bool, show_rejected: bool) -> str:
     return "  ".join(f"{MARKERS[k][0]}{LEGEND[k]}{MARKERS[k][-1]}" for k in kinds)
 
 
-def summary_table(spec, greedy, identical: bool) -> str:
+def summary_table(spec, greedy, identical: bool | str) -> str:
+    """``identical``: True/False, or the near-tie check's verdict (`core.checks.greedy_divergence`) as text."""
     s, g = spec.stats, greedy.stats
     speedup = g.wall_time_s / s.wall_time_s if s.wall_time_s > 0 else float("nan")
     rows = [
@@ -75,6 +76,7 @@ def summary_table(spec, greedy, identical: bool) -> str:
         ("acceptance rate", f"{s.acceptance_rate:.0%} ({s.accepted}/{s.proposed})", ""),
         ("mean accepted length", f"{s.mean_accepted_length:.2f}", "1.00"),
         ("speedup vs greedy", f"{speedup:.2f}x", ""),
-        ("identical to greedy", "yes" if identical else "NO (a bug, or fp ties)", ""),
+        ("identical to greedy", "yes" if identical is True else "NO" if identical is False else "see below", ""),
     ]
-    return "\n".join(f"{a:<22}{b:>16}  {c:>8}" for a, b, c in rows)
+    note = f"\nidentical to greedy: {identical}" if isinstance(identical, str) else ""
+    return "\n".join(f"{a:<22}{b:>16}  {c:>8}" for a, b, c in rows) + note
