@@ -22,7 +22,7 @@ os.environ.setdefault("SPECDEC_EXPORT_DIR", tempfile.mkdtemp(prefix="specdec-nbv
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-collect_ignore = ["_build.py"]
+collect_ignore: list = []
 
 
 def pytest_collection_modifyitems(items):

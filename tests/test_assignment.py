@@ -1,38 +1,48 @@
-"""Assignment tooling: release, grader, known-mistake catalog, self-check, hand-in.
+"""The assignment: graded cells in the notebooks, the sandboxed grader, the mistake catalog, cheats.
 
-Everything runs on the grader's tiny in-memory models (seconds); only the last test touches the
-trained `toy` pair, and it is skipped when that pair is not available. No timing is asserted:
-performance grading is tested with injected measurements.
+Student code always runs in a child process here, exactly as in grading. Timings are never
+asserted; the performance tests assert only what a cheat earns (nothing) or the reference's marks.
 """
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import nbformat
 import pytest
-import torch
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from specdec_helpers.assignment import exercises
-from specdec_helpers.assignment import check, grader, mutations, release, submission, suite
 from specdec_helpers import cli
-from specdec_helpers.assignment.grader import Measurement
+from specdec_helpers.assignment import cells, grader, mutations, release, speed, submission
+from specdec_helpers.assignment.speed import Measurement
 
-torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
 STUDENT_URL = "https://github.com/course/specdec-students"
-Reference = exercises.SpeculativeDecoder
-
-
-def fake_measure(speedup=1.3, acceptance=0.8, identical=True):
-    return lambda cls, perf: Measurement(speedup, acceptance, identical)
+POINTS = grader.load_config()["points"]
 
 
 @pytest.fixture(scope="module")
-def reference_report():
-    return grader.grade(Reference, measure_fn=fake_measure())
+def reference():
+    return submission.reference_sources()
+
+
+def implementation(report_results):
+    return sum(r.score for r in report_results if r.item in grader.EXERCISES)
+
+
+def test_every_part_is_one_graded_cell_with_nbgrader_metadata(reference):
+    assert set(reference) == set(grader.EXERCISES)
+    for path in sorted(NOTEBOOKS.glob("0*.ipynb")):
+        nb = nbformat.read(str(path), as_version=4)
+        ids = [cells.nbgrader(c)["grade_id"] for c in nb.cells if cells.nbgrader(c)]
+        assert len(ids) == len(set(ids)), path.name
+        for i, c in enumerate(nb.cells):
+            meta = cells.nbgrader(c)
+            if meta.get("solution"):
+                assert "### BEGIN SOLUTION" in c.source and meta["locked"] is False, (path.name, i)
+                check = cells.nbgrader(nb.cells[i + 1])
+                assert check.get("locked") and check["grade_id"] == meta["grade_id"] + "_check", (path.name, i)
 
 
 # --------------------------------------------------------------------------- release
@@ -101,174 +111,203 @@ def test_release_fails_loudly_and_writes_nothing(tmp_path, capsys):
         release.verify(kit, secrets)
 
 
-def test_released_kit_imports_and_checks_say_not_implemented(tmp_path):
+def test_released_notebooks_are_stubs_and_the_kit_has_no_catalog(tmp_path):
     out = tmp_path / "kit"
     assert cli.release(["--out", str(out), "--repo-url", STUDENT_URL]) == 0
-    student = (out / "specdec_helpers/assignment/exercises.py").read_text()
-    assert "BEGIN SOLUTION" not in student and student.count("raise NotImplementedError()") >= 8
+    assert not (out / "specdec_helpers/assignment/mutations.py").exists()
     kit_suite = (out / "specdec_helpers/assignment/suite.py").read_text()
     assert "BEGIN HIDDEN" not in kit_suite and "hidden=True" not in kit_suite
-    assert not (out / "specdec_helpers/assignment/mutations.py").exists()
+    sources = cells.graded_sources([out / "notebooks"])
+    assert set(sources) == set(grader.EXERCISES) and all(cells.is_stub(s) for s in sources.values())
     for nb_path in (out / "notebooks").glob("*.ipynb"):
         nb = nbformat.read(str(nb_path), as_version=4)
         assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), nb_path.name
-    # The student module imports (as a submodule of the installed kit) and every check runs to the end.
-    cls, _ = submission.load(out / "specdec_helpers/assignment/exercises.py")
-    lines = []
-
-    class Sink:
-        def write(self, text):
-            lines.append(text)
-
-    for exercise in suite.EXERCISES:
-        assert check.check_exercise(exercise, cls=cls, file=Sink()) is False
-    text = "".join(lines)
-    assert text.count("not implemented yet") == 4 and "💥" not in text and "❌" not in text
 
 
 # --------------------------------------------------------------------------- grading
 
 
-def test_reference_scores_full_points(reference_report):
-    implementation = [r for r in reference_report.results if r.item in suite.EXERCISES]
-    assert all(r.passed for r in implementation), [(r.test_id, r.feedback) for r in implementation if not r.passed]
-    assert sum(r.score for r in implementation) == pytest.approx(25)
-    assert any(r.hidden for r in implementation) and any(not r.hidden for r in implementation)
-    assert reference_report.score == pytest.approx(45) and reference_report.max_score == pytest.approx(45)
+@pytest.mark.slow
+def test_reference_scores_full_implementation_marks(reference):
+    results = grader.run_suite(reference, POINTS)
+    assert all(r.passed for r in results), [(r.test_id, r.feedback) for r in results if not r.passed]
+    assert implementation(results) == pytest.approx(25)
 
 
+@pytest.mark.slow
+def test_released_stubs_are_not_implemented(reference):
+    stubs = {}
+    for path in sorted(NOTEBOOKS.glob("0*.ipynb")):
+        nb = release.strip_notebook(nbformat.read(str(path), as_version=4))
+        stubs.update({k: v for k, v in cells.graded_cells(nb).items() if k in reference})
+    assert set(stubs) == set(reference) and all(cells.is_stub(s) for s in stubs.values())
+    results = grader.run_suite(stubs, POINTS)
+    assert implementation(results) == 0 and {r.status for r in results} == {"not implemented"}
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("m", mutations.CATALOG, ids=lambda m: m.name)
-def test_every_mutation_is_caught_with_its_message(m):
-    t = next(t for t in suite.TESTS if t.id == m.test_id)
-    status, feedback = grader.run_test(t, suite.Ctx(m.cls))
-    assert status == "failed", (m.name, status, feedback)
-    assert m.phrase in feedback, (m.name, feedback)
+def test_every_mutation_is_caught_with_its_message(m, reference):
+    report = mutations.grade_mutation(m, reference)
+    r = report.find(m.test_id)
+    assert not r.passed and m.phrase in r.feedback, (m.name, r.status, r.feedback)
+    assert report.score < POINTS[m.part]
 
 
 def test_catalog_covers_the_known_mistakes():
     names = {m.name for m in mutations.CATALOG}
     assert {"logits_offset", "no_bonus_token", "no_correction_token", "extra_target_pass", "eos_in_prompt",
             "sampling_draft", "no_cache_rollback", "draft_from_scratch", "overshoot_max_tokens",
-            "bonus_counted_as_accepted", "retokenized_throughput"} <= names
+            "bonus_counted_as_accepted", "target_cache_not_reused", "draft_k_minus_1",
+            "eos_only_among_draft_tokens", "models_not_moved", "cache_cropped_too_far"} <= names
+    reference = submission.reference_sources()
+    for m in mutations.CATALOG:
+        assert m.sources(reference)[m.part] != reference[m.part], m.name
 
 
-def test_unfinished_work_is_not_implemented_not_a_crash():
-    class Blank(Reference):
-        def accept_draft(self, target_logits, draft_tokens):
-            raise NotImplementedError()
+# --------------------------------------------------------------------------- cheats, written as a student would
 
-    t = next(t for t in suite.TESTS if t.id == "verify.accept_all")
-    assert grader.run_test(t, suite.Ctx(Blank))[0] == "not implemented"
+GREEDY_LOOP = '''
+import torch
 
+@torch.inference_mode()
+def verify_tokens_cached(self, input_ids, draft_tokens, attention_mask=None):
+    return [], 0   # written, never used: the loop below does not speculate
 
-def test_results_json_shape(reference_report, tmp_path):
-    data = json.loads(json.dumps(reference_report.gradescope()))
-    assert set(data) >= {"score", "max_score", "tests", "output"}
-    assert data["tests"] and all(set(t) >= {"name", "score", "max_score", "output"} for t in data["tests"])
-    assert sum(t["score"] for t in data["tests"]) == pytest.approx(data["score"], abs=0.01)
-    assert {t["visibility"] for t in data["tests"]} == {"visible", "after_due_date"}
-    assert "total" in data["output"] and "4 decode loop" in data["output"]
+@torch.inference_mode()
+def generate_ids(self, input_ids, max_tokens=100, num_speculative_tokens=5, use_cache=True):
+    out = self.target_model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
+                                     max_new_tokens=max_tokens, eos_token_id=self.eos_token_id,
+                                     pad_token_id=self.eos_token_id or 0)
+    self.stats = {"proposed": 100, "accepted": 100, "rounds": 1}   # faked acceptance
+    return out
+'''
 
-
-def test_toy_preset_has_its_own_acceptance_bar():
-    assert grader.load_config()["thresholds"]["acceptance"] == 0.60  # toy is the default preset
-    assert grader.load_config(preset="pythia-1.4b/160m")["thresholds"]["acceptance"] == 0.75  # PA3's
-    assert grader.load_config(thresholds={"acceptance": 0.8})["thresholds"]["acceptance"] == 0.8
-
-
-def test_performance_thresholds_with_injected_measurements():
-    config = grader.load_config(preset="pythia-1.4b/160m")  # PA3's thresholds
-    score = lambda m: {r.item: r.score for r in grader.performance_results(m, config)}  # noqa: E731
-    assert score(Measurement(1.0, 0.76)) == {"speedup": 10, "acceptance": 10, "bonus": 0}  # >= 1.0x, > 75%
-    assert score(Measurement(0.99, 0.75)) == {"speedup": 0, "acceptance": 0, "bonus": 0}
-    assert score(Measurement(1.8, 0.86)) == {"speedup": 10, "acceptance": 10, "bonus": 5}
-    assert score(Measurement(1.8, 0.80)) == {"speedup": 10, "acceptance": 10, "bonus": 0}  # bonus needs both
-    wrong = grader.performance_results(Measurement(3.0, 0.99, identical=False), config)
-    assert all(r.score == 0 and "differs from greedy" in r.feedback for r in wrong)
-    skipped = grader.performance_results(None, config, "needs a correct decode loop")
-    assert all(r.status == "skipped" for r in skipped)
+IMPORT_CHEATS = {
+    "sys_exit_at_import": "import sys\nsys.exit(0)\n",
+    "endless_loop_at_import": "while True:\n    pass\n",
+    "results_json_and_exit": ("import json, os\nfor folder in ('.', os.environ.get('PWD', '.')):\n"
+                              "    open(os.path.join(folder, 'results.json'), 'w').write(json.dumps({'score': 45}))\n"
+                              "os._exit(0)\n"),
+    "replace_test_list": ("import sys\nfor name, module in list(sys.modules.items()):\n"
+                          "    if name.startswith('specdec_helpers.assignment'):\n"
+                          "        for attr in ('TESTS', 'run_suite', 'run_test'):\n"
+                          "            if hasattr(module, attr):\n"
+                          "                setattr(module, attr, [] if attr == 'TESTS' else (lambda *a, **k: ('passed', '')))\n"),
+    "patch_timer": "import time\ntime.perf_counter = lambda: 0.0\ntime.monotonic = lambda: 0.0\n",
+}
 
 
-def test_measure_plumbing_on_tiny_models(monkeypatch):
-    """`measure` on a stand-in pair: outputs compared with greedy, acceptance counted from the student's
-    verification results (not from its own stats). Timings are only checked to be positive."""
-    w = suite.world()
-
-    class TinyPair(suite.Pair):
-        preset = "tiny"
-
-        def encode(self, prompt):
-            return w.prompts[0]
-
-    monkeypatch.setattr("specdec_helpers.models.pairs.load_pair", lambda name, **kw: TinyPair(w.target, w.draft, w.tokenizer))
-    perf = dict(grader.DEFAULT_CONFIG["performance"], max_new_tokens=12, repeats=1, warmup=0, prompts=1)
-    m = grader.measure(mutations.BonusCountedAsAccepted, perf)
-    assert m.identical and not m.error
-    (row,) = m.detail["prompts"]
-    assert m.speedup == pytest.approx(row["speedup"], abs=5e-4)  # one prompt: its own ratio of medians
-    assert m.acceptance == pytest.approx(row["accepted"] / row["proposed"]) and m.acceptance < 1
+WRONG = "\n".join(f"def {name}(self, *args, **kwargs):\n    return None\n" for name in
+                  ("initialize_target_model", "initialize_draft_model", "generate_draft_tokens", "accept_draft",
+                   "verify_tokens_vectorized", "verify_tokens_cached", "generate_ids"))
 
 
-def test_points_config_file_and_overrides(tmp_path):
-    (tmp_path / "points.toml").write_text('[points]\ndecode = 20\nbonus = 0\n[thresholds]\nspeedup = 1.5\n')
-    config = grader.load_config(tmp_path / "points.toml", points={"init": 2}, thresholds={"acceptance": 0.5})
-    assert config["points"]["decode"] == 20 and config["points"]["init"] == 2
-    results = grader.performance_results(Measurement(1.3, 0.6), config)
-    assert {r.item: r.score for r in results} == {"speedup": 0, "acceptance": 10}  # bonus 0 points: not listed
-    (tmp_path / "bad.json").write_text(json.dumps({"points": {"style": 3}}))
-    with pytest.raises(ValueError, match="unknown point items"):
-        grader.load_config(tmp_path / "bad.json")
-    # Points of an exercise are split over its tests by weight.
-    results = grader.run_suite(Reference, {"verify": 8}, hidden=False, only=["verify"])
-    assert sum(r.max_score for r in results) == pytest.approx(8) and all(r.passed for r in results)
-
-
-def _notebook_with_reference(path: Path) -> None:
-    """A PA3-style notebook: set-up, the class (the reference, as a student would paste it), then
-    cells that load hub models and benchmark, which grading must not run."""
-    source = (ROOT / "specdec_helpers/assignment/exercises.py").read_text().replace("from .", "from specdec_helpers.")
-    body = source[source.index("class SpeculativeDecoder"):]
-    nb = new_notebook(cells=[
-        new_markdown_cell("# PA3"),
-        new_code_cell("%pip install -q transformers\nimport time\nimport torch\n"
-                      "from specdec_helpers.core.cache import cache_length, crop_cache, new_cache\nK = 4"),
-        new_code_cell(body),
-        new_code_cell('decoder = SpeculativeDecoder("EleutherAI/pythia-1.4b-deduped", "EleutherAI/pythia-160m-deduped")\n'
-                      'print(decoder.benchmark("The future of AI is"))'),
-    ])
-    nbformat.write(nb, str(path))
-
-
-def test_grade_cli_on_a_notebook_writes_results_json(tmp_path, capsys):
-    nb_path = tmp_path / "pa3.ipynb"
-    _notebook_with_reference(nb_path)
-    results = tmp_path / "results.json"
-    rc = cli.grade([str(nb_path), "--no-perf", "--visible-only", "--results", str(results)])
-    out = capsys.readouterr().out
-    assert rc == 0 and "1 initialization" in out
-    data = json.loads(results.read_text())
-    assert data["score"] == pytest.approx(25) and data["max_score"] == pytest.approx(45)
-
-
-def test_grade_cli_explains_a_missing_class(tmp_path, capsys):
-    (tmp_path / "empty.py").write_text("x = 1\n")
-    assert cli.grade([str(tmp_path / "empty.py"), "--no-perf", "--results", str(tmp_path / "r.json")]) == 1
-    assert "defines no class SpeculativeDecoder" in capsys.readouterr().err
-    assert json.loads((tmp_path / "r.json").read_text())["score"] == 0
-
-
-# hand-in: tests/test_handin.py
-
-
-# --------------------------------------------------------------------------- end to end on the toy pair
+def _submission_with(folder: Path, source_for) -> Path:
+    """The instructor's notebooks with every graded cell replaced by ``source_for(part)``."""
+    folder.mkdir()
+    for path in sorted(NOTEBOOKS.glob("0[1-4]*.ipynb")):
+        nb = nbformat.read(str(path), as_version=4)
+        for cell in nb.cells:
+            part = cells.nbgrader(cell).get("grade_id")
+            if cells.nbgrader(cell).get("solution") and part in grader.EXERCISES:
+                cell.source = source_for(part)
+        nbformat.write(nb, str(folder / path.name))
+    return folder
 
 
 @pytest.mark.slow
-def test_e2e_toy_pair_measurement():
-    """END TO END (slow, trains the toy pair once if it is not cached): the reference decoder measured on
-    the course pair. Checks the measurement is sane; never asserts a timing."""
-    perf = dict(grader.DEFAULT_CONFIG["performance"], max_new_tokens=24, repeats=1, prompts=1)
-    m = grader.measure(Reference, perf)
-    (row,) = m.detail["prompts"]
-    assert m.identical and m.speedup == pytest.approx(row["speedup"], abs=5e-4) and 0 <= m.acceptance <= 1
-    assert re.match(r"toy", m.detail["preset"])
+@pytest.mark.parametrize("name", sorted(IMPORT_CHEATS))
+def test_cheats_earn_nothing(name, tmp_path, monkeypatch):
+    """Each cheat sits in every graded cell next to functions that do nothing useful: it must earn 0,
+    and results.json is the grader's own (written after the cheat ran, listing every test)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PWD", str(tmp_path))
+    folder = _submission_with(tmp_path / "handin", lambda part: IMPORT_CHEATS[name] + "\n" + WRONG)
+    (tmp_path / "config.json").write_text(json.dumps({"test_timeout_s": 10}))
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"score": 45, "stale": True}))
+    assert cli.grade([str(folder), "--no-nbval", "--no-perf", "--config", str(tmp_path / "config.json"),
+                      "--results", str(results)]) == 0
+    data = json.loads(results.read_text())
+    assert data["score"] == 0 and "stale" not in data and len(data["tests"]) >= 20, data.get("output")
+
+
+@pytest.mark.slow
+def test_delegating_to_the_kit_earns_nothing(reference):
+    sources = dict(reference)
+    sources["verify"] = ("from specdec_helpers.core.verify import accept_greedy, score_draft\n\n"
+                         "def accept_draft(self, target_logits, draft_tokens):\n"
+                         "    r = accept_greedy(target_logits, draft_tokens.reshape(-1))\n"
+                         "    return r.tokens.tolist(), r.num_accepted\n\n"
+                         "def verify_tokens_vectorized(self, input_ids, draft_tokens, attention_mask=None):\n"
+                         "    return self.accept_draft(score_draft(self.target_model, input_ids, draft_tokens), draft_tokens)\n")
+    sources["draft"] = ("import importlib\n\ndef generate_draft_tokens(self, input_ids, attention_mask=None, "
+                        "num_speculative_tokens=5):\n    kit = importlib.import_module('specdec_helpers.assignment.decoder')\n"
+                        "    return kit.STANDINS['generate_draft_tokens'](self, input_ids, attention_mask, "
+                        "num_speculative_tokens)\n")
+    results = grader.run_suite(sources, POINTS, only=["verify", "draft"])
+    assert sum(r.score for r in results) == 0
+    assert any("kit" in r.feedback for r in results if r.item == "verify")
+    # No import statement to see: the child catches the call itself.
+    sources["verify"] = ("import importlib as il\n\ndef accept_draft(self, target_logits, draft_tokens):\n"
+                         "    r = il.import_module('specdec_helpers.core.verify').accept_greedy(target_logits, "
+                         "draft_tokens.reshape(-1))\n    return r.tokens.tolist(), r.num_accepted\n\n"
+                         + reference["verify"].split("@torch.inference_mode()")[-1].join(["import torch\n\n@torch.inference_mode()", ""]))
+    assert cells.kit_references(sources["verify"]) == []
+    results = grader.run_suite(sources, POINTS, only=["verify"])
+    accept = [r for r in results if r.test_id.startswith("verify.accept")]
+    assert all(r.score == 0 and "kit's own implementation" in r.feedback for r in accept), accept
+
+
+@pytest.mark.slow
+def test_a_decoder_that_does_not_speculate_earns_no_performance_points(reference):
+    sources = dict(reference, decode=GREEDY_LOOP)
+    perf = dict(grader.load_config()["performance"], repeats=2, max_new_tokens=32)
+    m = speed.measure(sources, reference, perf)
+    assert not m.speculates and m.acceptance == 0
+    scores = {r.item: r.score for r in grader.performance_results(m, grader.load_config())}
+    assert scores["speedup"] == 0 and scores["acceptance"] == 0
+
+
+@pytest.mark.slow
+def test_memoizing_and_slowing_the_baseline_do_not_help(reference):
+    memo = reference["decode"].replace("def generate_ids(self, input_ids", "_MEMO = {}\n\n\ndef _unused(self, input_ids") \
+        + ("\n\ndef generate_ids(self, input_ids, max_tokens=100, num_speculative_tokens=5, use_cache=True):\n"
+           "    key = tuple(input_ids[0].tolist())\n"
+           "    if key not in _MEMO:\n"
+           "        _MEMO[key] = _unused(self, input_ids, max_tokens, num_speculative_tokens, use_cache)\n"
+           "    type(self).greedy_ids = lambda *a, **k: __import__('time').sleep(5)\n"
+           "    return _MEMO[key]\n")
+    perf = dict(grader.load_config()["performance"], repeats=2, max_new_tokens=32)
+    m = speed.measure(dict(reference, decode=memo), reference, perf)
+    assert m.identical and m.speedup < 1.5  # each timed prompt is fresh: the memo never hits
+
+
+def test_performance_scoring_relative_on_cpu_absolute_on_gpu():
+    config = grader.load_config()
+    score = lambda m: {r.item: r.score for r in grader.performance_results(m, config)}  # noqa: E731
+    assert score(Measurement(0.95, 0.5, reference_acceptance=0.52)) == {"speedup": 10, "acceptance": 10, "bonus": 0}
+    assert score(Measurement(0.6, 0.3, reference_acceptance=0.52)) == {"speedup": 0, "acceptance": 0, "bonus": 0}
+    assert score(Measurement(1.2, 0.6, speculates=False, reference_acceptance=0.5))["speedup"] == 0
+    gpu = dict(device="cuda")
+    assert score(Measurement(1.8, 0.86, detail=gpu)) == {"speedup": 10, "acceptance": 10, "bonus": 5}
+    assert score(Measurement(0.99, 0.75, detail=gpu)) == {"speedup": 0, "acceptance": 0, "bonus": 0}
+    wrong = grader.performance_results(Measurement(3.0, 0.99, identical=False), config)
+    assert all(r.score == 0 and "differs from greedy" in r.feedback for r in wrong if r.status != "skipped")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", range(5))
+def test_grading_the_instructor_notebooks_gives_full_marks(run, tmp_path):
+    results = tmp_path / "results.json"
+    assert cli.grade([str(NOTEBOOKS), "--results", str(results)]) == 0
+    data = json.loads(results.read_text())
+    assert data["score"] == pytest.approx(data["max_score"]) == pytest.approx(45), data["output"]
+    assert any(t["name"].startswith("checks") for t in data["tests"])
+    assert all(t["max_score"] == 0 for t in data["tests"] if t["name"].startswith("checks"))
+
+
+# --------------------------------------------------------------------------- check and hand-in
+
+

@@ -1,5 +1,7 @@
 """Assignment tooling: release the student kit, grade submissions, self-check, hand in.
 
-Command modules (each with ``main(argv) -> int``): `release` (instructor), `grader` (``grade``),
-`check` and `handin` (students). `suite` holds the tests, `mutations` the known-mistake catalog.
+The graded work is in the notebooks (one graded cell per part, `cells`); `decoder` assembles PA3's
+``SpeculativeDecoder`` from those functions (with the kit's stand-ins for missing parts). Grading runs
+student code only in a child process (`child`, `sandbox`); `suite` / `suite_decode` hold the tests,
+`speed` the side-by-side timing, `submission` the nbval run, `mutations` the known-mistake catalog.
 """

@@ -1,84 +1,68 @@
-"""Student self-check: ``python -m specdec_helpers check [path]``.
+"""Student self-check: ``python -m specdec_helpers check [notebooks folder]``, and the check cells.
 
-Runs the visible tests on your exercise module (default ``specdec_helpers/assignment/exercises.py``), a notebook
-or a folder, and says per exercise what works, what is not written yet and what to fix. Unfinished
-exercises show "not implemented yet"; they never stop the others from being checked. The grader
-runs more (hidden) tests and measures speed on the course's pair, so passing here is necessary, not
-sufficient.
+Runs the visible tests on the graded cells of your notebooks and says per part what works, what is
+not written yet and what to fix. Unfinished parts show "not implemented yet"; they never stop the
+others from being checked. The grader runs more (hidden) tests and measures speed against the
+reference solution, so passing here is necessary, not sufficient.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from specdec_helpers.assignment import exercises
+from specdec_helpers.assignment.cells import graded_sources
+from specdec_helpers.assignment.decoder import PARTS
 from specdec_helpers.assignment.grader import run_suite
-from specdec_helpers.assignment.submission import load
+from specdec_helpers.assignment.sandbox import InProcess
 from specdec_helpers.assignment.suite import EXERCISES
 
-LABELS = {"init": "1 · initialization", "draft": "2 · drafting", "verify": "3 · verification",
-          "decode": "4 · decode loop"}
+LABELS = {"init": "01 · initialization", "draft": "02 · drafting", "verify": "03 · verification",
+          "decode": "04 · KV cache and the decode loop"}
 MARKS = {"passed": "✅", "not implemented": "⏳", "failed": "❌", "error": "💥"}
 
 
-def default_path() -> Path:
-    """The exercise module of the checkout in the current folder, else of the installed kit."""
-    local = Path.cwd() / "specdec_helpers" / "assignment" / "exercises.py"
-    if local.is_file():
-        return local
-
-    return Path(exercises.__file__)
+class CheckFailed(AssertionError):
+    """A check cell's verdict when a visible test fails (the message says what to fix)."""
 
 
-def _load(path):
-    return load(path)[0]
-
-
-def check_exercise(exercise: str, path=None, cls=None, file=None) -> bool:
-    """Check one exercise (``"init"``, ``"draft"``, ``"verify"``, ``"decode"``) and print the verdict.
-
-    Never raises: unfinished work prints "not implemented yet", a crash prints where it happened. For
-    a check cell at the end of each exercise in a notebook. Returns whether every visible test passed.
-    """
-    if exercise not in EXERCISES:
-        raise ValueError(f"exercise must be one of {', '.join(EXERCISES)}, got {exercise!r}")
+def print_verdict(part: str, results, file=None) -> bool:
     file = file or sys.stdout
-    try:
-        cls = cls or _load(path or default_path())
-    except Exception as error:  # a syntax error in the student's file, say
-        print(f"💥 {LABELS[exercise]}: your code does not load: {error}", file=file)
-        return False
-    results = run_suite(cls, {exercise: 1}, hidden=False, only=[exercise])
     statuses = {r.status for r in results}
     if statuses == {"not implemented"}:
-        print(f"⏳ {LABELS[exercise]}: not implemented yet", file=file)
+        print(f"⏳ {LABELS[part]}: not implemented yet", file=file)
         return False
     done = sum(r.passed for r in results)
-    print(f"{'✅' if done == len(results) else '❌'} {LABELS[exercise]}: {done} of {len(results)} checks pass", file=file)
+    print(f"{'✅' if done == len(results) else '❌'} {LABELS[part]}: {done} of {len(results)} checks pass", file=file)
     for r in results:
         note = "not implemented yet" if r.status == "not implemented" else r.feedback
-        print(f"   {MARKS.get(r.status, '?')} {r.name}" + (f"\n      {note}" if note else ""), file=file)
+        print(f"   {MARKS.get(r.status, '?')} {r.name}" + (f"\n      {note}" if note and not r.passed else ""), file=file)
     return done == len(results)
 
 
-def run_check(path=None, file=None) -> int:
-    """Check every exercise; returns the number of exercises that do not pass yet."""
-    import torch
+def check_part(part: str, **functions) -> None:
+    """A check cell: run the visible tests of ``part`` on the functions just defined (in this kernel,
+    the kit's stand-ins for the other parts) and print the verdict; raises `CheckFailed` if one fails."""
+    if part not in PARTS:
+        raise ValueError(f"part must be one of {', '.join(PARTS)}, got {part!r}")
+    missing = [name for name in PARTS[part] if name not in functions]
+    if missing:
+        raise TypeError(f"check_part({part!r}) needs {', '.join(PARTS[part])}; missing {', '.join(missing)}")
+    child = InProcess(functions)
+    results = run_suite({part: "# defined in this notebook"}, {part: 1}, hidden=False, only=[part], seed=0,
+                        child_factory=lambda: child)
+    if not print_verdict(part, results):
+        raise CheckFailed("Not yet: see the checks above (hints in the messages). Fix the cell, run it, run this check again.")
 
+
+def run_check(path=None, file=None) -> int:
+    """Check every part found in the notebooks under ``path``; returns the number of parts not passing."""
     file = file or sys.stdout
-    path = Path(path) if path else default_path()
-    print(f"Checking {path} (visible tests; the grader also runs hidden tests and measures speed)\n", file=file)
-    try:
-        cls = _load(path)
-    except Exception as error:
-        print(f"💥 your code does not load: {error}", file=file)
-        return len(EXERCISES)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        failing = sum(not check_exercise(exercise, cls=cls, file=file) for exercise in EXERCISES)
-    finally:
-        torch.set_num_threads(threads)
+    path = Path(path) if path else Path("notebooks") if Path("notebooks").is_dir() else Path(".")
+    sources = graded_sources([path])
+    print(f"Checking the graded cells of the notebooks in {path} (visible tests; the grader also runs hidden "
+          "tests and measures speed)\n", file=file)
+    results = run_suite(sources, {part: 1 for part in EXERCISES}, hidden=False, seed=0)
+    failing = sum(not print_verdict(part, [r for r in results if r.item == part], file) for part in EXERCISES)
     print("\n" + ("All visible checks pass. Hand in with: python -m specdec_helpers handin" if not failing else
-                  f"{failing} of {len(EXERCISES)} exercises to go."), file=file)
+                  f"{failing} of {len(EXERCISES)} parts to go."), file=file)
     return failing

@@ -1,128 +1,111 @@
-"""Find and import a student's ``SpeculativeDecoder``: from the exercise module, a notebook, a folder
-or a hand-in zip.
-
-Notebooks are not executed. Their code cells are reduced to definitions (imports, functions,
-classes, constant assignments) and imported as a module: that is what grading needs, it takes no
-time, needs no hub access and cannot be derailed by a cell that loads Pythia-1.4b or runs a
-benchmark. (Executing with nbclient would run all of that, on the grader's CPU, offline.)
+"""A submission: a folder or zip of notebooks. Its graded cells (`cells.graded_sources`) go to the
+hidden tests; the notebooks themselves run under nbval, each in its own kernel, after every locked
+cell (check cells and their saved outputs) is replaced by the instructor's version, matched by
+nbgrader ``grade_id``. nbval's lines are reported with 0 points: a student cell that prints a
+check's verdict earns nothing.
 """
 from __future__ import annotations
 
-import ast
-import hashlib
-import importlib.util
+import os
+import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ElementTree
 import zipfile
 from pathlib import Path
 
-CLASS_NAME = "SpeculativeDecoder"
-MODULE_CANDIDATES = ("specdec_helpers/assignment/exercises.py", "exercises.py")
+from specdec_helpers.assignment.cells import graded_sources, nbgrader, read_notebook
+from specdec_helpers.assignment.grader import Result
+from specdec_helpers.assignment.release import ROOT
+
+INSTRUCTOR_NOTEBOOKS = ROOT / "notebooks"
 
 
 class SubmissionError(Exception):
-    """The submission cannot be loaded; the message says what was looked for."""
+    """The submission cannot be read; the message says what was looked for."""
 
 
-def import_file(path: Path):
-    """Import ``path`` as a submodule of `specdec_helpers`, so its relative imports (``from .cache import
-    ...``) resolve against the installed kit; a unique name keeps submissions apart."""
-    path = Path(path).resolve()
-    digest = hashlib.sha1(str(path).encode() + path.read_bytes()).hexdigest()[:10]
-    name = f"specdec_helpers._submission_{digest}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception:
-        del sys.modules[name]
-        raise
-    return module
-
-
-def _keep(node: ast.stmt) -> bool:
-    """Definitions only: no model loading, benchmarks or prints run at import."""
-    if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return True
-    if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-        return not any(isinstance(n, (ast.Call, ast.Await, ast.Yield)) for n in ast.walk(node.value))
-    return False
-
-
-def notebook_source(path: Path) -> str:
-    """The definitions from a notebook's code cells, in order, as one module's source."""
-    import nbformat
-
-    nb = nbformat.read(str(path), as_version=4)
-    parts = []
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        # IPython magics and shell escapes are not Python.
-        lines = [line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!"))]
-        source = "\n".join(lines)
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            continue
-        kept = [ast.get_source_segment(source, node, padded=True) for node in tree.body if _keep(node)]
-        # Decorators are not part of a node's segment: re-attach them.
-        for node, text in zip([n for n in tree.body if _keep(n)], kept):
-            decorators = getattr(node, "decorator_list", [])
-            prefix = "".join("@" + ast.get_source_segment(source, d) + "\n" for d in decorators)
-            parts.append(prefix + text)
-    return "\n\n".join(parts) + "\n"
-
-
-def import_notebook(path: Path):
-    source = notebook_source(path)
-    folder = Path(tempfile.mkdtemp(prefix="specdec-nb-"))
-    module_path = folder / (Path(path).stem.replace("-", "_").replace(".", "_") + ".py")
-    module_path.write_text(source)
-    return import_file(module_path)
-
-
-def _defines_class(path: Path) -> bool:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return False
-    return f"class {CLASS_NAME}" in text
-
-
-def find_in_folder(folder: Path) -> Path:
-    """The exercise module if present, else the first notebook (by name) that defines the class."""
-    for candidate in MODULE_CANDIDATES:
-        if (folder / candidate).is_file():
-            return folder / candidate
-    hits = sorted(p for p in folder.rglob("*.py") if _defines_class(p) and ".ipynb_checkpoints" not in p.parts)
-    hits += sorted(p for p in folder.rglob("*.ipynb") if _defines_class(p) and ".ipynb_checkpoints" not in p.parts)
-    if not hits:
-        raise SubmissionError(f"no {CLASS_NAME} found in {folder}: looked for {', '.join(MODULE_CANDIDATES)} and for "
-                              f"'class {CLASS_NAME}' in its .py and .ipynb files")
-    return hits[0]
-
-
-def load(path) -> tuple[type, Path]:
-    """``(SpeculativeDecoder class, the file it came from)`` for a .py, .ipynb, folder or .zip."""
+def notebooks_in(path) -> list[Path]:
+    """The notebooks of a folder, a zip (extracted to a temporary folder) or a single .ipynb."""
     path = Path(path)
     if not path.exists():
         raise SubmissionError(f"{path} does not exist")
     if path.suffix == ".zip":
         folder = Path(tempfile.mkdtemp(prefix="specdec-handin-"))
         with zipfile.ZipFile(path) as archive:
-            archive.extractall(folder)
+            for member in archive.namelist():
+                if member.endswith(".ipynb") and ".." not in Path(member).parts and not member.startswith("/"):
+                    archive.extract(member, folder)
         path = folder
-    if path.is_dir():
-        path = find_in_folder(path)
-    try:
-        module = import_notebook(path) if path.suffix == ".ipynb" else import_file(path)
-    except Exception as error:
-        raise SubmissionError(f"importing {path.name} failed: {type(error).__name__}: {error}") from error
-    cls = getattr(module, CLASS_NAME, None)
-    if not isinstance(cls, type):
-        raise SubmissionError(f"{path.name} defines no class {CLASS_NAME}")
-    return cls, path
+    found = [path] if path.is_file() else sorted(p for p in path.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+    if not found:
+        raise SubmissionError(f"no notebooks (.ipynb) in {path}")
+    return found
+
+
+def reference_sources(folder=INSTRUCTOR_NOTEBOOKS) -> dict:
+    """The instructor's graded cells (the reference solution)."""
+    return graded_sources([folder])
+
+
+def with_instructor_cells(nb, instructor):
+    """``nb`` with each locked cell replaced by the instructor's cell of the same grade_id."""
+    locked = {nbgrader(c)["grade_id"]: c for c in instructor.cells if nbgrader(c).get("locked") and nbgrader(c).get("grade_id")}
+    for i, cell in enumerate(nb.cells):
+        grade_id = nbgrader(cell).get("grade_id")
+        if grade_id in locked:
+            nb.cells[i] = locked[grade_id]
+    return nb
+
+
+def run_nbval(paths: list[Path], instructor_dir=INSTRUCTOR_NOTEBOOKS, timeout: float = 900,
+              preset: str = "toy") -> list[Result]:
+    """Run each notebook under nbval (its own pytest and kernel); one 0-point line per check cell."""
+    import nbformat
+
+    work = Path(tempfile.mkdtemp(prefix="specdec-nbval-"))
+    copies = []
+    for path in paths:
+        nb = read_notebook(path)
+        reference = Path(instructor_dir) / path.name
+        if reference.is_file():
+            nb = with_instructor_cells(nb, read_notebook(reference))
+        nbformat.write(nb, str(work / path.name))
+        copies.append((work / path.name, nb))
+    env = {**os.environ, "SPECDEC_PRESET": preset, "SPECDEC_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p), "SPECDEC_EXPORT_DIR": str(work / "export")}
+    results = []
+    for copy, nb in copies:
+        junit = work / (copy.stem + ".xml")
+        try:
+            subprocess.run([sys.executable, "-m", "pytest", "-q", "--nbval-lax", "--nbval-current-env", "-p",
+                            "no:cacheprovider", f"--junitxml={junit}", "--rootdir", str(work), str(copy)],
+                           cwd=work, env=env, timeout=timeout, capture_output=True, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            results.append(Result("checks", f"{copy.name} runs", 0.0, 0.0, "failed", f"did not finish in {timeout:g} s",
+                                  test_id=f"nbval.{copy.stem}"))
+            continue
+        results += _check_lines(copy.name, nb, junit)
+    return results
+
+
+def _check_lines(name: str, nb, junit: Path) -> list[Result]:
+    verdicts = {}
+    if junit.is_file():
+        for case in ElementTree.parse(junit).getroot().iter("testcase"):
+            failure = case.find("failure") if case.find("failure") is not None else case.find("error")
+            index = int(case.get("name", "Cell -1").split()[-1])
+            verdicts[index] = "" if failure is None else (failure.get("message") or "failed")[:400]
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    lines = []
+    for index, cell in enumerate(code):
+        grade_id = nbgrader(cell).get("grade_id", "")
+        if not grade_id.endswith("_check"):
+            continue
+        problem = verdicts.get(index, "not run")
+        lines.append(Result("checks", f"{name}: {grade_id}", 0.0, 0.0, "passed" if problem == "" else "failed",
+                            problem, test_id=f"nbval.{Path(name).stem}.{grade_id}"))
+    if not verdicts:
+        lines.append(Result("checks", f"{name} runs under nbval", 0.0, 0.0, "failed", "nbval did not run the notebook",
+                            test_id=f"nbval.{Path(name).stem}"))
+    return lines

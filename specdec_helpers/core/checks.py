@@ -156,3 +156,51 @@ def check_tree_shape(tree) -> tuple[int, ...]:
     for w in widths:
         check_positive_int(w, "each tree width", 1)
     return widths
+
+
+#: Largest top-2 logit gap of the target that still counts as a numerical near-tie, per dtype: in
+#: half precision verifying k tokens in one pass and decoding them one by one round differently.
+NEAR_TIE = {torch.float32: 1e-4, torch.float16: 0.05, torch.bfloat16: 0.4}
+
+
+@torch.inference_mode()
+def greedy_divergence(target, prompt_ids: torch.Tensor, new_tokens, want=None, tolerance: float | None = None,
+                      max_ties: int = 8) -> tuple[bool, str]:
+    """Is ``new_tokens`` the target's greedy continuation of ``prompt_ids``, up to numerical near-ties?
+
+    Token for token equality, except where the target's top-2 logits are within ``tolerance`` (default
+    per dtype, `NEAR_TIE`; about 0 in fp32): there either token is a correct greedy choice, and the
+    check goes on from the token chosen. ``want`` is the reference continuation (default: the target's
+    ``generate``). Returns ``(ok, message)``; the message shows each near-tie's gap, or the mistake.
+    """
+    got = [int(t) for t in (new_tokens.reshape(-1).tolist() if isinstance(new_tokens, torch.Tensor) else new_tokens)]
+    prompt = prompt_ids.reshape(1, -1)
+    dtype = next(target.parameters()).dtype
+    tolerance = NEAR_TIE.get(dtype, NEAR_TIE[torch.float16]) if tolerance is None else tolerance
+
+    def greedy(prefix: list[int], n: int) -> list[int]:
+        if n <= 0:
+            return []
+        ids = torch.cat([prompt, torch.tensor([prefix], dtype=prompt.dtype, device=prompt.device)], dim=1)
+        out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
+                              min_new_tokens=n, eos_token_id=None, pad_token_id=0)
+        return out[0, ids.shape[1]:].tolist()
+
+    want = list(want) if want is not None else greedy([], len(got))
+    notes = []
+    for _ in range(max_ties + 1):
+        i = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), None)
+        if i is None:
+            if len(got) != len(want):
+                return False, f"{len(got)} new tokens where greedy decoding gives {len(want)}"
+            return True, "; ".join(notes) or "identical to greedy decoding"
+        ids = torch.cat([prompt, torch.tensor([got[:i]], dtype=prompt.dtype, device=prompt.device)], dim=1)
+        logits = target(input_ids=ids).logits[0, -1].float()
+        top = logits.topk(2)
+        gap = float(top.values[0] - top.values[1])
+        if got[i] not in top.indices.tolist() or gap > tolerance:
+            return False, (f"differs from greedy decoding at new token {i} (got {got[i]}, expected {want[i]}); the "
+                           f"target's top-2 logit gap there is {gap:.3g}, not a near-tie (<= {tolerance:g})")
+        notes.append(f"new token {i}: a near-tie (top-2 logit gap {gap:.3g} <= {tolerance:g}), either token is greedy")
+        want = got[: i + 1] + greedy(got[: i + 1], len(got) - i - 1)
+    return False, f"more than {max_ties} near-ties: " + "; ".join(notes)

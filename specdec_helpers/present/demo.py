@@ -69,9 +69,10 @@ def legend(color: bool, show_rejected: bool) -> str:
     return "  ".join(f"{MARKERS[k][0]}{LEGEND[k]}{MARKERS[k][-1]}" for k in kinds)
 
 
-def summary_table(spec, greedy, identical: bool, speedup=None) -> str:
-    """The demo's table. ``speedup``: a `measure.speedup.Speedup` from interleaved repeats (its
-    median times and spread are shown); without one, the single run's times (no spread: say so)."""
+def summary_table(spec, greedy, identical: bool | str, speedup=None) -> str:
+    """The demo's table. ``identical``: True/False, or the near-tie check's verdict as text
+    (`core.checks.greedy_divergence`). ``speedup``: a `measure.speedup.Speedup` from interleaved repeats
+    (its median times and spread are shown); without one, the single run's times (no spread: say so)."""
     s, g = spec.stats, greedy.stats
     if speedup is None:
         ratio = g.wall_time_s / s.wall_time_s if s.wall_time_s > 0 else float("nan")
@@ -87,9 +88,11 @@ def summary_table(spec, greedy, identical: bool, speedup=None) -> str:
         ("tokens/s", f"{s.tokens_per_s:.1f}", f"{g.tokens_per_s:.1f}"),
         ("acceptance rate", f"{s.acceptance_rate:.0%} ({s.accepted}/{s.proposed})", ""),
         ("speedup vs greedy", speed, ""),
-        ("identical to greedy", "yes" if identical else "NO (a bug, or fp ties)", ""),
+        ("identical to greedy", "yes" if identical is True else "NO" if identical is False else "see below", ""),
     ]
     table = "\n".join(f"{a:<24}{b:>18}  {c:>8}" for a, b, c in rows)
+    if isinstance(identical, str):
+        table += f"\nidentical to greedy: {identical}"
     if speedup is not None:
         table += f"\n\nspeedup: {speedup}"
         table += "".join(f"\nwarning: {w}" for w in speedup.warnings)

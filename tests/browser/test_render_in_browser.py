@@ -120,7 +120,7 @@ def test_exported_notebook_keeps_the_colours(served, browser, name):
     if not path.exists():
         pytest.skip(f"{name} not built yet")
     outputs = notebook_html_outputs(path)
-    assert outputs, f"{name} has no saved token rendering: execute it (python notebooks/_build.py --execute)"
+    assert outputs, f"{name} has no saved token rendering: execute it (jupyter nbconvert --to notebook --execute --inplace)"
     try:  # the real export when nbconvert is installed; else the saved HTML outputs themselves
         import nbconvert
 

@@ -1,0 +1,146 @@
+"""The graded cells of the notebooks: found by their nbgrader ``grade_id``, read and loaded.
+
+One extraction used by the notebooks (a later notebook loads the student's earlier parts from its
+sibling notebooks), by ``check``, ``handin`` and the grader alike. A graded cell is a code cell
+whose nbgrader metadata has ``"solution": true``; its ``grade_id`` names the part (`decoder.PARTS`).
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from specdec_helpers.assignment.decoder import FUNCTIONS, NOTEBOOK_OF, PARTS, build_decoder
+
+#: The one import a graded cell may take from the kit: cache bookkeeping is plumbing, not the exercise.
+ALLOWED_KIT_IMPORTS = ("specdec_helpers.core.cache",)
+_STUB = re.compile(r"^\s*raise NotImplementedError\(\)\s*$", re.M)
+
+
+def nbgrader(cell) -> dict:
+    return (cell.get("metadata") or {}).get("nbgrader") or {}
+
+
+def graded_cells(nb) -> dict[str, str]:
+    """``{grade_id: source}`` of a notebook's graded (solution) code cells."""
+    return {nbgrader(c)["grade_id"]: c["source"] for c in nb["cells"]
+            if c["cell_type"] == "code" and nbgrader(c).get("solution") and nbgrader(c).get("grade_id")}
+
+
+def read_notebook(path):
+    import nbformat
+
+    return nbformat.read(str(path), as_version=4)
+
+
+def graded_sources(paths) -> dict[str, str]:
+    """``{part: cell source}`` for the graded parts found in the notebooks ``paths`` (files or folders);
+    only the parts of `decoder.PARTS`. Later files win if two define one part."""
+    files = []
+    for path in paths:
+        path = Path(path)
+        files += sorted(path.rglob("*.ipynb")) if path.is_dir() else [path]
+    found: dict[str, str] = {}
+    for file in files:
+        if ".ipynb_checkpoints" in file.parts:
+            continue
+        for grade_id, source in graded_cells(read_notebook(file)).items():
+            if grade_id in PARTS:
+                found[grade_id] = source
+    return found
+
+
+def is_stub(source: str) -> bool:
+    """The released stub (``raise NotImplementedError()`` on a line of its own) is still there."""
+    return bool(_STUB.search(source))
+
+
+def kit_references(source: str) -> list[str]:
+    """What a graded cell takes from the kit beyond cache bookkeeping (a part that delegates to the
+    kit's own implementation earns nothing): imports of other kit modules, and dynamic imports."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if module.startswith("specdec_helpers") and module not in ALLOWED_KIT_IMPORTS:
+                found.append(f"from {module} import ...")
+            if module == "specdec_helpers":
+                found.append("from specdec_helpers import ...")
+        elif isinstance(node, ast.Import):
+            found += [f"import {a.name}" for a in node.names
+                      if a.name.startswith("specdec_helpers") and a.name not in ALLOWED_KIT_IMPORTS]
+        elif isinstance(node, ast.Name) and node.id in ("__import__", "STANDINS", "exec", "eval", "compile"):
+            found.append(node.id)
+        elif isinstance(node, ast.Attribute) and node.attr in ("modules", "import_module", "STANDINS") and \
+                isinstance(node.value, ast.Name) and node.value.id in ("sys", "importlib", "decoder"):
+            found.append(f"{node.value.id}.{node.attr}")
+    return found
+
+
+def exec_cell(source: str, where: str = "<graded cell>") -> dict:
+    """Run a graded cell's source in a fresh namespace and return the graded functions it defines.
+    IPython magics and shell escapes are dropped."""
+    lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    namespace: dict = {"__name__": "__graded__"}
+    exec(compile("\n".join(lines) + "\n", where, "exec"), namespace)
+    return {name: namespace[name] for name in FUNCTIONS if callable(namespace.get(name))}
+
+
+def load_functions(sources: dict[str, str]) -> dict:
+    """The graded functions defined by ``{part: source}``, stubs left out (the kit's stand-ins fill in)."""
+    functions = {}
+    for part, source in sources.items():
+        if is_stub(source):
+            continue
+        defined = exec_cell(source, f"<graded cell {part}>")
+        functions.update({name: fn for name, fn in defined.items() if name in PARTS[part]})
+    return functions
+
+
+def earlier_parts(notebook: str, folder=".", verbose: bool = True) -> dict:
+    """For notebook ``notebook`` (e.g. ``"04"``): the student's own functions of the parts taught in
+    earlier notebooks, read from the sibling notebooks in ``folder`` when they are there and finished.
+    Prints which parts are yours and which are the kit's stand-ins."""
+    folder = Path(folder)
+    wanted = [part for part, nb in NOTEBOOK_OF.items() if nb < notebook]
+    paths = [p for part in wanted for p in sorted(folder.glob(f"{NOTEBOOK_OF[part]}_*.ipynb"))]
+    sources = {part: src for part, src in graded_sources(paths).items() if part in wanted}
+    functions, lines = {}, []
+    for part in wanted:
+        source = sources.get(part)
+        try:
+            mine = load_functions({part: source}) if source is not None else {}
+        except Exception as error:  # noqa: BLE001 - the student's cell does not run: say so, use the kit's
+            mine, why = {}, f"your cell fails ({type(error).__name__}: {error})"
+        else:
+            why = ("notebook not found next to this one" if source is None else
+                   "your cell is not finished" if not mine else "")
+        functions.update(mine)
+        lines.append(f"  {part:7s} ({NOTEBOOK_OF[part]}): " + ("yours" if mine else f"the kit's stand-in ({why})"))
+    if verbose and wanted:
+        print("Parts from earlier notebooks:\n" + "\n".join(lines))
+    return functions
+
+
+def assemble(notebook: str, folder=".", verbose: bool = True, **functions) -> type:
+    """``SpeculativeDecoder`` for a notebook: its own ``functions``, the earlier parts from
+    `earlier_parts`, and the kit's stand-ins for the rest."""
+    earlier = earlier_parts(notebook, folder, verbose)
+    unfinished = [name for name, fn in functions.items() if _is_stub_function(fn)]
+    if unfinished and verbose:
+        print(f"Not finished yet, the kit's stand-ins used instead: {', '.join(unfinished)}")
+    mine = {name: fn for name, fn in functions.items() if name not in unfinished}
+    return build_decoder(**{**earlier, **mine})
+
+
+def _is_stub_function(fn) -> bool:
+    import inspect
+
+    try:
+        return is_stub(inspect.getsource(fn))
+    except (OSError, TypeError):
+        return False

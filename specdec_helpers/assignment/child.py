@@ -1,0 +1,232 @@
+"""The child process that runs a student's graded cells: ``python -m specdec_helpers.assignment.child SOURCES FD``.
+
+Student code never runs in the grader's process. This child execs the graded cells (``SOURCES``: a
+JSON file ``{part: source}``), builds the decoder class, then answers the grader's requests, one
+JSON line each way: requests on stdin, answers on file descriptor ``FD`` (stdout goes to stderr, so
+a student's prints cannot be mistaken for answers). It answers with raw observations only (tokens,
+counters, cache lengths); every verdict is the grader's. Whatever the student's code does here
+(patch timers, exit, loop forever) stays here: the grader times from outside and kills on time-out.
+
+Before the cells run, the kit's own implementations of the graded steps are poisoned: a graded part
+that calls them records a delegation, which the grader turns into a failed test.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+import torch
+
+from specdec_helpers.assignment import decoder as decoder_module
+from specdec_helpers.assignment import world as world_module
+from specdec_helpers.assignment.cells import load_functions
+from specdec_helpers.assignment.decoder import DecoderBase, build_decoder
+
+DELEGATED: list[str] = []
+MAX_DEPTH = 6
+
+
+class KitDelegation(BaseException):
+    """Raised by a poisoned kit function (BaseException: a student's ``except Exception`` cannot hide it)."""
+
+
+def _poisoned(name: str, real):
+    """``real``, except when called straight from a graded cell: then record a delegation and raise.
+    (Kit code calling it, e.g. a stand-in for a part the student did not write, goes through.)"""
+    def poisoned(*args, **kwargs):
+        if sys._getframe(1).f_code.co_filename.startswith("<graded cell"):
+            DELEGATED.append(name)
+            raise KitDelegation(f"graded code called the kit's own {name}")
+        return real(*args, **kwargs)
+    return poisoned
+
+
+def poison() -> dict:
+    """Guard the kit's implementations of the graded steps against direct calls from graded cells;
+    returns the real stand-ins (for the parts the student did not write)."""
+    import specdec_helpers
+    from specdec_helpers.core import decode, drafters, verify
+
+    real = dict(decoder_module.STANDINS)
+    targets = [(verify, "accept_greedy"), (verify, "score_draft"), (verify, "verify_tokens_vectorized"),
+               (decode, "speculative_decode"), (decode, "greedy_decode"), (drafters.ModelDrafter, "propose"),
+               (specdec_helpers, "speculative_decode"), (specdec_helpers, "greedy_decode")]
+    for owner, name in targets:
+        if hasattr(owner, name):
+            setattr(owner, name, _poisoned(f"{getattr(owner, '__name__', owner)}.{name}", getattr(owner, name)))
+    for name, fn in real.items():
+        decoder_module.STANDINS[name] = _poisoned(f"stand-in {name}", fn)
+        setattr(decoder_module, f"standin_{name}", decoder_module.STANDINS[name])
+    return real
+
+
+def encode(value, depth: int = 0):
+    """JSON-safe form of what student code returned (never pickle: the grader must not run it)."""
+    if depth > MAX_DEPTH:
+        return {"object": "too deep"}
+    if isinstance(value, torch.Tensor):
+        return {"tensor": value.detach().cpu().tolist(), "dtype": str(value.dtype).removeprefix("torch.")}
+    if isinstance(value, bool) or value is None or isinstance(value, (int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [encode(v, depth + 1) for v in list(value)[:100_000]]
+    if isinstance(value, dict):
+        return {"dict": [[str(k), encode(v, depth + 1)] for k, v in list(value.items())[:1000]]}
+    if hasattr(value, "__index__"):
+        return int(value)
+    return {"object": type(value).__name__}
+
+
+def decode(value):
+    """Inverse of `encode` (also used by the grader)."""
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    if isinstance(value, dict):
+        if "tensor" in value:
+            return torch.tensor(value["tensor"], dtype=getattr(torch, value["dtype"]))
+        if "dict" in value:
+            return {k: decode(v) for k, v in value["dict"]}
+        if "object" in value:
+            return value
+        return {k: decode(v) for k, v in value.items()}  # the protocol's own envelopes
+    return value
+
+
+def _where(error: BaseException) -> str:
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith("<graded cell")]
+    return f" (in {frames[-1].name}, line {frames[-1].lineno}: {frames[-1].line})" if frames else ""
+
+
+class Server:
+    def __init__(self, functions: dict, real: dict):
+        self.cls = world_module.recording(build_decoder(standins=real, **functions))
+        self.objects: dict[int, object] = {}
+        self.worlds: dict[int, world_module.World] = {}
+        self.pairs: dict[str, object] = {}
+
+    def world(self, seed: int) -> world_module.World:
+        if seed not in self.worlds:
+            self.worlds[seed] = world_module.World(seed)
+        return self.worlds[seed]
+
+
+    def _keep(self, obj) -> int:
+        handle = len(self.objects) + 1
+        self.objects[handle] = obj
+        return handle
+
+    # -- requests
+    def op_new(self, world, draft="draft", eos=None):
+        tiny = self.world(world)
+        return self._keep(world_module.make_decoder(self.cls, tiny.pair(tiny.variant(draft)), eos))
+
+    def op_construct(self, world):
+        target_dir, draft_dir = self.world(world).folders()
+        decoder = self.cls(target_dir, draft_dir, device="cpu")
+        decoder.eos_token_id, decoder.log = None, []
+        return self._keep(decoder)
+
+    def op_init(self, world, role, device="cpu"):
+        folder = self.world(world).folders()[0 if role == "target" else 1]
+        blank = self.cls.__new__(self.cls)
+        blank.device = torch.device(device)
+        result = getattr(blank, f"initialize_{role}_model")(folder)
+        model, tokenizer = (list(result) + [None, None])[:2] if isinstance(result, (list, tuple)) else (result, None)
+        info = {"model": type(model).__name__, "is_module": isinstance(model, torch.nn.Module),
+                "has_generate": hasattr(model, "generate"), "tokenizer": type(tokenizer).__name__,
+                "has_vocab": hasattr(tokenizer, "get_vocab"),
+                "pad_token": getattr(tokenizer, "pad_token", None) is not None}
+        if info["is_module"]:
+            p = next(model.parameters())
+            info.update(training=model.training, device=p.device.type, dtype=str(p.dtype).removeprefix("torch."),
+                        vocab_size=getattr(getattr(model, "config", None), "vocab_size", None))
+        return info
+
+    def op_call(self, handle, method, args=(), kwargs=None, probe=False):
+        decoder = self.objects[handle]
+        fn = getattr(decoder, method)
+        if probe:
+            with world_module.probe(decoder) as p:
+                with torch.inference_mode():
+                    out = fn(*decode(list(args)), **decode(kwargs or {}))
+            return {"result": encode(out), "target_calls": p.target_calls, "draft_positions": p.draft_positions,
+                    "draft_calls": p.draft_calls, "target_positions": p.target_positions}
+        with torch.inference_mode():
+            return {"result": encode(fn(*decode(list(args)), **decode(kwargs or {})))}
+
+    def op_cache_length(self, handle, which):
+        from specdec_helpers.core.cache import cache_length
+
+        cache = getattr(self.objects[handle], f"{which}_cache", None)
+        return None if cache is None else cache_length(cache)
+
+    def op_stats(self, handle):
+        return encode(getattr(self.objects[handle], "stats", None))
+
+    def op_log(self, handle):
+        return encode(getattr(self.objects[handle], "log", []))
+
+    def op_pair(self, preset):
+        from specdec_helpers.models.pairs import load_pair
+
+        if preset not in self.pairs:
+            self.pairs[preset] = load_pair(preset, progress=False)
+        pair = self.pairs[preset]
+        eos = pair.target.generation_config.eos_token_id
+        return self._keep(world_module.make_decoder(self.cls, pair, eos[0] if isinstance(eos, (list, tuple)) else eos))
+
+    def op_generate(self, handle, ids, max_tokens, k):
+        decoder = self.objects[handle]
+        decoder.log = []
+        with torch.inference_mode():
+            out = decoder.generate_ids(decode(ids), max_tokens, k, use_cache=True)
+        return {"result": encode(out), "log": encode(decoder.log)}
+
+    def op_greedy(self, handle, ids, max_tokens):
+        with torch.inference_mode():
+            return {"result": encode(DecoderBase.greedy_ids(self.objects[handle], decode(ids), max_tokens))}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    sources_path, fd = argv[0], int(argv[1])
+    answers = os.fdopen(fd, "w", buffering=1)
+    requests = sys.stdin
+    sys.stdout = sys.stderr  # prints of student code never reach the answer channel
+    torch.set_num_threads(int(os.environ.get("SPECDEC_THREADS", "1")))
+
+    def send(message):
+        answers.write(json.dumps(message) + "\n")
+        answers.flush()
+
+    with open(sources_path) as file:
+        sources = json.load(file)
+    os.unlink(sources_path)
+    real = poison()
+    status, functions = {}, {}
+    for part, source in sources.items():
+        try:
+            defined = load_functions({part: source})
+        except BaseException as error:  # noqa: BLE001 - SystemExit, KeyboardInterrupt, anything: report it
+            status[part] = f"error: {type(error).__name__}: {error}{_where(error)}"
+            continue
+        functions.update(defined)
+        status[part] = "ok" if defined else "not implemented"
+    server = Server(functions, real)
+    send({"ready": status, "delegated": list(DELEGATED)})
+    for line in requests:
+        request = json.loads(line)
+        DELEGATED.clear()
+        try:
+            answer = {"ok": getattr(server, "op_" + request.pop("op"))(**request)}
+        except BaseException as error:  # noqa: BLE001
+            answer = {"error": {"type": type(error).__name__, "message": str(error)[:2000], "where": _where(error)}}
+        answer["delegated"] = list(DELEGATED)
+        send(answer)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

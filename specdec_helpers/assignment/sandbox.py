@@ -1,0 +1,143 @@
+"""The grader's side of `child`: start a child on some graded cells, send it requests with a
+deadline, pause it (SIGSTOP) while another child is timed, and turn its death into a message.
+
+Nothing the child sends is executed or unpickled here: answers are JSON, decoded into tensors, lists
+and numbers only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from specdec_helpers.assignment.child import decode
+
+
+class ChildFailed(Exception):
+    """The child exited, crashed or ran out of time; the message says which, for the student."""
+
+
+class StudentError(Exception):
+    """Student code raised (the child reported it): ``kind`` is the exception's type name."""
+
+    def __init__(self, kind: str, message: str, where: str = ""):
+        super().__init__(f"{kind}: {message}{where}")
+        self.kind, self.message, self.where = kind, message, where
+
+
+class Delegated(Exception):
+    """A graded part called the kit's own implementation of itself."""
+
+
+class Child:
+    """One child process running ``sources`` (``{part: cell source}``)."""
+
+    def __init__(self, sources: dict, ready_timeout: float = 120, env: dict | None = None):
+        self.log_file = tempfile.TemporaryFile()
+        fd, path = tempfile.mkstemp(prefix="specdec-cells-", suffix=".json")
+        with os.fdopen(fd, "w") as file:
+            json.dump(sources, file)
+        read_end, write_end = os.pipe()
+        environment = {**os.environ, **(env or {})}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "specdec_helpers.assignment.child", path, str(write_end)],
+            stdin=subprocess.PIPE, stdout=self.log_file, stderr=self.log_file, pass_fds=(write_end,),
+            start_new_session=True, env=environment, cwd=tempfile.mkdtemp(prefix="specdec-child-"), text=True)
+        os.close(write_end)
+        self.answers = os.fdopen(read_end, "r")
+        self.buffer = ""
+        self.ready = None
+        first = self._receive(ready_timeout, "loading your notebook's graded cells")
+        self.ready = first.get("ready", {})
+
+    # -- process control
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def pause(self) -> None:
+        if self.alive():
+            os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.alive():
+            os.killpg(self.process.pid, signal.SIGCONT)
+
+    def kill(self) -> None:
+        if self.alive():
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait()
+
+    def output_tail(self, chars: int = 600) -> str:
+        self.log_file.seek(0)
+        return self.log_file.read().decode(errors="replace")[-chars:].strip()
+
+    # -- messages
+    def _receive(self, timeout: float, what: str) -> dict:
+        deadline = time.monotonic() + timeout
+        while "\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise ChildFailed(f"did not finish within {timeout:g} s while {what} (an endless loop?)")
+            ready, _, _ = select.select([self.answers], [], [], min(left, 1.0))
+            if ready:
+                chunk = os.read(self.answers.fileno(), 1 << 20).decode(errors="replace")
+                if not chunk:
+                    self.process.wait()
+                    tail = self.output_tail()
+                    raise ChildFailed(f"your code ended the process (exit status {self.process.returncode}) while "
+                                      f"{what}" + (f"; its last output: {tail}" if tail else ""))
+                self.buffer += chunk
+            elif not self.alive():
+                raise ChildFailed(f"your code ended the process (exit status {self.process.returncode}) while {what}")
+        line, self.buffer = self.buffer.split("\n", 1)
+        return json.loads(line)
+
+    def request(self, op: str, timeout: float = 60, **kwargs):
+        """Send one request; returns the decoded answer or raises StudentError / ChildFailed / Delegated."""
+        if not self.alive():
+            raise ChildFailed("the process running your code is gone (an earlier test ended it)")
+        self.process.stdin.write(json.dumps({"op": op, **kwargs}) + "\n")
+        self.process.stdin.flush()
+        answer = self._receive(timeout, f"running {kwargs.get('method', op)}")
+        if answer.get("delegated"):
+            raise Delegated(f"your code called the kit's own implementation ({answer['delegated'][0]}): a graded "
+                            "part must be your own code")
+        if "error" in answer:
+            e = answer["error"]
+            raise StudentError(e["type"], e["message"], e.get("where", ""))
+        return decode(answer["ok"])
+
+    def close(self) -> None:
+        self.kill()
+        self.answers.close()
+        self.log_file.close()
+
+
+class InProcess:
+    """The same requests answered in this process: for a student's own notebook kernel and tests of
+    the grader itself, where the code is trusted. Not for grading (`Child` is)."""
+
+    def __init__(self, functions: dict):
+        from specdec_helpers.assignment.child import Server
+        from specdec_helpers.assignment.decoder import STANDINS
+
+        self.server = Server(functions, dict(STANDINS))
+        self.ready = {}
+
+    def request(self, op: str, timeout: float = 60, **kwargs):
+        try:  # the same JSON round trip as the child's answers
+            return decode(json.loads(json.dumps(getattr(self.server, "op_" + op)(**decode(kwargs)))))
+        except Exception as error:  # noqa: BLE001 - reported like the child does
+            raise StudentError(type(error).__name__, str(error)) from error
+
+    def close(self) -> None:
+        pass

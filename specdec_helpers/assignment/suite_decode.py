@@ -1,0 +1,134 @@
+"""The decode part's tests (``verify_tokens_cached`` and ``generate_ids``); registered in `suite.TESTS`."""
+from __future__ import annotations
+
+import torch
+
+from specdec_helpers.assignment.suite import Counted, check_verify, expect_greedy, test, unpack
+from specdec_helpers.assignment.world import VOCAB, Mistake, greedy_tokens
+
+
+@test("decode", "verify_tokens_cached: one pass, cache rolled back to the kept text", 2)
+def verify_cached(ctx):
+    check_verify(ctx, "verify_tokens_cached")
+
+
+# =========================================================================== decode (10)
+EARLIER = " (if the verification or drafting tests fail too, fix those first: the loop calls them)"
+
+
+@test("decode", "equals the target's greedy output (KV cache)", 2)
+def decode_cached(ctx):
+    for i in (0, 1):
+        got = ctx.decode(ctx.decoder(), ctx.world.prompts[i], 20)
+        expect_greedy(got, ctx.world.greedy("target", i)[:20], f"generate_ids(prompt {i}, use_cache=True)" + EARLIER)
+
+
+@test("decode", "equals the target's greedy output (no cache)", 1)
+def decode_vectorized(ctx):
+    got = ctx.decode(ctx.decoder(), ctx.world.prompts[1], 20, use_cache=False)
+    expect_greedy(got, ctx.world.greedy("target", 1)[:20], "generate_ids(use_cache=False)" + EARLIER)
+
+
+@test("decode", "the target's KV cache is reused across rounds", 1)
+def decode_cache_reused(ctx):
+    decoder = ctx.decoder()
+    ids = ctx.world.prompts[2]
+    with Counted(decoder) as p:
+        new = len(ctx.decode(decoder, ids, 24))
+    budget = ids.shape[1] + new + p.target_calls * (4 + 1)
+    if p.target_positions > budget:
+        raise Mistake(f"the target read {p.target_positions} positions in {p.target_calls} passes, at most {budget} "
+                      "expected with a KV cache: the target cache is passed around but never reused, so the target "
+                      "re-reads the whole text every round. Keep self.target_cache across rounds and feed only "
+                      "input_ids[:, cache_length(cache):] plus the draft")
+
+
+@test("decode", "never exceeds max_tokens", 1)
+def decode_max_tokens(ctx):
+    for max_tokens in (1, 6, 13):
+        got = ctx.decode(ctx.decoder(draft="same"), ctx.world.prompts[0], max_tokens)
+        if len(got) != max_tokens:
+            raise Mistake(f"generate_ids produced {len(got)} new tokens for max_tokens={max_tokens}: draft at most "
+                          "max_tokens - generated - 1 tokens near the end (the target adds one), so the last round "
+                          "lands exactly on the limit")
+
+
+def _fresh_token(g: list[int], prompt: list[int], start: int = 5):
+    return next((i for i in range(start, len(g)) if g[i] not in g[:i] and g[i] not in prompt), None)
+
+
+@test("decode", "stops right after a generated EOS token, also when the target's own token is the EOS", 1)
+def decode_eos(ctx):
+    g = ctx.world.greedy("target", 1)
+    prompt = ctx.world.prompts[1]
+    i = _fresh_token(g, prompt[0].tolist())
+    if i is None:
+        return
+    for draft, how in (("same", "as an accepted draft token or the bonus token"), ("other", "as the target's correction")):
+        got = ctx.decode(ctx.decoder(draft=draft, eos=g[i]), prompt, 20)
+        if got != g[: i + 1]:
+            if got[: i + 1] == g[: i + 1]:
+                raise Mistake(f"the target generated EOS as new token {i} ({how}), but generate_ids kept "
+                              f"{len(got) - i - 1} more tokens after it: look for EOS among ALL the tokens a round "
+                              "appends (the target's correction/bonus token included), cut right after it and stop")
+            expect_greedy(got, g[: i + 1], f"generate_ids with eos_token_id={g[i]}" + EARLIER)
+
+
+@test("decode", "one target pass per round", 1)
+def decode_one_pass(ctx):
+    for use_cache in (True, False):
+        decoder = ctx.decoder()
+        with Counted(decoder) as p:
+            ctx.decode(decoder, ctx.world.prompts[1], 20, use_cache=use_cache)
+        rounds = sum(1 for entry in decoder.log if entry[0] == "verify")
+        if not rounds:
+            raise Mistake("generate_ids never called self.verify_tokens_cached / verify_tokens_vectorized; verify "
+                          "each round through them")
+        if p.target_calls != rounds:
+            raise Mistake(f"generate_ids ran the target {p.target_calls} times in {rounds} rounds (use_cache="
+                          f"{use_cache}): each round needs exactly ONE target pass. Verification already returns the "
+                          "correction or bonus token; do not run the target again after a rejection (PA3 did)")
+
+
+@test("decode", "counts proposed and accepted draft tokens correctly", 1)
+def decode_stats(ctx):
+    decoder = ctx.decoder()
+    ctx.decode(decoder, ctx.world.prompts[1], 20)
+    log = [entry for entry in decoder.log if entry[0] == "verify"]
+    proposed = sum(entry[2] for entry in log)
+    accepted = sum(unpack(entry[3], "verify")[1] for entry in log)
+    stats = decoder.stats
+    if stats.get("accepted") != accepted:
+        extra = " (it counts the target's correction/bonus tokens as accepted draft tokens)" if \
+            stats.get("accepted") == accepted + len(log) else ""
+        raise Mistake(f"stats['accepted'] = {stats.get('accepted')} but verification accepted {accepted} draft tokens"
+                      f"{extra}: only draft tokens that matched count; the token the target adds each round is not a "
+                      "draft token, and counting it inflates the acceptance rate")
+    if stats.get("proposed") != proposed:
+        raise Mistake(f"stats['proposed'] = {stats.get('proposed')} but {proposed} draft tokens were verified")
+
+
+### BEGIN HIDDEN TESTS
+@test("decode", "equals greedy with drafts that always / never agree, k = 1 and 8", 2, hidden=True)
+def decode_edges(ctx):
+    g = ctx.world.greedy("target", 2)
+    for name, draft, k in (("always agreeing", "same", 4), ("unrelated", "other", 4), ("k = 1", "draft", 1),
+                           ("k = 8", "draft", 8)):
+        got = ctx.decode(ctx.decoder(draft=draft), ctx.world.prompts[2], 17, k=k)
+        expect_greedy(got, g[:17], f"generate_ids with a {name} draft" if k == 4 else f"generate_ids, {name}")
+
+
+@test("decode", "an EOS id inside the prompt does not stop decoding", 1, hidden=True)
+def decode_eos_in_prompt(ctx):
+    base = ctx.world.prompts[0]
+    for eos in range(1, VOCAB):
+        prompt = torch.cat([base, torch.tensor([[eos, 3]])], dim=1)
+        want = greedy_tokens(ctx.world.target, prompt, 16)
+        if eos not in want:
+            break
+    got = ctx.decode(ctx.decoder(eos=eos), prompt, 16)
+    if len(got) < 16 and eos not in got:
+        raise Mistake(f"generate_ids stopped after {len(got)} of 16 new tokens although the target never generated "
+                      f"EOS: the prompt contains the EOS id ({eos}); look for EOS only among the new tokens")
+    expect_greedy(got, want, "generate_ids with an EOS id in the prompt")
+### END HIDDEN TESTS
