@@ -48,7 +48,7 @@ def run_autograder(root: Path, **env) -> subprocess.CompletedProcess:
 def test_bundle_layout(bundle):
     rel = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()}
     assert {"setup.sh", "run_autograder", "requirements.txt", "constraints.txt", "points.toml",
-            "kit/pyproject.toml", "kit/specdec_helpers/cli.py", "kit/specdec_helpers/assignment/suite.py"} <= rel
+            "kit/pyproject.toml", "kit/specdec_helpers/cli/__init__.py", "kit/specdec_helpers/assignment/suite.py"} <= rel
     assert any(r.startswith("kit/notebooks/") and r.endswith(".ipynb") for r in rel)  # the instructor's, with solutions
     toy = autograder.PACKAGED_TOY.as_posix()
     assert {f"kit/{toy}/toy.json", f"kit/{toy}/target/model.safetensors", f"kit/{toy}/manifest.json"} <= rel
@@ -78,7 +78,7 @@ def test_run_autograder_writes_what_grade_writes(bundle, tmp_path):
 @pytest.mark.slow
 def test_a_crashing_grader_still_leaves_results_json(bundle, tmp_path):
     root = gradescope_root(tmp_path, bundle, {"report/REPORT.md": "x"})
-    (root / "source/kit/specdec_helpers/cli.py").write_text("raise SystemExit(3)\n")
+    (root / "source/kit/specdec_helpers/cli/__init__.py").write_text("raise SystemExit(3)\n")
     done = run_autograder(root)
     assert done.returncode == 0
     data = json.loads((root / "results" / "results.json").read_text())

@@ -339,7 +339,7 @@ def test_missing_accelerate_gives_the_pip_command(monkeypatch):
 def tiny_pair(monkeypatch, tiny_folder):
     pair = load_pair(target=str(tiny_folder), draft=str(tiny_folder), progress=False)
     pair.preset = "tiny"
-    monkeypatch.setattr(cli, "load_pair", lambda *args, **kwargs: pair)
+    monkeypatch.setattr(cli.run, "load_pair", lambda *args, **kwargs: pair)
     return pair
 
 

@@ -1,0 +1,206 @@
+"""The course commands: release, grade, check, handin, autograder, mistakes (instructor-only ones
+say so in the student kit, which leaves their modules out)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import zipfile
+from pathlib import Path
+
+from specdec_helpers.assignment import check as check_module
+from specdec_helpers.assignment import grader as grader_module
+from specdec_helpers.assignment import handin as handin_module
+from specdec_helpers.assignment.cells import graded_sources
+from specdec_helpers.assignment.check import run_check
+from specdec_helpers.assignment.grader import (
+    EXTRA_CREDIT,
+    LABELS,
+    Report,
+    Result,
+    _pairs,
+    load_config,
+)
+from specdec_helpers.assignment.grader import grade as grade_sources
+from specdec_helpers.assignment.handin import handin as write_handin
+from specdec_helpers.assignment.speed import measure as measure_speed
+from specdec_helpers.assignment.submission import (
+    SubmissionError,
+    notebooks_in,
+    reference_sources,
+    run_nbval,
+)
+from specdec_helpers.present.notebook import REPO_BRANCH, quiet
+
+try:  # instructor-only modules: the student kit leaves them out (release.INSTRUCTOR_ONLY)
+    import specdec_helpers.assignment.autograder as autograder_module
+    import specdec_helpers.assignment.notebook_sync as notebook_sync
+    import specdec_helpers.assignment.release as release_module
+    from specdec_helpers.assignment.mutations import grade_all
+except ModuleNotFoundError as error:
+    if not (error.name or "").startswith("specdec_helpers."):
+        raise  # a missing dependency, not the student kit
+    autograder_module = notebook_sync = release_module = grade_all = None
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _instructor_only(command: str) -> int:
+    print(f"{command}: an instructor command; the student kit does not include it", file=sys.stderr)
+    return 2
+
+
+def release(argv=None) -> int:
+    if release_module is None:
+        return _instructor_only("release")
+    parser = argparse.ArgumentParser(prog="python -m specdec_helpers release", description=release_module.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", help="folder for the student repository (empty, absent, or with --force a clone of it)")
+    parser.add_argument("--repo-url", help="the STUDENT repository, https://github.com/OWNER/NAME: Colab badges open and "
+                                           "install cells install from it (never the instructor's: it holds the solutions)")
+    parser.add_argument("--branch", help=f"branch the badges and install cells use (default: {REPO_BRANCH})")
+    parser.add_argument("--root", help="instructor repository (default: this checkout)")
+    parser.add_argument("--instructor-url", help="the instructor repository's URL, refused as --repo-url "
+                                                 "(its git remotes are refused anyway)")
+    parser.add_argument("--config", help="TOML file with out, repo_url, branch, root, instructor_url (flags override it)")
+    parser.add_argument("--force", action="store_true", help="replace the files of a non-empty --out (its .git is kept)")
+    args = parser.parse_args(argv)
+    try:
+        settings = release_module.load_settings(args.config) if args.config else {}
+        settings.update({k: v for k, v in vars(args).items() if v is not None and k not in ("config", "force")})
+        settings.setdefault("branch", REPO_BRANCH)
+        written = release_module.publish(**settings, force=args.force)
+    except ValueError as error:
+        print(f"release: {error}", file=sys.stderr)
+        return 2
+    except release_module.ReleaseError as error:
+        print("=" * 70 + "\nRELEASE FAILED: the kit would leak solutions or hidden tests; nothing was written.\n"
+              + str(error) + "\n" + "=" * 70, file=sys.stderr)
+        return 1
+    out = Path(settings["out"])
+    stubs = sum((out / rel).read_text().count("raise NotImplementedError()") for rel in written
+                if rel.endswith((".py", ".ipynb")))
+    for problem in notebook_sync.check(out / "notebooks", settings["repo_url"], settings["branch"]):
+        print(f"warning: {problem}", file=sys.stderr)
+    print(f"student repository: {len(written)} files in {out} ({stubs} exercise stubs); no solution or hidden test "
+          f"left; badges and install cells point at {settings['repo_url']} ({settings['branch']})")
+    return 0
+
+
+def grade(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specdec_helpers grade", description=grader_module.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("submission", help="a folder or a zip of notebooks (or one .ipynb)")
+    parser.add_argument("--config", help="points/thresholds/performance settings (.toml or .json)")
+    parser.add_argument("--points", action="append", metavar="ITEM=N", help=f"override points ({', '.join(LABELS)})")
+    parser.add_argument("--threshold", action="append", metavar="NAME=X",
+                        help="override thresholds (relative_speed, relative_acceptance; GPU: speedup, acceptance, "
+                             "bonus_speedup, bonus_acceptance)")
+    parser.add_argument("--preset", help="pair for the performance items (default: toy)")
+    parser.add_argument("--no-perf", action="store_true", help="skip the performance items")
+    parser.add_argument("--no-nbval", action="store_true", help="do not run the notebooks under nbval")
+    parser.add_argument("--visible-only", action="store_true", help="skip the hidden tests")
+    parser.add_argument("--results", default="results.json", help="where to write Gradescope's results.json")
+    args = parser.parse_args(argv)
+
+    quiet()
+    results_path = Path(args.results)
+    results_path.unlink(missing_ok=True)  # a stale results.json must never pass for this grading's
+    try:
+        config = load_config(args.config, _pairs(args.points, "points"), _pairs(args.threshold, "threshold"), args.preset)
+    except (OSError, ValueError) as error:  # a missing or invalid --config: one line, no traceback
+        print(f"grade: --config {args.config}: {error}".replace("\n", " "), file=sys.stderr)
+        return 2
+    try:
+        paths = notebooks_in(args.submission)
+    except SubmissionError as error:
+        report = Report([Result("load", "submission loads", 0.0, 0.0, "error", str(error))], args.submission)
+        results_path.write_text(json.dumps({**report.gradescope(), "max_score": sum(
+            v for k, v in config["points"].items() if k not in EXTRA_CREDIT), "output": str(error)}, indent=2))
+        print(f"❌ {error}", file=sys.stderr)
+        return 1
+    print(f"grading {len(paths)} notebook(s) from {args.submission} ...", flush=True)
+    checks = [] if args.no_nbval else run_nbval(paths, preset=config["performance"]["preset"])
+    report = grade_sources(graded_sources(paths), config, reference_sources=reference_sources(),
+                           measure_fn=None if args.no_perf else measure_speed, hidden=not args.visible_only,
+                           source=str(args.submission), checks=checks)
+    print(report.table())
+    if report.measurement.get("detail"):
+        print("\nperformance:", json.dumps(report.measurement["detail"], indent=1))
+    print(f"\ngraded in {report.seconds:.1f} s; wrote {args.results}")
+    results_path.write_text(json.dumps(report.gradescope(), indent=2))
+    return 0
+
+
+def check(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specdec_helpers check", description=check_module.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("path", nargs="?", help="folder of your notebooks (default: notebooks/, else the current folder)")
+    args = parser.parse_args(argv)
+
+    quiet()
+    return 1 if run_check(args.path) else 0
+
+
+def handin(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specdec_helpers handin", description=handin_module.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="handin.zip", help="zip to write (default: handin.zip)")
+    parser.add_argument("--root", default=".", help="the kit's top folder (default: the current folder)")
+    parser.add_argument("--force", action="store_true", help="write the zip even if the hand-in is not finished")
+    args = parser.parse_args(argv)
+
+    try:
+        out, problems = write_handin(args.root, args.out, force=args.force)
+    except handin_module.HandinError as error:
+        print(f"❌ not ready to hand in ({len(error.problems)} problem(s)):", *error.problems, sep="\n  - ", file=sys.stderr)
+        print("Fix these (or hand in as it is with --force).", file=sys.stderr)
+        return 1
+    except (ValueError, FileNotFoundError) as error:
+        print(f"handin: {error}", file=sys.stderr)
+        return 2
+    if problems:
+        print(f"⚠️  handing in anyway (--force) with {len(problems)} problem(s):", *problems, sep="\n  - ", file=sys.stderr)
+    with zipfile.ZipFile(out) as archive:
+        names = archive.namelist()
+    print(f"wrote {out} ({out.stat().st_size / 1e3:.0f} kB, {len(names)} files):")
+    for name in names:
+        print(f"  {name}")
+    print("Upload this zip to Gradescope.")
+    return 0
+
+
+def autograder(argv=None) -> int:
+    if autograder_module is None:
+        return _instructor_only("autograder")
+    parser = argparse.ArgumentParser(prog="python -m specdec_helpers autograder", description=autograder_module.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="folder to write (empty or absent); the zip goes beside it")
+    parser.add_argument("--config", help="grading config (default: the defaults, see points.example.toml)")
+    parser.add_argument("--root", default=str(ROOT), help="instructor repository (default: this checkout)")
+    args = parser.parse_args(argv)
+    try:
+        if args.config:
+            grader_module.load_config(args.config)  # refuse a bad config now, not on Gradescope
+        files = autograder_module.bundle(args.out, args.root, args.config)
+    except (OSError, ValueError) as error:
+        print(f"autograder: {error}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    print(f"autograder: {len(files)} files in {out}; upload {out.with_name(out.name + '.zip')} to Gradescope "
+          "(Configure Autograder > Zip file upload)")
+    return 0
+
+
+def mistakes(argv=None) -> int:
+    """Print the catalog with the grader's verdict on each mutation; exit 1 if one goes uncaught."""
+    argparse.ArgumentParser(prog="python -m specdec_helpers mistakes", description=mistakes.__doc__).parse_args(argv)
+    if grade_all is None:
+        return _instructor_only("mistakes")
+    missed = 0
+    for m, report in grade_all():
+        r = report.find(m.test_id)
+        caught = not r.passed and m.phrase in r.feedback
+        missed += not caught
+        print(f"{'✅' if caught else '❌'} {m.name:<26} {report.score:>5.1f} pts  [{m.test_id}] {r.feedback}")
+    return 1 if missed else 0
+
