@@ -152,8 +152,6 @@ def test_solved_hand_in_passes_handin_checks(course):
     assert handin.problems(tmp / "solved") == []
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="grade reads the graded notebook cells once the grading branch lands; then remove this mark")
 def test_full_marks_for_the_solutions_and_not_implemented_for_the_stubs(solved, stubs):
     assert solved["score"] == solved["max_score"] > 0, solved["output"]
     data = stubs[1]
