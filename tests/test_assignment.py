@@ -300,12 +300,17 @@ def test_performance_scoring_relative_on_cpu_absolute_on_gpu():
 @pytest.mark.slow
 @pytest.mark.parametrize("run", range(5))
 def test_grading_the_instructor_notebooks_gives_full_marks(run, tmp_path):
+    """Five gradings in a row, full marks each time. The first runs the notebooks under nbval too; the
+    others skip it (nbval's check lines carry no points and do not vary between runs, while each run
+    costs minutes): what varies is the timed comparison with the reference, graded every time."""
     results = tmp_path / "results.json"
-    assert cli.grade([str(NOTEBOOKS), "--results", str(results)]) == 0
+    assert cli.grade([str(NOTEBOOKS), "--results", str(results)] + (["--no-nbval"] if run else [])) == 0
     data = json.loads(results.read_text())
     assert data["score"] == pytest.approx(data["max_score"]) == pytest.approx(45), data["output"]
-    assert any(t["name"].startswith("checks") for t in data["tests"])
-    assert all(t["max_score"] == 0 for t in data["tests"] if t["name"].startswith("checks"))
+    checks = [t for t in data["tests"] if t["name"].startswith("checks")]
+    assert all(t["max_score"] == 0 for t in checks)
+    if not run:
+        assert checks and all(t["score"] == 0 for t in checks)
 
 
 # --------------------------------------------------------------------------- check and hand-in
