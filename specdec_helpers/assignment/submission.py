@@ -16,7 +16,9 @@ from pathlib import Path
 
 from specdec_helpers.assignment.cells import graded_sources, nbgrader, read_notebook
 from specdec_helpers.assignment.grader import Result
-from specdec_helpers.assignment.release import ROOT
+
+ROOT = Path(__file__).resolve().parents[2]  # the kit's top folder (release.py is instructor-only: not imported)
+
 
 INSTRUCTOR_NOTEBOOKS = ROOT / "notebooks"
 
