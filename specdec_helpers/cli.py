@@ -262,7 +262,8 @@ def distill(argv=None) -> int:
     parser.add_argument("--corpus", action="store_true",
                         help="eagle only: train teacher-forced on the kit's corpus of existing text (no generation) and "
                              "write the shipped fp16 copy under specdec_helpers/data/ (the recipe of the shipped draft)")
-    parser.add_argument("--max-chunks", type=int, default=None, help="with --corpus: train on the first N chunks only")
+    parser.add_argument("--max-chunks", type=int, default=None, help="with --corpus: train on about N chunks, evenly spread")
+    parser.add_argument("--epochs", type=int, default=None, help="with --corpus: training epochs (default: EagleRecipe's)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (the result depends on it)")
     args = parser.parse_args(argv)
     if args.threads:
@@ -276,7 +277,8 @@ def distill(argv=None) -> int:
                      else (distilled_dir(name), distill_draft))
     if args.corpus:
         folder = eagle.shipped_dir(name)
-        train = functools.partial(eagle.train_eagle_corpus, max_chunks=args.max_chunks)
+        recipe = eagle.EagleRecipe(**({"epochs": args.epochs} if args.epochs else {}))
+        train = functools.partial(eagle.train_eagle_corpus, max_chunks=args.max_chunks, recipe=recipe)
     if args.force:
         shutil.rmtree(folder, ignore_errors=True)
     if is_saved(folder):

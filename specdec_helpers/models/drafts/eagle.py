@@ -342,7 +342,7 @@ def train_eagle(target, tokenizer, *, name: str, recipe: EagleRecipe = EagleReci
     return folder
 
 
-def train_eagle_corpus(target, tokenizer, *, name: str, recipe: EagleRecipe = EagleRecipe(epochs=4),
+def train_eagle_corpus(target, tokenizer, *, name: str, recipe: EagleRecipe = EagleRecipe(),
                        vocab: int = 8192, max_chunks: int | None = None, progress: bool = True,
                        folder: Path | None = None) -> Path:
     """Train a `FeatureDraft` teacher-forced on existing text (`corpus`): one target pass per chunk for
