@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shutil
 import sys
@@ -256,6 +257,11 @@ def distill(argv=None) -> int:
     parser.add_argument("--draft", choices=("eagle", "distilled"), default="eagle",
                         help=f"eagle (default): {DRAFTS['eagle'].help}; distilled: {DRAFTS['distilled'].help}")
     parser.add_argument("--force", action="store_true", help="train again even if a cached draft exists")
+    parser.add_argument("--corpus", action="store_true",
+                        help="eagle only: train teacher-forced on the kit's corpus of existing text (no generation) and "
+                             "write the shipped fp16 copy under specdec_helpers/data/ (the recipe of the shipped draft)")
+    parser.add_argument("--max-chunks", type=int, default=None, help="with --corpus: train on about N chunks, evenly spread")
+    parser.add_argument("--epochs", type=int, default=None, help="with --corpus: training epochs (default: EagleRecipe's)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (the result depends on it)")
     args = parser.parse_args(argv)
     if args.threads:
@@ -263,8 +269,14 @@ def distill(argv=None) -> int:
 
     pair = load_pair(args.preset, draft="prompt-lookup")
     name = _model_name(pair.target)
+    if args.corpus and args.draft != "eagle":
+        raise ValueError("--corpus trains the eagle draft: write --draft eagle --corpus")
     folder, train = ((eagle.eagle_dir(name), eagle.train_eagle) if args.draft == "eagle"
                      else (distilled_dir(name), distill_draft))
+    if args.corpus:
+        folder = eagle.shipped_dir(name)
+        recipe = eagle.EagleRecipe(**({"epochs": args.epochs} if args.epochs else {}))
+        train = functools.partial(eagle.train_eagle_corpus, max_chunks=args.max_chunks, recipe=recipe)
     if args.force:
         shutil.rmtree(folder, ignore_errors=True)
     if is_saved(folder):

@@ -21,10 +21,18 @@ for its first token to agree with the target often, so alone it loses to prompt 
 drafting one token where no n-gram matches (``"hybrid:eagle"``, `HYBRID_TOKENS`), it adds a little
 (benchmarks/RESULTS.md has the agreement and speedups measured on SmolLM2-135M).
 
+Or, teacher-forced on existing text (`train_eagle_corpus`, EAGLE's own way): the target reads chunks of
+the kit's corpus (`corpus`: Python's documentation and docstrings, chat-formatted in part) in one prefill
+pass each, no generation, for its features and greedy choices; the head is the target's own rows over
+the tokens it chose most often (frozen, not saved). The kit ships that draft for SmolLM2 in fp16 with a
+sha256 manifest (`shipped_dir`), so ``draft="eagle"`` loads it instead of training on first use.
+
 Speculative decoding stays lossless whatever this draft proposes: the target verifies every token.
 """
 from __future__ import annotations
 
+import hashlib
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -54,6 +62,7 @@ from specdec_helpers.models.drafts.distill import (
     text_meta,
     truncated_body,
 )
+from specdec_helpers.models.drafts.corpus import corpus_chunks, corpus_meta
 from specdec_helpers.models.store import cache_root
 
 EAGLE_VERSION = 3  # bump when anything below changes the trained result: it names the cache folder
@@ -235,6 +244,53 @@ def training_batch(data, features, indices, to_subset: torch.Tensor, eos: set[in
     return feats, tokens, mask, labels, true_next, has_next
 
 
+def corpus_data(tokenizer, held_out: bool = False, max_chunks: int | None = None) -> list[tuple[torch.Tensor, int]]:
+    """The corpus (`corpus`) as ``(ids, 0)`` items, as `_feature_data` and `training_batch` take them."""
+    return [(torch.tensor(ids, dtype=torch.long), 0) for ids in corpus_chunks(tokenizer, held_out, max_chunks=max_chunks)]
+
+
+def choice_subset(features, size: int, tokenizer) -> torch.Tensor:
+    """The ``size`` tokens the target chose most often (ties: the lower id), plus the special tokens."""
+    counts = torch.bincount(torch.cat([choice for _, choice in features]).cpu())
+    order = sorted(range(len(counts)), key=lambda t: (-int(counts[t]), t))
+    kept = {t for t in order[:size] if counts[t] > 0} | {i for i in tokenizer.all_special_ids if i is not None}
+    return torch.tensor(sorted(kept), dtype=torch.long)
+
+
+@torch.inference_mode()
+def teacher_forced_agreement(draft: FeatureDraft, data, features, eos: set[int], batch_size: int = 8) -> dict:
+    """How often the draft's token equals the target's greedy choice, teacher-forced on ``data``.
+
+    ``first``: the first drafted token (from the target's true features). ``second``: the next one, from
+    the draft's own predicted feature, where the first was right and the text goes on as the target
+    would (approximate: here every earlier position reads predicted features too, as in decoding none
+    does, so it errs low). ``chain_k2``: tokens expected to be accepted per round at k = 2."""
+    to_subset = subset_labels(draft.lm_head)
+    hits1 = total1 = hits2 = total2 = 0
+    for first in range(0, len(data), batch_size):
+        indices = list(range(first, min(first + batch_size, len(data))))
+        feats, tokens, mask, labels, _, _ = training_batch(data, features, indices, to_subset, eos, draft.fc.weight.dtype)
+        full_labels = torch.full_like(labels, -100)  # the target's choice as a full-vocabulary id
+        for row, i in enumerate(indices):
+            n = len(data[i][0]) - 1
+            full_labels[row, :n] = features[i][1][1:].cpu()
+        full_labels[labels == -100] = torch.where(mask[labels == -100] > 0, -1, -100)  # outside the subset: a miss
+        predicted = draft(feats, tokens, attention_mask=mask)
+        right1 = draft.lm_head(predicted).argmax(-1) == full_labels
+        valid1 = full_labels != -100
+        hits1, total1 = hits1 + int(right1[valid1].sum()), total1 + int(valid1.sum())
+        second = draft.lm_head(draft(predicted[:, :-1], tokens[:, 1:], attention_mask=mask[:, 1:])).argmax(-1)
+        # position j's second token stands for j + 3; it counts where the first was right and the text's
+        # token j + 2 is the target's choice (what decoding would have fed)
+        follows = tokens[:, 1:] == torch.where(full_labels[:, :-1] >= 0, full_labels[:, :-1], -2)
+        valid2 = right1[:, :-1] & follows & (full_labels[:, 1:] != -100)
+        hits2 += int((second == full_labels[:, 1:])[valid2].sum())
+        total2 += int(valid2.sum())
+    p1, p2 = hits1 / max(total1, 1), hits2 / max(total2, 1)
+    return dict(first=round(p1, 4), second_given_first=round(p2, 4), chain_k2=round(p1 + p1 * p2, 4),
+                positions=total1)
+
+
 def _train(draft: FeatureDraft, data, features, recipe: EagleRecipe, eos: set[int], progress: bool) -> list[float]:
     """Cross-entropy against the target's greedy token + feature regression (see `training_batch`). (Also
     training a second, unrolled drafting step on the draft's own predicted feature, as EAGLE does, cost
@@ -286,17 +342,89 @@ def train_eagle(target, tokenizer, *, name: str, recipe: EagleRecipe = EagleReci
     return folder
 
 
+def train_eagle_corpus(target, tokenizer, *, name: str, recipe: EagleRecipe = EagleRecipe(),
+                       vocab: int = 8192, max_chunks: int | None = None, progress: bool = True,
+                       folder: Path | None = None) -> Path:
+    """Train a `FeatureDraft` teacher-forced on existing text (`corpus`): one target pass per chunk for
+    its features and greedy choices, no generation; save it in fp16 (``folder``, default the kit's
+    shipped copy, `shipped_dir`) with the held-out agreement it predicts and a sha256 manifest."""
+    say = (lambda m: print(m, file=sys.stderr, flush=True)) if progress else (lambda m: None)
+    folder = shipped_dir(name) if folder is None else Path(folder)
+    say(f"{name}: training a feature draft (EAGLE) on the corpus, teacher-forced -> {folder}")
+    torch.manual_seed(recipe.seed)
+    start = time.perf_counter()
+    data = corpus_data(tokenizer, max_chunks=max_chunks)
+    held = corpus_data(tokenizer, True, max_chunks and max(32, max_chunks // 6))
+    features = _feature_data(target, data, 8, progress)
+    held_features = _feature_data(target, held, 8, progress)
+    features_s = time.perf_counter() - start
+    draft = FeatureDraft(target, choice_subset(features, vocab, tokenizer), recipe.layers)
+    draft.lm_head.linear.weight.requires_grad_(False)  # the target's own rows (as EAGLE's head): not trained, not saved
+    eos = set(eos_ids(target, None))
+    with torch.enable_grad():
+        losses = _train(draft, data, features, recipe, eos, progress)
+    train_s = time.perf_counter() - start - features_s
+    meta = dict(version=EAGLE_VERSION, target=_fingerprint(target), recipe=asdict(recipe), corpus=corpus_meta(tokenizer),
+                chunks=len(data), tokens=sum(len(ids) for ids, _ in data), vocab_subset=int(draft.lm_head.token_ids.numel()),
+                epoch_losses=losses, held_out=teacher_forced_agreement(draft, held, held_features, eos),
+                features_s=round(features_s, 1), train_s=round(train_s, 1), threads=torch.get_num_threads())
+    save_draft(folder, {k: v.half() if v.is_floating_point() else v for k, v in draft.state_dict().items()
+                        if k != _HEAD_WEIGHT}, meta)
+    write_manifest(folder)
+    say(f"{name}: feature draft trained in {train_s:.0f} s (+{features_s:.0f} s for the target's features of "
+        f"{meta['tokens']} tokens); held-out agreement {meta['held_out']}")
+    return folder
+
+
+_HEAD_WEIGHT = "lm_head.linear.weight"
+
+
+def shipped_dir(name: str) -> Path:
+    """Where the kit ships a trained feature draft for the target ``name``."""
+    return Path(__file__).resolve().parents[2] / "data" / f"{name}-eagle-corpus"
+
+
+def write_manifest(folder: Path) -> None:
+    """``MANIFEST.sha256``: a sha256sum-style line for each file of a shipped draft."""
+    lines = [f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.name}"
+             for f in sorted(Path(folder).iterdir()) if f.name != "MANIFEST.sha256"]
+    (Path(folder) / "MANIFEST.sha256").write_text("\n".join(lines) + "\n")
+
+
+def manifest_problems(folder: Path) -> list[str]:
+    """The files of ``folder`` whose sha256 differs from its manifest (empty: all match)."""
+    problems = []
+    for line in (Path(folder) / "MANIFEST.sha256").read_text().splitlines():
+        digest, file = line.split("  ", 1)
+        path = Path(folder) / file
+        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            problems.append(file)
+    return problems
+
+
 def load_eagle(target, folder: Path) -> FeatureDraft:
     """The feature draft saved in ``folder``, rebuilt around ``target`` (whose embeddings it reads)."""
     meta, state = read_draft(target, folder, "eagle")
     draft = FeatureDraft(target, state["lm_head.token_ids"], meta["recipe"]["layers"])
-    draft.load_state_dict(state)
+    # A draft whose head is the target's own rows saves no head weight: it keeps the rows copied from the target.
+    missing, unexpected = draft.load_state_dict(
+        {k: v.to(draft.fc.weight.dtype) if v.is_floating_point() else v for k, v in state.items()}, strict=False)
+    if unexpected or set(missing) - {_HEAD_WEIGHT}:
+        raise ValueError(f"{folder} does not match this feature draft: missing {missing}, unexpected {unexpected}")
     draft.meta = meta
     return draft.eval()
 
 
 def eagle_drafter(target, tokenizer, name: str, progress: bool = True, **kwargs) -> FeatureDrafter:
-    """A `FeatureDrafter` with the cached feature draft for ``name``, trained first if not cached yet."""
+    """A `FeatureDrafter` with the feature draft the kit ships for ``name`` (`shipped_dir`), else the cached one,
+    trained first if not cached yet."""
+    shipped = shipped_dir(name)
+    if is_saved(shipped):
+        problems = manifest_problems(shipped)
+        if problems:
+            raise ValueError(f"the shipped feature draft in {shipped} does not match its manifest ({problems}): reinstall "
+                             "the kit, or train it again with `python -m specdec_helpers distill --draft eagle --corpus`")
+        return FeatureDrafter(load_eagle(target, shipped))
     folder = eagle_dir(name)
     if not is_saved(folder):
         train_eagle(target, tokenizer, name=name, progress=progress, **kwargs)

@@ -75,7 +75,8 @@ DRAFTS: dict[str, DraftKind] = {
     "int8": DraftKind(_no_argument("int8", lambda r: int8_copy(r.target)),
                       "an int8 dynamic-quantized copy of the target, for the CPU", announce=True),
     "eagle": DraftKind(_no_argument("eagle", lambda r: eagle_drafter(r.target, r.tokenizer, r.name, progress=r.progress)),
-                       "a layer reading the target's features, after EAGLE, trained here on first use", announce=True),
+                       "a layer reading the target's features, after EAGLE: shipped for smollm2-135m (trained on "
+                                "existing text), else trained here on first use", announce=True),
     "distilled": DraftKind(_no_argument("distilled", lambda r: distilled_draft(r.target, r.tokenizer, r.name,
                                                                                progress=r.progress)),
                            "a truncated copy of the target distilled on its own text, trained here on first use",
