@@ -271,7 +271,10 @@ def test_a_decoder_that_does_not_speculate_earns_no_performance_points(reference
 
 
 @pytest.mark.slow
-def test_memoizing_and_slowing_the_baseline_do_not_help(reference):
+@pytest.mark.parametrize("baseline", ["reference", "greedy"])
+def test_memoizing_and_slowing_the_baseline_do_not_help(reference, baseline):
+    """Against either baseline (the CPU default, and greedy decoding as on a GPU): the greedy runs the
+    grader times happen in the reference's child, which the student's code never reaches."""
     memo = reference["decode"].replace("def generate_ids(self, input_ids", "_MEMO = {}\n\n\ndef _unused(self, input_ids") \
         + ("\n\ndef generate_ids(self, input_ids, max_tokens=100, num_speculative_tokens=5, use_cache=True):\n"
            "    key = tuple(input_ids[0].tolist())\n"
@@ -279,18 +282,24 @@ def test_memoizing_and_slowing_the_baseline_do_not_help(reference):
            "        _MEMO[key] = _unused(self, input_ids, max_tokens, num_speculative_tokens, use_cache)\n"
            "    type(self).greedy_ids = lambda *a, **k: __import__('time').sleep(5)\n"
            "    return _MEMO[key]\n")
-    perf = dict(grader.load_config()["performance"], repeats=2, max_new_tokens=32)
+    perf = dict(grader.load_config()["performance"], repeats=2, max_new_tokens=32, baseline=baseline)
     m = speed.measure(dict(reference, decode=memo), reference, perf)
-    assert m.identical and m.speedup < 1.5  # each timed prompt is fresh: the memo never hits
+    assert m.identical and m.detail["baseline"] == baseline
+    assert len(m.detail["greedy_s"]) == (2 if baseline == "greedy" else 0)
+    assert 0 < m.speedup < (1.5 if baseline == "reference" else 3.0)  # fresh prompts: the memo never hits
 
 
-def test_performance_scoring_relative_on_cpu_absolute_on_gpu():
+def test_performance_scoring_relative_on_cpu_absolute_on_gpu(tmp_path):
     config = grader.load_config()
     score = lambda m: {r.item: r.score for r in grader.performance_results(m, config)}  # noqa: E731
     assert score(Measurement(0.95, 0.5, reference_acceptance=0.52)) == {"speedup": 10, "acceptance": 10, "bonus": 0}
     assert score(Measurement(0.6, 0.3, reference_acceptance=0.52)) == {"speedup": 0, "acceptance": 0, "bonus": 0}
     assert score(Measurement(1.2, 0.6, speculates=False, reference_acceptance=0.5))["speedup"] == 0
-    gpu = dict(device="cuda")
+    gpu = dict(device="cuda", baseline="greedy")  # what `speed.baseline_of` picks on a GPU
+    assert speed.baseline_of({"baseline": "auto"}, "cuda") == "greedy" and speed.baseline_of({}, "cpu") == "reference"
+    (tmp_path / "c.json").write_text(json.dumps({"performance": {"baseline": "gredy"}}))
+    with pytest.raises(ValueError, match="performance.baseline must be 'auto', 'greedy' or 'reference'"):
+        grader.load_config(tmp_path / "c.json")
     assert score(Measurement(1.8, 0.86, detail=gpu)) == {"speedup": 10, "acceptance": 10, "bonus": 5}
     assert score(Measurement(0.99, 0.75, detail=gpu)) == {"speedup": 0, "acceptance": 0, "bonus": 0}
     wrong = grader.performance_results(Measurement(3.0, 0.99, identical=False), config)

@@ -4,12 +4,25 @@ import pytest
 from specdec_helpers.measure.speedup import in_words, pooled_speedup, speedup
 
 
-def test_ratio_of_medians_with_the_rounds_range():
+def test_median_of_round_ratios_with_the_rounds_range():
     s = speedup([2.0, 2.2, 2.1], [1.0, 1.1, 1.05], tokens_per_call=3.0)
-    assert s.ratio == pytest.approx(2.1 / 1.05)
+    assert s.ratio == pytest.approx(2.0)
     assert (s.low, s.high) == pytest.approx((2.0, 2.0))
     assert s.rounds == 3 and s.trusted and s.spread_pct == pytest.approx(0.0)
-    assert "±0%" in str(s) and "3 interleaved rounds" in str(s)
+    assert "±0%" in str(s) and "over 3 interleaved rounds" in str(s)
+
+
+def test_the_ratio_pairs_rounds_instead_of_pairing_medians():
+    """Ratio of medians would pair round 1's baseline with round 3's method: 1.5x, outside every round."""
+    s = speedup([1.0, 1.5, 3.0], [1.0, 1.5, 2.0])
+    assert s.ratio == pytest.approx(1.0) and s.low <= s.ratio <= s.high
+
+
+def test_many_rounds_show_their_middle_half():
+    """One round slowed by another job does not widen the spread of nine."""
+    s = speedup([1.2] * 8 + [3.0], [1.0] * 9)
+    assert s.quartiles and (s.low, s.high) == pytest.approx((1.2, 1.2)) and s.trusted
+    assert "middle half of 9 interleaved rounds" in str(s)
 
 
 def test_a_speedup_above_tokens_per_call_is_called_broken():

@@ -10,7 +10,8 @@ alone writes ``results.json`` (Gradescope's format).
 Points default to PA3's scheme (init 5, draft 5, verify 5, decode 10, speed 10, acceptance 10, bonus
 5 as extra credit). On CPU presets speed and acceptance are relative to the reference solution
 (``relative_speed``, ``relative_acceptance``); PA3's absolute bars (1.0x / 75%, bonus 1.7x / 85%)
-apply on GPU presets. Change them with ``--config points.toml|.json`` or ``--points decode=12
+apply on GPU presets, where the speed item times greedy decoding too (``performance.baseline``:
+'auto', or 'greedy' / 'reference' to choose). Change them with ``--config points.toml|.json`` or ``--points decode=12
 --threshold relative_speed=0.9``.
 """
 from __future__ import annotations
@@ -30,14 +31,15 @@ from specdec_helpers.assignment.cells import is_stub, kit_references
 from specdec_helpers.assignment.sandbox import Child, ChildFailed, Delegated, StudentError
 from specdec_helpers.assignment.suite import EXERCISES
 from specdec_helpers.assignment.world import Mistake
-from specdec_helpers.assignment.speed import Measurement
+from specdec_helpers.assignment.speed import Measurement, baseline_of
 
 DEFAULT_CONFIG = {
     "points": {"init": 5, "draft": 5, "verify": 5, "decode": 10, "speedup": 10, "acceptance": 10, "bonus": 5},
     # speedup >= min_speedup; acceptance > min_acceptance; bonus: speedup > and acceptance > both.
     "thresholds": {"speedup": 1.0, "acceptance": 0.75, "bonus_speedup": 1.7, "bonus_acceptance": 0.85,
                    "relative_speed": 0.7, "relative_acceptance": 0.9},
-    "performance": {"preset": "toy", "max_new_tokens": 64, "repeats": 7, "warmup": 1, "num_speculative_tokens": 0},
+    "performance": {"preset": "toy", "max_new_tokens": 64, "repeats": 7, "warmup": 1, "num_speculative_tokens": 0,
+                    "baseline": "auto"},
     "test_timeout_s": 60,
 }
 # PA3's absolute thresholds assume Pythia-1.4b/160m on a GPU; CPU presets are graded relative to the
@@ -88,6 +90,7 @@ def load_config(path=None, points: dict | None = None, thresholds: dict | None =
     bad = set(config["points"]) - set(LABELS)
     if bad:
         raise ValueError(f"unknown point items {sorted(bad)}; known: {', '.join(LABELS)}")
+    baseline_of(config["performance"], "cpu")  # a misspelt baseline fails here, not after the tests ran
     return config
 
 
@@ -262,8 +265,7 @@ def performance_results(m: Measurement | None, config: dict, reason: str = "") -
     at least this fraction of the reference's acceptance); the bonus needs a GPU preset. On a GPU
     preset PA3's absolute bars apply."""
     points, th = config["points"], config["thresholds"]
-    gpu = bool(m and m.detail.get("device", "cpu") != "cpu")
-    if gpu:
+    if m is not None and m.detail.get("baseline") == "greedy":  # PA3's bars: speedups over greedy decoding
         items = [("speedup", f"speedup >= {th['speedup']:g}x over greedy decoding", lambda: m.speedup >= th["speedup"]),
                  ("acceptance", f"draft acceptance > {th['acceptance']:.0%}", lambda: m.acceptance > th["acceptance"]),
                  ("bonus", f"bonus: speedup > {th['bonus_speedup']:g}x and acceptance > {th['bonus_acceptance']:.0%}",
@@ -283,7 +285,8 @@ def performance_results(m: Measurement | None, config: dict, reason: str = "") -
             results.append(Result(item, name, 0.0, best, "skipped", reason or "a GPU preset measures the bonus",
                                   test_id=f"perf.{item}"))
             continue
-        numbers = (f"measured {m.speedup:.2f}x the reference's speed, acceptance {m.acceptance:.1%} "
+        against = "greedy decoding" if m.detail.get("baseline") == "greedy" else "the reference's speed"
+        numbers = (f"measured {m.speedup:.2f}x {against}, acceptance {m.acceptance:.1%} "
                    f"(reference {m.reference_acceptance:.1%})")
         if m.error:
             status, feedback = "error", m.error

@@ -1,6 +1,8 @@
 """Speed and acceptance, measured by the grader from outside the student's process.
 
-The student's decoder and the reference solution run in two children on the course pair. Each
+The student's decoder and the reference solution run in two children on the course pair; the speed
+item compares the student's time with the reference's (CPU presets) or with greedy decoding, run by
+the kit in the reference's child (GPU presets: PA3's bars are speedups over greedy). Each
 timed run uses a prompt picked at grade time and never used before in this grading (memoizing
 outputs cannot help); the runs alternate (reference, student, student, reference, ...) and the
 child that is not being timed is paused (SIGSTOP) so it cannot steal the CPU. Time is the wall
@@ -29,7 +31,7 @@ from specdec_helpers.present.notebook import prompts_for
 class Measurement:
     """What the performance items are graded on (tests inject these; the grader measures them)."""
 
-    speedup: float  # vs the baseline: greedy decoding (GPU) or the reference solution (CPU), medians
+    speedup: float  # median of paired runs: baseline time / student time (`baseline_of`: greedy or the reference)
     acceptance: float  # accepted / proposed draft tokens, replayed by the grader
     identical: bool = True  # every timed output equal to the target's greedy output
     speculates: bool = True  # the reported rounds match the replay (a decoder that does not speculate: False)
@@ -80,17 +82,27 @@ def replay(pair, ids: torch.Tensor, output: list[int], log: list) -> tuple[int, 
     return accepted, proposed, ""
 
 
-def _timed(child: Child, other: Child, handle: int, ids, max_tokens: int, k: int, timeout: float):
+def _timed(child: Child, other: Child, op: str, **request):
     import time
 
     other.pause()
     try:
         start = time.perf_counter()
-        answer = child.request("generate", timeout=timeout, handle=handle, ids=encode(ids), max_tokens=max_tokens, k=k)
+        answer = child.request(op, **request)
         seconds = time.perf_counter() - start
     finally:
         other.resume()
     return answer, seconds
+
+
+def baseline_of(perf: dict, device: str) -> str:
+    """What the speed item compares with: ``perf['baseline']``, or with 'auto' greedy decoding on a GPU
+    (PA3's bars are speedups over it) and the reference solution on a CPU (where speculation gains
+    little, so only a side-by-side comparison with the reference is fair)."""
+    baseline = perf.get("baseline", "auto")
+    if baseline not in ("auto", "greedy", "reference"):
+        raise ValueError(f"performance.baseline must be 'auto', 'greedy' or 'reference', got {baseline!r}")
+    return ("reference" if device == "cpu" else "greedy") if baseline == "auto" else baseline
 
 
 def measure(student_sources: dict, reference_sources: dict, perf: dict, *, seed: int | None = None,
@@ -100,6 +112,7 @@ def measure(student_sources: dict, reference_sources: dict, perf: dict, *, seed:
     pair = load_pair(perf["preset"], progress=False)
     k = perf.get("num_speculative_tokens") or pair.num_speculative_tokens
     n_new, repeats = perf["max_new_tokens"], perf["repeats"]
+    baseline = baseline_of(perf, torch.device(pair.device).type)
     prompts = fresh_prompts(pair, repeats + perf["warmup"], rng)
     expected = [greedy_decode(pair.target, p, max_new_tokens=n_new, eos_token_id=None).sequences[0, p.shape[1]:].tolist()
                 for p in prompts]
@@ -107,7 +120,7 @@ def measure(student_sources: dict, reference_sources: dict, perf: dict, *, seed:
     try:
         reference, students = Child(reference_sources), Child(student_sources)
         handles = {c: c.request("pair", timeout=timeout, preset=perf["preset"]) for c in (reference, students)}
-        times = {"reference": [], "student": []}
+        times = {"reference": [], "student": [], "greedy": []}
         identical, totals, problems = True, {"reference": [0, 0], "student": [0, 0]}, {}
         for run in range(repeats + perf["warmup"]):
             order = [("reference", reference, students), ("student", students, reference)]
@@ -115,7 +128,8 @@ def measure(student_sources: dict, reference_sources: dict, perf: dict, *, seed:
                 order.reverse()
             for who, child, other in order:
                 ids = prompts[run]  # the same fresh prompt for both: paired runs, comparable acceptance
-                answer, seconds = _timed(child, other, handles[child], ids, n_new, k, timeout)
+                answer, seconds = _timed(child, other, "generate", timeout=timeout, handle=handles[child],
+                                         ids=encode(ids), max_tokens=n_new, k=k)
                 out = answer["result"]
                 got = out[0, ids.shape[1]:].tolist() if isinstance(out, torch.Tensor) and out.dim() == 2 else None
                 want = expected[run]
@@ -133,6 +147,11 @@ def measure(student_sources: dict, reference_sources: dict, perf: dict, *, seed:
                 totals[who][1] += proposed
                 if run >= perf["warmup"]:
                     times[who].append(seconds)
+            if baseline == "greedy":  # the kit's greedy loop, in the reference's child, on the same prompt
+                answer, seconds = _timed(reference, students, "greedy", timeout=timeout, handle=handles[reference],
+                                         ids=encode(prompts[run]), max_tokens=n_new)
+                if run >= perf["warmup"]:
+                    times["greedy"].append(seconds)
     except (ChildFailed, StudentError) as error:
         return Measurement(0.0, 0.0, False, False, error=f"measuring failed: {error}")
     finally:
@@ -143,14 +162,16 @@ def measure(student_sources: dict, reference_sources: dict, perf: dict, *, seed:
         raise RuntimeError(f"the reference solution failed its own measurement: {problems['reference']}")
     rate = lambda who: totals[who][0] / totals[who][1] if totals[who][1] else 0.0  # noqa: E731
     speculates = "student" not in problems
-    paired = [r / s for r, s in zip(times["reference"], times["student"])] if len(times["student"]) == repeats else []
+    paired = ([b / s for b, s in zip(times[baseline], times["student"])]
+              if len(times["student"]) == len(times[baseline]) == repeats else [])
     ratio = statistics.median(paired) if paired else 0.0
     return Measurement(
         speedup=ratio, acceptance=rate("student") if speculates else 0.0, identical=identical, speculates=speculates,
         reference_acceptance=rate("reference"),
-        detail=dict(preset=pair.preset, device=torch.device(pair.device).type, k=k, max_new_tokens=n_new, repeats=repeats, baseline="reference solution",
+        detail=dict(preset=pair.preset, device=torch.device(pair.device).type, k=k, max_new_tokens=n_new, repeats=repeats, baseline=baseline,
                     student_s=[round(t, 4) for t in times["student"]],
-                    reference_s=[round(t, 4) for t in times["reference"]], problem=problems.get("student", "")))
+                    reference_s=[round(t, 4) for t in times["reference"]],
+                    greedy_s=[round(t, 4) for t in times["greedy"]], problem=problems.get("student", "")))
 
 
 def _stopped_at_eos(got: list[int], want: list[int], pair) -> bool:

@@ -1,9 +1,12 @@
-"""An honest speedup: a ratio of median times, its spread over interleaved rounds, and warnings.
+"""An honest speedup: the median of per-round ratios, their spread, and warnings.
 
 One timed run of each side is not a measurement: on a shared CPU the same command gave 1.01x, then
-6.13x, then 1.12x. So every speedup shown to a person (demo, bench, report) comes from here, with
-the spread of the per-round ratios (round r times the baseline and the method back to back, so the
-same slow second hits both) and with warnings when it cannot be trusted: too few rounds, a spread
+6.13x, then 1.12x. So every speedup shown to a person (demo, bench, report) comes from here. Round r
+times the baseline and the method back to back, so the same slow second hits both; the speedup is
+the median of the rounds' ratios (a ratio of the two sides' medians can pair a lucky baseline round
+with an unlucky one, and came out at the edge of the rounds' range). The spread shown is the range of
+the rounds' ratios, or from ``QUARTILES_FROM`` rounds on their middle half (the extremes of many
+rounds on a shared CPU say more about the other jobs than about the method), with warnings when it cannot be trusted: too few rounds, a spread
 too wide, or a ratio above what the measured tokens per target call allow. Speculative decoding
 makes ``tokens per target call`` tokens for each target pass, and a verify pass costs at least a
 decode step, so it cannot beat its own greedy decoding by more than that: a larger ratio means the
@@ -15,19 +18,22 @@ import statistics
 from dataclasses import dataclass, field
 
 MIN_ROUNDS = 3
+QUARTILES_FROM = 5  # rounds from which the spread is the interquartile range, not the whole range
 MAX_SPREAD = 0.25  # (highest - lowest round ratio) / ratio above this: too noisy to trust the ratio
 BOUND_SLACK = 1.05  # timer noise allowed above the tokens-per-call bound before calling it broken
 
 
 @dataclass
 class Speedup:
-    """``ratio`` = median baseline time / median time; ``low``/``high``: the per-round ratios' range."""
+    """``ratio`` = the median per-round ratio (baseline time / time); ``low``/``high``: the rounds' range, or
+    their quartiles from `QUARTILES_FROM` rounds on (``quartiles``)."""
 
     ratio: float
     low: float
     high: float
     rounds: int
     tokens_per_call: float | None = None
+    quartiles: bool = False
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -40,8 +46,8 @@ class Speedup:
         return not self.warnings
 
     def __str__(self) -> str:
-        return (f"{in_words(self.ratio)} (±{self.spread_pct:.0f}%: {self.low:.2f}-{self.high:.2f}x over "
-                f"{self.rounds} interleaved rounds)")
+        which = f"middle half of {self.rounds}" if self.quartiles else f"over {self.rounds}"
+        return f"{in_words(self.ratio)} (±{self.spread_pct:.0f}%: {self.low:.2f}-{self.high:.2f}x, {which} interleaved rounds)"
 
     def as_dict(self) -> dict:
         return dict(speedup=self.ratio, speedup_low=self.low, speedup_high=self.high, speedup_rounds=self.rounds,
@@ -64,14 +70,18 @@ def speedup(baseline_times, times, tokens_per_call: float | None = None, max_spr
     baseline_times, times = list(baseline_times), list(times)
     if not baseline_times or not times:
         raise ValueError("speedup needs at least one timing of each side")
-    ratio = statistics.median(baseline_times) / statistics.median(times)
-    per_round = [b / t for b, t in zip(baseline_times, times)] or [ratio]
-    result = Speedup(ratio, min(per_round), max(per_round), len(per_round), tokens_per_call)
+    per_round = [b / t for b, t in zip(baseline_times, times)] or [statistics.median(baseline_times) /
+                                                                  statistics.median(times)]
+    ratio = statistics.median(per_round)
+    quartiles = len(per_round) >= QUARTILES_FROM
+    low, high = (statistics.quantiles(per_round, n=4, method="inclusive")[::2] if quartiles
+                 else (min(per_round), max(per_round)))
+    result = Speedup(ratio, low, high, len(per_round), tokens_per_call, quartiles)
     warn = result.warnings.append
     if len(per_round) < MIN_ROUNDS:
         warn(f"only {len(per_round)} timed round(s): run at least {MIN_ROUNDS} (--repeats) to see the noise")
     if (result.high - result.low) / ratio > max_spread:
-        warn(f"the rounds disagree ({result.low:.2f}x to {result.high:.2f}x): too noisy to trust the ratio; "
+        warn(f"the rounds disagree ({result.low:.2f}x to {result.high:.2f}x{', middle half' if quartiles else ''}): too noisy to trust the ratio; "
              "another process may be using the CPU. Close it, or run more repeats")
     elif result.low < 1 < result.high:
         warn("some rounds were faster and some slower than the baseline: the difference is within the noise")
