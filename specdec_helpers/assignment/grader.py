@@ -31,7 +31,7 @@ from specdec_helpers.assignment.cells import is_stub, kit_references
 from specdec_helpers.assignment.sandbox import Child, ChildFailed, Delegated, StudentError
 from specdec_helpers.assignment.suite import EXERCISES
 from specdec_helpers.assignment.world import Mistake
-from specdec_helpers.assignment.speed import Measurement, baseline_of
+from specdec_helpers.assignment.speed import Measurement, baseline_of, grader_threads
 
 DEFAULT_CONFIG = {
     "points": {"init": 5, "draft": 5, "verify": 5, "decode": 10, "speedup": 10, "acceptance": 10, "bonus": 5},
@@ -314,10 +314,9 @@ def grade(sources: dict, config: dict | None = None, *, reference_sources: dict 
     (default `speed.measure`; ``None`` skips performance)."""
     config = config or load_config()
     start = time.perf_counter()
-    threads = torch.get_num_threads()
     results = list(checks or [])
-    results += run_suite(sources, config["points"], hidden=hidden, timeout=config["test_timeout_s"], seed=seed)
-    torch.set_num_threads(threads)
+    with grader_threads():
+        results += run_suite(sources, config["points"], hidden=hidden, timeout=config["test_timeout_s"], seed=seed)
     decode_ok = all(r.passed for r in results if r.test_id in ("decode.decode_cached", "decode.verify_cached"))
     measurement, reason = None, ""
     if measure_fn is None:

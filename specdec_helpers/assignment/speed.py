@@ -12,6 +12,8 @@ proposals on the rounds the student's decoder reported and rejects reports that 
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import statistics
 from dataclasses import dataclass, field
@@ -107,7 +109,25 @@ def baseline_of(perf: dict, device: str) -> str:
 
 def measure(student_sources: dict, reference_sources: dict, perf: dict, *, seed: int | None = None,
             timeout: float = 120) -> Measurement:
-    """Time the student's decoder against the reference on the course pair (see the module's doc)."""
+    """Time the student's decoder against the reference on the course pair (see the module's doc), with
+    as many torch threads here as in the children (``$SPECDEC_THREADS``, default 1): the grader's own
+    greedy decoding and replay took 25x longer with two threads on a shared 2-core machine."""
+    with grader_threads():
+        return _measure(student_sources, reference_sources, perf, seed, timeout)
+
+
+@contextlib.contextmanager
+def grader_threads():
+    """Torch threads as in the student's child (``$SPECDEC_THREADS``, default 1) while grading, then back."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(int(os.environ.get("SPECDEC_THREADS", "1")))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _measure(student_sources: dict, reference_sources: dict, perf: dict, seed, timeout) -> Measurement:
     rng = random.Random(seed)
     pair = load_pair(perf["preset"], progress=False)
     k = perf.get("num_speculative_tokens") or pair.num_speculative_tokens
