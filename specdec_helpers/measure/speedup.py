@@ -45,13 +45,17 @@ class Speedup:
     def trusted(self) -> bool:
         return not self.warnings
 
+    @property
+    def rounds_words(self) -> str:
+        """Which rounds the spread covers: 'over 3 interleaved rounds', 'middle half of 9 interleaved rounds'."""
+        return f"{'middle half of' if self.quartiles else 'over'} {self.rounds} interleaved rounds"
+
     def __str__(self) -> str:
-        which = f"middle half of {self.rounds}" if self.quartiles else f"over {self.rounds}"
-        return f"{in_words(self.ratio)} (±{self.spread_pct:.0f}%: {self.low:.2f}-{self.high:.2f}x, {which} interleaved rounds)"
+        return f"{in_words(self.ratio)} (±{self.spread_pct:.0f}%: {self.low:.2f}-{self.high:.2f}x, {self.rounds_words})"
 
     def as_dict(self) -> dict:
         return dict(speedup=self.ratio, speedup_low=self.low, speedup_high=self.high, speedup_rounds=self.rounds,
-                    speedup_spread_pct=self.spread_pct, speedup_warnings=list(self.warnings))
+                    speedup_spread_pct=self.spread_pct, speedup_rounds_words=self.rounds_words, speedup_warnings=list(self.warnings))
 
 
 def in_words(ratio: float) -> str:

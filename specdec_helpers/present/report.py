@@ -50,8 +50,8 @@ def report_values(results: dict) -> dict[str, str]:
         return {}
     best = max(rows, key=lambda r: r["speedup"])
     baseline = summary_row(results, best["preset"], best["drafter"], best["k"], BASELINE)
-    spread = (f", ±{best['speedup_spread_pct']:.0f}% over {best['speedup_rounds']} interleaved rounds"
-              if "speedup_spread_pct" in best else "")
+    rounds = best.get("speedup_rounds_words") or f"over {best.get('speedup_rounds')} interleaved rounds"
+    spread = f", ±{best['speedup_spread_pct']:.0f}% {rounds}" if "speedup_spread_pct" in best else ""
     warnings = "".join(f"\n\n**Measurement warning:** {w}." for w in best.get("speedup_warnings", []))
     return dict(preset=best["preset"], drafter=best["drafter"], best_k=str(best["k"]),
                 best_speedup=f"{best['speedup']:.2f}x", latency_reduction=f"{best['latency_reduction']:.1f}%",

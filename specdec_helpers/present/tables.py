@@ -191,8 +191,9 @@ def print_summary(results: dict, file=None) -> None:
     out = file or sys.stdout
     for row in results["summary"]:
         if row["method"] == SPECULATIVE and row.get("speedup"):
+            rounds = row.get("speedup_rounds_words") or f"over {row.get('speedup_rounds')} rounds"
             spread = (f" ±{row['speedup_spread_pct']:.0f}% ({row['speedup_low']:.2f}-{row['speedup_high']:.2f}x "
-                      f"over {row['speedup_rounds']} rounds)" if "speedup_spread_pct" in row else "")
+                      f"{rounds})" if "speedup_spread_pct" in row else "")
             print(f"{row['preset']}/{row['drafter']} k={row['k']}: Speedup: {in_words(row['speedup'])}{spread}  "
                   f"Draft token acceptance rate: {row['acceptance_rate']:.2%}", file=out)
             for warning in row.get("speedup_warnings", []):
