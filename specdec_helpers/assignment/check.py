@@ -15,13 +15,14 @@ from specdec_helpers.assignment.decoder import PARTS
 from specdec_helpers.assignment.grader import run_suite
 from specdec_helpers.assignment.sandbox import InProcess
 from specdec_helpers.assignment.suite import EXERCISES
+from specdec_helpers.present import notebook
 
 LABELS = {"init": "01 · initialization", "draft": "02 · drafting", "verify": "03 · verification",
           "decode": "04 · KV cache and the decode loop"}
 MARKS = {"passed": "✅", "not implemented": "⏳", "failed": "❌", "error": "💥"}
 
 
-class CheckFailed(AssertionError):
+class CheckFailed(notebook.CheckFailed):
     """A check cell's verdict when a visible test fails (the message says what to fix)."""
 
 
@@ -51,6 +52,9 @@ def check_part(part: str, **functions) -> None:
     results = run_suite({part: "# defined in this notebook"}, {part: 1}, hidden=False, only=[part], seed=0,
                         child_factory=lambda: child)
     if not print_verdict(part, results):
+        if {r.status for r in results} == {"not implemented"}:
+            raise CheckFailed("Not done yet: the graded cell above still raises NotImplementedError. Write your code "
+                              "in place of raise NotImplementedError(), run the cell, then run this check again.")
         raise CheckFailed("Not yet: see the checks above (hints in the messages). Fix the cell, run it, run this check again.")
 
 

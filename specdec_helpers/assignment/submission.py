@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ElementTree
 import zipfile
 from pathlib import Path
 
-from specdec_helpers.assignment.cells import graded_sources, nbgrader, read_notebook
+from specdec_helpers.assignment.cells import graded_sources, nbgrader, notebook_files, read_notebook
 from specdec_helpers.assignment.grader import Result
 
 ROOT = Path(__file__).resolve().parents[2]  # the kit's top folder (release.py is instructor-only: not imported)
@@ -28,7 +28,8 @@ class SubmissionError(Exception):
 
 
 def notebooks_in(path) -> list[Path]:
-    """The notebooks of a folder, a zip (extracted to a temporary folder) or a single .ipynb."""
+    """The notebooks of a folder, a zip (extracted to a temporary folder) or a single .ipynb, at any depth
+    (a zipped folder); a Mac's ``__MACOSX`` resource forks and Jupyter's checkpoints are not notebooks."""
     path = Path(path)
     if not path.exists():
         raise SubmissionError(f"{path} does not exist")
@@ -39,7 +40,7 @@ def notebooks_in(path) -> list[Path]:
                 if member.endswith(".ipynb") and ".." not in Path(member).parts and not member.startswith("/"):
                     archive.extract(member, folder)
         path = folder
-    found = [path] if path.is_file() else sorted(p for p in path.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+    found = notebook_files([path])
     if not found:
         raise SubmissionError(f"no notebooks (.ipynb) in {path}")
     return found
@@ -48,6 +49,18 @@ def notebooks_in(path) -> list[Path]:
 def reference_sources(folder=INSTRUCTOR_NOTEBOOKS) -> dict:
     """The instructor's graded cells (the reference solution)."""
     return graded_sources([folder])
+
+
+def instructor_notebook(nb, instructor_dir=INSTRUCTOR_NOTEBOOKS) -> Path | None:
+    """The instructor's notebook that ``nb`` is a copy of, whatever the student's file is called: the one
+    sharing the most locked cells' grade_ids (Colab saves "Copy of 03_...", browsers "03_... (1)")."""
+    def locked(notebook) -> set:
+        return {nbgrader(c)["grade_id"] for c in notebook.cells if nbgrader(c).get("locked") and nbgrader(c).get("grade_id")}
+
+    mine = locked(nb)
+    shared = {path: len(mine & locked(read_notebook(path))) for path in sorted(Path(instructor_dir).glob("*.ipynb"))}
+    best = max(shared, key=shared.get, default=None)
+    return best if best is not None and shared[best] else None
 
 
 def with_instructor_cells(nb, instructor):
@@ -69,8 +82,8 @@ def run_nbval(paths: list[Path], instructor_dir=INSTRUCTOR_NOTEBOOKS, timeout: f
     copies = []
     for path in paths:
         nb = read_notebook(path)
-        reference = Path(instructor_dir) / path.name
-        if reference.is_file():
+        reference = instructor_notebook(nb, instructor_dir)
+        if reference is not None:
             nb = with_instructor_cells(nb, read_notebook(reference))
         nbformat.write(nb, str(work / path.name))
         copies.append((work / path.name, nb))

@@ -7,6 +7,7 @@ repository (the one Colab must install from: never the instructor's, which holds
 """
 from __future__ import annotations
 
+import linecache
 import logging
 import os
 import platform
@@ -123,6 +124,7 @@ def setup(threads: int | None = None) -> dict:
 
     quiet()
     _inline_figures()
+    _brief_errors()
     threads = threads or int(os.environ.get("SPECDEC_THREADS", "0") or 0)
     if threads:
         torch.set_num_threads(threads)
@@ -158,8 +160,39 @@ def _inline_figures() -> None:
         shell.run_line_magic("matplotlib", "inline")
 
 
+def _brief_errors() -> None:
+    """In IPython, a cell that calls an exercise still raising the stub's bare ``raise NotImplementedError()``
+    says so in one line, naming the exercise, instead of a traceback (a failed check is brief anyway:
+    `CheckFailed`). It stays an error (Run all stops there; nbval and ``handin`` see it); every other
+    error, the kit's own NotImplementedError with a message included, keeps its full traceback."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - plain python
+        return
+    shell = get_ipython()
+    if shell is not None:
+        shell.set_custom_exc((NotImplementedError,), _brief_traceback)
+
+
+def _brief_traceback(shell, etype, value, tb, tb_offset=None) -> None:
+    last = tb
+    while last.tb_next is not None:
+        last = last.tb_next
+    code = last.tb_frame.f_code
+    if value.args or linecache.getline(code.co_filename, last.tb_lineno).strip() != "raise NotImplementedError()":
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+        return
+    shell._showtraceback(etype, value, [
+        f"Not done yet: {code.co_name}() above still raises NotImplementedError: write it where it says "
+        "# YOUR CODE HERE, run its cell, then run this cell again."])
+
+
 class CheckFailed(AssertionError):
     """A check cell found a problem; the message says what to fix."""
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows for it: the message alone, not a traceback through the kit."""
+        return [str(self)]
 
 
 def check(condition, ok_msg: str, fix_msg: str) -> None:

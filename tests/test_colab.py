@@ -1,0 +1,95 @@
+"""A Colab student's hand-in, the way it really arrives: notebooks renamed by Colab ("Copy of ...")
+or by the browser ("... (1).ipynb"), a fresh stub copy next to the finished one, zips made on a Mac
+(``__MACOSX/._*.ipynb``) with a nested folder, and notebooks downloaded from Colab (nbformat 4.0,
+Colab's metadata). Each is read as the student meant it.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from specdec_helpers.assignment import cells, submission
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+NB02, NB03 = "02_draft_generation.ipynb", "03_vectorized_verification.ipynb"
+
+
+def stubbed(src: Path, dst: Path) -> Path:
+    """``src`` with every graded part replaced by the released stub (a fresh copy from the badge)."""
+    nb = nbformat.read(str(src), as_version=4)
+    for cell in nb.cells:
+        if cells.nbgrader(cell).get("solution"):
+            cell.source = "def f(self):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
+    nbformat.write(nb, str(dst))
+    return dst
+
+
+def colab_download(src: Path, dst: Path) -> Path:
+    """What File > Download .ipynb writes: nbformat 4.0 without cell ids, Colab's metadata, widget state."""
+    data = json.loads(src.read_text())
+    data["nbformat_minor"] = 0
+    data["metadata"] = {"colab": {"provenance": []}, "accelerator": "GPU", "kernelspec": {"name": "python3", "display_name": "Python 3"},
+                        "widgets": {"application/vnd.jupyter.widget-state+json": {"m1": {"state": {}}}}}
+    for i, cell in enumerate(data["cells"]):
+        cell.pop("id", None)
+        cell["metadata"] = {**cell["metadata"], "id": f"c{i}", "colab": {"base_uri": "https://localhost:8080/"}}
+    dst.write_text(json.dumps(data))
+    return dst
+
+
+@pytest.mark.parametrize("name", [f"Copy of {NB02}", "02_draft_generation (1).ipynb", "my drafting.ipynb"])
+def test_a_later_notebook_finds_earlier_parts_under_any_name(tmp_path, capsys, name):
+    colab_download(NOTEBOOKS / NB02, tmp_path / name)
+    functions = cells.earlier_parts("04", tmp_path)
+    assert "generate_draft_tokens" in functions
+    out = capsys.readouterr().out
+    assert f"draft   (02): yours ({name})" in out, out
+
+
+def test_a_finished_cell_wins_over_a_fresh_stub_copy_whatever_the_names(tmp_path):
+    shutil.copy(NOTEBOOKS / NB03, tmp_path / NB03)
+    stubbed(NOTEBOOKS / NB03, tmp_path / f"Copy of {NB03}")  # sorts after the finished one
+    sources = cells.graded_sources([tmp_path])
+    assert not cells.is_stub(sources["verify"])
+    assert "verify_tokens_vectorized" in cells.earlier_parts("04", tmp_path, verbose=False)
+
+
+def test_a_zip_made_on_a_mac_with_a_nested_folder(tmp_path):
+    handin = tmp_path / "handin.zip"
+    with zipfile.ZipFile(handin, "w") as archive:
+        archive.write(NOTEBOOKS / NB03, f"my work/notebooks/{NB03}")
+        archive.writestr(f"__MACOSX/my work/notebooks/._{NB03}", b"\x00\x05\x16\x07 AppleDouble resource fork")
+        archive.writestr("my work/.ipynb_checkpoints/03-checkpoint.ipynb", b"{}")
+    paths = submission.notebooks_in(handin)
+    assert [p.name for p in paths] == [NB03]
+    assert not cells.is_stub(cells.graded_sources(paths)["verify"])
+
+
+def test_a_renamed_notebook_is_graded_with_the_instructors_check_cells(tmp_path):
+    path = colab_download(NOTEBOOKS / NB03, tmp_path / f"Copy of {NB03}")
+    nb = cells.read_notebook(path)
+    check = next(c for c in nb.cells if cells.nbgrader(c).get("grade_id") == "verify_check")
+    check.source = "print('✅ all good')  # a student's edit of a locked cell"
+    reference = submission.instructor_notebook(nb)
+    assert reference is not None and reference.name == NB03
+    restored = submission.with_instructor_cells(nb, cells.read_notebook(reference))
+    check = next(c for c in restored.cells if cells.nbgrader(c).get("grade_id") == "verify_check")
+    assert "check_part" in check.source
+
+
+def test_a_graded_check_on_the_stub_says_not_implemented_and_what_to_do(capsys):
+    from specdec_helpers.assignment.check import CheckFailed, check_part
+
+    def stub(self, model_name):
+        raise NotImplementedError()
+
+    with pytest.raises(CheckFailed) as failed:
+        check_part("init", initialize_target_model=stub, initialize_draft_model=stub)
+    assert "not implemented yet" in capsys.readouterr().out
+    assert str(failed.value).startswith("Not done yet:") and "see the checks above" not in str(failed.value)
