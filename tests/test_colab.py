@@ -93,3 +93,46 @@ def test_a_graded_check_on_the_stub_says_not_implemented_and_what_to_do(capsys):
         check_part("init", initialize_target_model=stub, initialize_draft_model=stub)
     assert "not implemented yet" in capsys.readouterr().out
     assert str(failed.value).startswith("Not done yet:") and "see the checks above" not in str(failed.value)
+
+
+def test_a_file_that_is_not_a_notebook_is_named_and_the_rest_graded(tmp_path):
+    from specdec_helpers import cli
+
+    shutil.copy(NOTEBOOKS / NB03, tmp_path / NB03)
+    (tmp_path / "04_kv_cached_verification.ipynb").write_text("<!DOCTYPE html><html>Google Drive</html>")
+    results = tmp_path / "results.json"
+    assert cli.grade([str(tmp_path), "--no-nbval", "--no-perf", "--visible-only", "--results", str(results)]) == 0
+    data = json.loads(results.read_text())
+    broken = [t for t in data["tests"] if "04_kv_cached_verification.ipynb" in t["name"]]
+    assert broken and "File > Download" in broken[0]["output"], data["output"]
+    verify = [t for t in data["tests"] if t["name"].startswith("3 verification")]
+    assert verify and all(t["status"] == "passed" for t in verify)
+
+
+def test_on_colab_the_copies_saved_in_a_mounted_drive_are_found(tmp_path, monkeypatch, capsys):
+    drive, content = tmp_path / "drive" / "MyDrive" / "Colab Notebooks", tmp_path / "content"
+    drive.mkdir(parents=True)
+    content.mkdir()
+    shutil.copy(NOTEBOOKS / NB02, drive / f"Copy of {NB02}")  # File > Save a copy in Drive
+    monkeypatch.setattr(cells, "COLAB_DRIVE_NOTEBOOKS", drive)
+    assert "generate_draft_tokens" not in cells.earlier_parts("04", content)  # not on Colab: only the folder
+    monkeypatch.setitem(__import__("sys").modules, "google.colab", object())
+    assert "generate_draft_tokens" in cells.earlier_parts("04", content)
+    assert f"draft   (02): yours (Copy of {NB02})" in capsys.readouterr().out
+
+
+def test_a_failed_check_line_shows_the_verdict_not_nbvals_report(tmp_path):
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    verdict = "Not done yet: the exercise above still raises NotImplementedError. compare the two dicts."
+    text = ("#x1B[91mNotebook cell execution failed#x1B[0m\n#x1B[94mCell 1: Cell execution caused an exception\n\n"
+            "Input:\n#x1B[0m# NBVAL_CHECK_OUTPUT\nnb.check(lambda: same(a, b), 'ok', 'compare the two dicts.')\n\n"
+            f"#x1B[94mTraceback:#x1B[0m\n\n{verdict}\n")
+    junit = tmp_path / "01.xml"
+    junit.write_text('<testsuites><testsuite><testcase name="Cell 0"/><testcase name="Cell 1">'
+                     '<failure message="Notebook cell execution failed [+1 more line]">'
+                     f'{text.replace("&", "&amp;").replace("<", "&lt;")}</failure></testcase></testsuite></testsuites>')
+    nb = new_notebook(cells=[new_code_cell("x = 1"), new_code_cell("nb.check(...)", metadata={
+        "nbgrader": {"grade_id": "ex1_check", "locked": True}})])
+    [line] = submission._check_lines("01_x.ipynb", nb, junit)
+    assert line.status == "failed" and line.feedback == verdict

@@ -11,9 +11,12 @@ import re
 from pathlib import Path
 
 from specdec_helpers.assignment.decoder import FUNCTIONS, NOTEBOOK_OF, PARTS, build_decoder
+from specdec_helpers.present.notebook import in_colab
 
 #: The one import a graded cell may take from the kit: cache bookkeeping is plumbing, not the exercise.
 ALLOWED_KIT_IMPORTS = ("specdec_helpers.core.cache",)
+#: Where Colab's File > Save a copy in Drive puts notebooks, once the student has mounted Drive.
+COLAB_DRIVE_NOTEBOOKS = Path("/content/drive/MyDrive/Colab Notebooks")
 _STUB = re.compile(r"^\s*raise NotImplementedError\(\)\s*$", re.M)
 
 
@@ -120,11 +123,13 @@ def load_functions(sources: dict[str, str]) -> dict:
 def earlier_parts(notebook: str, folder=".", verbose: bool = True) -> dict:
     """For notebook ``notebook`` (e.g. ``"04"``): the student's own functions of the parts taught in
     earlier notebooks, read from the notebooks in ``folder`` (any name: Colab saves "Copy of 02_...",
-    browsers download "02_... (1).ipynb"; the newest finished one wins) when they are there and finished.
+    browsers download "02_... (1).ipynb"; the newest finished one wins) and, on Colab, in a mounted
+    Drive's "Colab Notebooks" (where Save a copy in Drive puts them), when they are there and finished.
     Prints which parts are yours and which are the kit's stand-ins, and how to use yours."""
     folder = Path(folder)
     wanted = [part for part, nb in NOTEBOOK_OF.items() if nb < notebook]
-    files = sorted(notebook_files(folder.glob("*.ipynb")), key=lambda f: f.stat().st_mtime)
+    folders = [folder] + ([COLAB_DRIVE_NOTEBOOKS] if in_colab() and COLAB_DRIVE_NOTEBOOKS.is_dir() else [])
+    files = sorted(notebook_files([p for f in folders for p in f.glob("*.ipynb")]), key=lambda f: f.stat().st_mtime)
     found = {part: hit for part, hit in graded_cells_in(files, skip_unreadable=True).items() if part in wanted}
     functions, lines = {}, []
     for part in wanted:
@@ -142,9 +147,9 @@ def earlier_parts(notebook: str, folder=".", verbose: bool = True) -> dict:
         print("Parts from earlier notebooks:\n" + "\n".join(lines))
         if any(part not in found for part in wanted):
             print(f"To use yours, put your notebooks {NOTEBOOK_OF[wanted[0]]}-{NOTEBOOK_OF[wanted[-1]]} in "
-                  f"{folder.resolve()} "
-                  "(on Colab: File > Download .ipynb in each notebook's tab, then upload it here with the Files "
-                  "pane, the folder icon on the left) and run this cell again.")
+                  f"{folder.resolve()} and run this cell again. On Colab: File > Download > Download .ipynb in "
+                  "each notebook's tab, then upload it with the Files pane (the folder icon on the left); or, if "
+                  "you saved them with File > Save a copy in Drive, mount Drive there (Mount Drive button).")
     return functions
 
 

@@ -7,6 +7,7 @@ check's verdict earns nothing.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -44,6 +45,24 @@ def notebooks_in(path) -> list[Path]:
     if not found:
         raise SubmissionError(f"no notebooks (.ipynb) in {path}")
     return found
+
+
+def readable(paths: list[Path]) -> tuple[list[Path], list[Result]]:
+    """``(notebooks that read, one 0-point line per file that does not)``: a broken upload (a Drive page
+    saved as .ipynb, a half-written file) is named to the student, and the rest is still graded."""
+    good, bad = [], []
+    for path in paths:
+        try:
+            read_notebook(path)
+        except Exception as error:  # noqa: BLE001 - whatever it is, it is not a notebook
+            bad.append(Result("load", f"{path.name} reads as a notebook", 0.0, 0.0, "error",
+                              f"not a notebook ({type(error).__name__}: {str(error)[:120]}); download it again with "
+                              "File > Download > Download .ipynb and resubmit", test_id=f"load.{path.stem}"))
+        else:
+            good.append(path)
+    if not good:
+        raise SubmissionError("; ".join(r.feedback for r in bad) or "no notebooks")
+    return good, bad
 
 
 def reference_sources(folder=INSTRUCTOR_NOTEBOOKS) -> dict:
@@ -104,13 +123,21 @@ def run_nbval(paths: list[Path], instructor_dir=INSTRUCTOR_NOTEBOOKS, timeout: f
     return results
 
 
+def _verdict(report: str) -> str:
+    """What the student needs from nbval's failure report: the error's last line (a failed check's whole
+    verdict), not the colour codes and the cell's source before it."""
+    text = re.sub(r"(\x1b|#x1B)\[[0-9;]*m", "", report).split("Traceback:")[-1]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (lines[-1] if lines else "failed")[:400]
+
+
 def _check_lines(name: str, nb, junit: Path) -> list[Result]:
     verdicts = {}
     if junit.is_file():
         for case in ElementTree.parse(junit).getroot().iter("testcase"):
             failure = case.find("failure") if case.find("failure") is not None else case.find("error")
             index = int(case.get("name", "Cell -1").split()[-1])
-            verdicts[index] = "" if failure is None else (failure.get("message") or "failed")[:400]
+            verdicts[index] = "" if failure is None else _verdict(failure.text or failure.get("message") or "failed")
     code = [c for c in nb.cells if c.cell_type == "code"]
     lines = []
     for index, cell in enumerate(code):

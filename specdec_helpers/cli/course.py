@@ -27,6 +27,7 @@ from specdec_helpers.assignment.speed import measure as measure_speed
 from specdec_helpers.assignment.submission import (
     SubmissionError,
     notebooks_in,
+    readable,
     reference_sources,
     run_nbval,
 )
@@ -111,7 +112,7 @@ def grade(argv=None) -> int:
         print(f"grade: --config {args.config}: {error}".replace("\n", " "), file=sys.stderr)
         return 2
     try:
-        paths = notebooks_in(args.submission)
+        paths, unreadable = readable(notebooks_in(args.submission))
     except SubmissionError as error:
         report = Report([Result("load", "submission loads", 0.0, 0.0, "error", str(error))], args.submission)
         results_path.write_text(json.dumps({**report.gradescope(), "max_score": sum(
@@ -119,7 +120,7 @@ def grade(argv=None) -> int:
         print(f"❌ {error}", file=sys.stderr)
         return 1
     print(f"grading {len(paths)} notebook(s) from {args.submission} ...", flush=True)
-    checks = [] if args.no_nbval else run_nbval(paths, preset=config["performance"]["preset"])
+    checks = unreadable + ([] if args.no_nbval else run_nbval(paths, preset=config["performance"]["preset"]))
     report = grade_sources(graded_sources(paths), config, reference_sources=reference_sources(),
                            measure_fn=None if args.no_perf else measure_speed, hidden=not args.visible_only,
                            source=str(args.submission), checks=checks)
