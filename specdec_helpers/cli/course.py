@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import zipfile
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 from specdec_helpers.assignment import check as check_module
 from specdec_helpers.assignment import grader as grader_module
 from specdec_helpers.assignment import handin as handin_module
-from specdec_helpers.assignment.cells import graded_sources
+from specdec_helpers.assignment.cells import graded_sources, read_notebook
 from specdec_helpers.assignment.check import run_check
 from specdec_helpers.assignment.grader import (
     EXTRA_CREDIT,
@@ -78,13 +79,23 @@ def release(argv=None) -> int:
               + str(error) + "\n" + "=" * 70, file=sys.stderr)
         return 1
     out = Path(settings["out"])
-    stubs = sum((out / rel).read_text().count("raise NotImplementedError()") for rel in written
-                if rel.endswith((".py", ".ipynb")))
+    stubs = sum(len(STUB_LINE.findall(source)) for rel in written for source in _code(out / rel))
     for problem in notebook_sync.check(out / "notebooks", settings["repo_url"], settings["branch"]):
         print(f"warning: {problem}", file=sys.stderr)
     print(f"student repository: {len(written)} files in {out} ({stubs} exercise stubs); no solution or hidden test "
           f"left; badges and install cells point at {settings['repo_url']} ({settings['branch']})")
     return 0
+
+
+STUB_LINE = re.compile(r"^[ \t]*raise NotImplementedError\(\)[ \t]*$", re.M)
+
+
+def _code(path: Path) -> list[str]:
+    """The code of a released file: a module's text, a notebook's code cells (not the kit's messages
+    that mention the stub)."""
+    if path.suffix == ".ipynb":
+        return [cell["source"] for cell in read_notebook(path).cells if cell["cell_type"] == "code"]
+    return [path.read_text()] if path.suffix == ".py" else []
 
 
 def grade(argv=None) -> int:
