@@ -51,7 +51,8 @@ def test_unfinished_work_reads_as_one_line_not_a_traceback():
                "print(count(1) / 1e6)",
                "from specdec_helpers.assignment.check import CheckFailed\nraise CheckFailed('Not yet: see the checks above')",
                "def kit():\n    raise NotImplementedError('only full-attention caches')\nkit()",
-               "1 / 0"]
+               "1 / 0",
+               "print(cache_bytes(cache))"]
     nb = new_notebook(cells=[new_code_cell(s) for s in sources])
     nbclient.NotebookClient(nb, timeout=120, allow_errors=True).execute()
     errors = [next((o for o in c.outputs if o.output_type == "error"), None) for c in nb.cells]
@@ -64,3 +65,5 @@ def test_unfinished_work_reads_as_one_line_not_a_traceback():
     assert shown[4] == "Not yet: see the checks above"
     assert "only full-attention caches" in shown[5] and "kit()" in shown[5]  # the kit's own: full traceback
     assert "ZeroDivisionError" in shown[6] and "1 / 0" in shown[6]
+    assert "name 'cache_bytes' is not defined" in shown[7] and shown[7].rstrip().endswith(
+        "Runtime > Run before, then this cell again.")  # out of order, or after a restart
