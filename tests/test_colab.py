@@ -136,3 +136,31 @@ def test_a_failed_check_line_shows_the_verdict_not_nbvals_report(tmp_path):
         "nbgrader": {"grade_id": "ex1_check", "locked": True}})])
     [line] = submission._check_lines("01_x.ipynb", nb, junit)
     assert line.status == "failed" and line.feedback == verdict
+
+
+def _verify_solution() -> str:
+    nb = cells.read_notebook(NOTEBOOKS / NB03)
+    source = next(c.source for c in nb.cells if cells.nbgrader(c).get("grade_id") == "verify")
+    return "\n".join(line for line in source.splitlines() if "### " not in line)
+
+
+@pytest.mark.slow
+def test_a_check_cell_tests_the_graded_cell_as_the_grader_runs_it_alone():
+    """The grader runs each graded cell on its own: a helper defined in another cell of the notebook
+    works in the kernel but not there, so the check cell must fail too, and say why."""
+    import nbclient
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    check = ("from specdec_helpers.assignment.check import check_part\n"
+             "check_part('verify', accept_draft=accept_draft, verify_tokens_vectorized=verify_tokens_vectorized)")
+    with_helper = _verify_solution().replace("choices = target_logits.argmax(-1)", "choices = _greedy(target_logits)")
+    assert with_helper != _verify_solution()
+    nb = new_notebook(cells=[new_code_cell("from specdec_helpers.present import notebook as nb\ninfo = nb.setup()"),
+                             new_code_cell("def _greedy(logits):\n    return logits.argmax(-1)"),
+                             new_code_cell(with_helper), new_code_cell(check),
+                             new_code_cell(_verify_solution()), new_code_cell(check)])
+    nbclient.NotebookClient(nb, timeout=300, allow_errors=True).execute()
+    text = ["".join(o.get("text", "") + o.get("evalue", "") for o in c.outputs) for c in nb.cells]
+    assert any(o.output_type == "error" for o in nb.cells[3].outputs), text[3]
+    assert "_greedy" in text[3] and "on its own" in text[3], text[3]
+    assert not any(o.output_type == "error" for o in nb.cells[5].outputs) and "✅" in text[5], text[5]
