@@ -136,3 +136,13 @@ def test_the_real_kit_releases_without_any_solution_line(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], cwd=out, env={**os.environ, "PYTHONPATH": str(out)},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_student_readme_walks_a_colab_student_from_badge_to_hand_in(tmp_path):
+    readme = release.student_readme([("01_multiply.ipynb", "01 · Multiply")], URL)
+    colab = readme.split("## On Colab, start to finish")[1].split("\n## ")[0]
+    for step in ("Run all", "File > Download > Download .ipynb", "Gradescope", "Files pane", "Copy of"):
+        assert step in colab, step
+    assert "python -m" not in colab and "`.py` file" in colab  # notebooks only: no terminal, no .py file
+    assert "local copy before you hand in" not in readme
+    assert f"{URL}/blob/main/report/REPORT_TEMPLATE.md" in readme

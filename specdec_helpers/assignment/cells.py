@@ -11,9 +11,12 @@ import re
 from pathlib import Path
 
 from specdec_helpers.assignment.decoder import FUNCTIONS, NOTEBOOK_OF, PARTS, build_decoder
+from specdec_helpers.present.notebook import in_colab
 
 #: The one import a graded cell may take from the kit: cache bookkeeping is plumbing, not the exercise.
 ALLOWED_KIT_IMPORTS = ("specdec_helpers.core.cache",)
+#: Where Colab's File > Save a copy in Drive puts notebooks, once the student has mounted Drive.
+COLAB_DRIVE_NOTEBOOKS = Path("/content/drive/MyDrive/Colab Notebooks")
 _STUB = re.compile(r"^\s*raise NotImplementedError\(\)\s*$", re.M)
 
 
@@ -33,21 +36,37 @@ def read_notebook(path):
     return nbformat.read(str(path), as_version=4)
 
 
+def notebook_files(paths) -> list[Path]:
+    """The notebooks among ``paths`` (files, or folders searched recursively), without Jupyter's
+    checkpoints and the ``__MACOSX/._*.ipynb`` resource forks a zip made on a Mac carries."""
+    files = []
+    for path in map(Path, paths):
+        files += sorted(path.rglob("*.ipynb")) if path.is_dir() else [path]
+    return [f for f in files if not {".ipynb_checkpoints", "__MACOSX"} & set(f.parts) and not f.name.startswith("._")]
+
+
+def graded_cells_in(files, skip_unreadable: bool = False) -> dict[str, tuple[str, Path]]:
+    """``{part: (cell source, notebook)}`` for the parts of `decoder.PARTS` in ``files``, found by grade_id
+    whatever the notebook is called ("Copy of 03_...": Colab's name for a saved copy). When several
+    notebooks hold a part, a finished cell wins over a stub, then the later file."""
+    found: dict[str, tuple[str, Path]] = {}
+    for file in files:
+        try:
+            nb = read_notebook(file)
+        except Exception:  # noqa: BLE001 - not a notebook (a half-uploaded file): nothing to find in it
+            if skip_unreadable:
+                continue
+            raise
+        for grade_id, source in graded_cells(nb).items():
+            if grade_id in PARTS and not (is_stub(source) and grade_id in found and not is_stub(found[grade_id][0])):
+                found[grade_id] = (source, Path(file))
+    return found
+
+
 def graded_sources(paths) -> dict[str, str]:
     """``{part: cell source}`` for the graded parts found in the notebooks ``paths`` (files or folders);
-    only the parts of `decoder.PARTS`. Later files win if two define one part."""
-    files = []
-    for path in paths:
-        path = Path(path)
-        files += sorted(path.rglob("*.ipynb")) if path.is_dir() else [path]
-    found: dict[str, str] = {}
-    for file in files:
-        if ".ipynb_checkpoints" in file.parts:
-            continue
-        for grade_id, source in graded_cells(read_notebook(file)).items():
-            if grade_id in PARTS:
-                found[grade_id] = source
-    return found
+    see `graded_cells_in` for which cell wins."""
+    return {part: source for part, (source, _) in graded_cells_in(notebook_files(paths)).items()}
 
 
 def is_stub(source: str) -> bool:
@@ -103,26 +122,34 @@ def load_functions(sources: dict[str, str]) -> dict:
 
 def earlier_parts(notebook: str, folder=".", verbose: bool = True) -> dict:
     """For notebook ``notebook`` (e.g. ``"04"``): the student's own functions of the parts taught in
-    earlier notebooks, read from the sibling notebooks in ``folder`` when they are there and finished.
-    Prints which parts are yours and which are the kit's stand-ins."""
+    earlier notebooks, read from the notebooks in ``folder`` (any name: Colab saves "Copy of 02_...",
+    browsers download "02_... (1).ipynb"; the newest finished one wins) and, on Colab, in a mounted
+    Drive's "Colab Notebooks" (where Save a copy in Drive puts them), when they are there and finished.
+    Prints which parts are yours and which are the kit's stand-ins, and how to use yours."""
     folder = Path(folder)
     wanted = [part for part, nb in NOTEBOOK_OF.items() if nb < notebook]
-    paths = [p for part in wanted for p in sorted(folder.glob(f"{NOTEBOOK_OF[part]}_*.ipynb"))]
-    sources = {part: src for part, src in graded_sources(paths).items() if part in wanted}
+    folders = [folder] + ([COLAB_DRIVE_NOTEBOOKS] if in_colab() and COLAB_DRIVE_NOTEBOOKS.is_dir() else [])
+    files = sorted(notebook_files([p for f in folders for p in f.glob("*.ipynb")]), key=lambda f: f.stat().st_mtime)
+    found = {part: hit for part, hit in graded_cells_in(files, skip_unreadable=True).items() if part in wanted}
     functions, lines = {}, []
     for part in wanted:
-        source = sources.get(part)
+        source, file = found.get(part, (None, None))
         try:
             mine = load_functions({part: source}) if source is not None else {}
         except Exception as error:  # noqa: BLE001 - the student's cell does not run: say so, use the kit's
-            mine, why = {}, f"your cell fails ({type(error).__name__}: {error})"
+            mine, why = {}, f"your cell in {file.name} fails ({type(error).__name__}: {error})"
         else:
-            why = ("notebook not found next to this one" if source is None else
-                   "your cell is not finished" if not mine else "")
+            why = ("no notebook next to this one has it" if source is None else
+                   f"your cell in {file.name} is not finished" if not mine else "")
         functions.update(mine)
-        lines.append(f"  {part:7s} ({NOTEBOOK_OF[part]}): " + ("yours" if mine else f"the kit's stand-in ({why})"))
+        lines.append(f"  {part:7s} ({NOTEBOOK_OF[part]}): " + (f"yours ({file.name})" if mine else f"the kit's stand-in ({why})"))
     if verbose and wanted:
         print("Parts from earlier notebooks:\n" + "\n".join(lines))
+        if any(part not in found for part in wanted):
+            print(f"To use yours, put your notebooks {NOTEBOOK_OF[wanted[0]]}-{NOTEBOOK_OF[wanted[-1]]} in "
+                  f"{folder.resolve()} and run this cell again. On Colab: File > Download > Download .ipynb in "
+                  "each notebook's tab, then upload it with the Files pane (the folder icon on the left); or, if "
+                  "you saved them with File > Save a copy in Drive, mount Drive there (Mount Drive button).")
     return functions
 
 

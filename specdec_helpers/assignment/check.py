@@ -7,21 +7,24 @@ reference solution, so passing here is necessary, not sufficient.
 """
 from __future__ import annotations
 
+import linecache
+import os
 import sys
 from pathlib import Path
 
-from specdec_helpers.assignment.cells import graded_sources
+from specdec_helpers.assignment.cells import exec_cell, graded_sources
 from specdec_helpers.assignment.decoder import PARTS
 from specdec_helpers.assignment.grader import run_suite
 from specdec_helpers.assignment.sandbox import InProcess
 from specdec_helpers.assignment.suite import EXERCISES
+from specdec_helpers.present import notebook
 
 LABELS = {"init": "01 · initialization", "draft": "02 · drafting", "verify": "03 · verification",
           "decode": "04 · KV cache and the decode loop"}
 MARKS = {"passed": "✅", "not implemented": "⏳", "failed": "❌", "error": "💥"}
 
 
-class CheckFailed(AssertionError):
+class CheckFailed(notebook.CheckFailed):
     """A check cell's verdict when a visible test fails (the message says what to fix)."""
 
 
@@ -47,11 +50,42 @@ def check_part(part: str, **functions) -> None:
     missing = [name for name in PARTS[part] if name not in functions]
     if missing:
         raise TypeError(f"check_part({part!r}) needs {', '.join(PARTS[part])}; missing {', '.join(missing)}")
+    try:
+        functions = as_graded(part, functions)
+    except Exception as error:  # noqa: BLE001 - the cell itself fails when run alone, as in grading
+        raise CheckFailed(f"Not yet: your graded cell does not run on its own ({type(error).__name__}: {error}), and the "
+                          f"grader runs it alone: {ALONE}") from None
     child = InProcess(functions)
     results = run_suite({part: "# defined in this notebook"}, {part: 1}, hidden=False, only=[part], seed=0,
                         child_factory=lambda: child)
     if not print_verdict(part, results):
+        if {r.status for r in results} == {"not implemented"}:
+            raise CheckFailed("Not done yet: the graded cell above still raises NotImplementedError. Write your code "
+                              "in place of raise NotImplementedError(), run the cell, then run this check again.")
+        if any("NameError" in r.feedback for r in results):
+            raise CheckFailed(f"Not yet: a name your graded cell uses is not defined in it. The grader runs the cell on "
+                              f"its own: {ALONE}")
         raise CheckFailed("Not yet: see the checks above (hints in the messages). Fix the cell, run it, run this check again.")
+
+
+ALONE = "define or import everything it uses inside that cell (a helper from another cell is not there)."
+
+
+def as_graded(part: str, functions: dict) -> dict:
+    """The functions as the grader gets them: each one's notebook cell (IPython keeps cell sources in
+    `linecache`, under a name that is no file) run on its own in a fresh namespace, as `cells.exec_cell`
+    does in grading. So a helper defined in another cell fails here as it would there. Functions not
+    defined in a cell (a module, ``exec``) stay as given."""
+    graded = {}
+    for name, fn in functions.items():
+        code = getattr(fn, "__code__", None)
+        in_cell = code is not None and not os.path.exists(code.co_filename)  # a module's file is on disk
+        source = "".join(linecache.getlines(code.co_filename)) if in_cell else ""
+        if not source:
+            graded[name] = fn
+            continue
+        graded[name] = exec_cell(source, f"<graded cell {part}>").get(name, fn)
+    return graded
 
 
 def run_check(path=None, file=None) -> int:

@@ -7,6 +7,7 @@ check's verdict earns nothing.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -14,7 +15,7 @@ import xml.etree.ElementTree as ElementTree
 import zipfile
 from pathlib import Path
 
-from specdec_helpers.assignment.cells import graded_sources, nbgrader, read_notebook
+from specdec_helpers.assignment.cells import graded_sources, nbgrader, notebook_files, read_notebook
 from specdec_helpers.assignment.grader import Result
 
 ROOT = Path(__file__).resolve().parents[2]  # the kit's top folder (release.py is instructor-only: not imported)
@@ -28,7 +29,8 @@ class SubmissionError(Exception):
 
 
 def notebooks_in(path) -> list[Path]:
-    """The notebooks of a folder, a zip (extracted to a temporary folder) or a single .ipynb."""
+    """The notebooks of a folder, a zip (extracted to a temporary folder) or a single .ipynb, at any depth
+    (a zipped folder); a Mac's ``__MACOSX`` resource forks and Jupyter's checkpoints are not notebooks."""
     path = Path(path)
     if not path.exists():
         raise SubmissionError(f"{path} does not exist")
@@ -39,15 +41,45 @@ def notebooks_in(path) -> list[Path]:
                 if member.endswith(".ipynb") and ".." not in Path(member).parts and not member.startswith("/"):
                     archive.extract(member, folder)
         path = folder
-    found = [path] if path.is_file() else sorted(p for p in path.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+    found = notebook_files([path])
     if not found:
         raise SubmissionError(f"no notebooks (.ipynb) in {path}")
     return found
 
 
+def readable(paths: list[Path]) -> tuple[list[Path], list[Result]]:
+    """``(notebooks that read, one 0-point line per file that does not)``: a broken upload (a Drive page
+    saved as .ipynb, a half-written file) is named to the student, and the rest is still graded."""
+    good, bad = [], []
+    for path in paths:
+        try:
+            read_notebook(path)
+        except Exception as error:  # noqa: BLE001 - whatever it is, it is not a notebook
+            bad.append(Result("load", f"{path.name} reads as a notebook", 0.0, 0.0, "error",
+                              f"not a notebook ({type(error).__name__}: {str(error)[:120]}); download it again with "
+                              "File > Download > Download .ipynb and resubmit", test_id=f"load.{path.stem}"))
+        else:
+            good.append(path)
+    if not good:
+        raise SubmissionError("; ".join(r.feedback for r in bad) or "no notebooks")
+    return good, bad
+
+
 def reference_sources(folder=INSTRUCTOR_NOTEBOOKS) -> dict:
     """The instructor's graded cells (the reference solution)."""
     return graded_sources([folder])
+
+
+def instructor_notebook(nb, instructor_dir=INSTRUCTOR_NOTEBOOKS) -> Path | None:
+    """The instructor's notebook that ``nb`` is a copy of, whatever the student's file is called: the one
+    sharing the most locked cells' grade_ids (Colab saves "Copy of 03_...", browsers "03_... (1)")."""
+    def locked(notebook) -> set:
+        return {nbgrader(c)["grade_id"] for c in notebook.cells if nbgrader(c).get("locked") and nbgrader(c).get("grade_id")}
+
+    mine = locked(nb)
+    shared = {path: len(mine & locked(read_notebook(path))) for path in sorted(Path(instructor_dir).glob("*.ipynb"))}
+    best = max(shared, key=shared.get, default=None)
+    return best if best is not None and shared[best] else None
 
 
 def with_instructor_cells(nb, instructor):
@@ -69,8 +101,8 @@ def run_nbval(paths: list[Path], instructor_dir=INSTRUCTOR_NOTEBOOKS, timeout: f
     copies = []
     for path in paths:
         nb = read_notebook(path)
-        reference = Path(instructor_dir) / path.name
-        if reference.is_file():
+        reference = instructor_notebook(nb, instructor_dir)
+        if reference is not None:
             nb = with_instructor_cells(nb, read_notebook(reference))
         nbformat.write(nb, str(work / path.name))
         copies.append((work / path.name, nb))
@@ -91,13 +123,21 @@ def run_nbval(paths: list[Path], instructor_dir=INSTRUCTOR_NOTEBOOKS, timeout: f
     return results
 
 
+def _verdict(report: str) -> str:
+    """What the student needs from nbval's failure report: the error's last line (a failed check's whole
+    verdict), not the colour codes and the cell's source before it."""
+    text = re.sub(r"(\x1b|#x1B)\[[0-9;]*m", "", report).split("Traceback:")[-1]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (lines[-1] if lines else "failed")[:400]
+
+
 def _check_lines(name: str, nb, junit: Path) -> list[Result]:
     verdicts = {}
     if junit.is_file():
         for case in ElementTree.parse(junit).getroot().iter("testcase"):
             failure = case.find("failure") if case.find("failure") is not None else case.find("error")
             index = int(case.get("name", "Cell -1").split()[-1])
-            verdicts[index] = "" if failure is None else (failure.get("message") or "failed")[:400]
+            verdicts[index] = "" if failure is None else _verdict(failure.text or failure.get("message") or "failed")
     code = [c for c in nb.cells if c.cell_type == "code"]
     lines = []
     for index, cell in enumerate(code):

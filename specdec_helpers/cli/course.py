@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import zipfile
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 from specdec_helpers.assignment import check as check_module
 from specdec_helpers.assignment import grader as grader_module
 from specdec_helpers.assignment import handin as handin_module
-from specdec_helpers.assignment.cells import graded_sources
+from specdec_helpers.assignment.cells import graded_sources, read_notebook
 from specdec_helpers.assignment.check import run_check
 from specdec_helpers.assignment.grader import (
     EXTRA_CREDIT,
@@ -27,6 +28,7 @@ from specdec_helpers.assignment.speed import measure as measure_speed
 from specdec_helpers.assignment.submission import (
     SubmissionError,
     notebooks_in,
+    readable,
     reference_sources,
     run_nbval,
 )
@@ -77,13 +79,23 @@ def release(argv=None) -> int:
               + str(error) + "\n" + "=" * 70, file=sys.stderr)
         return 1
     out = Path(settings["out"])
-    stubs = sum((out / rel).read_text().count("raise NotImplementedError()") for rel in written
-                if rel.endswith((".py", ".ipynb")))
+    stubs = sum(len(STUB_LINE.findall(source)) for rel in written for source in _code(out / rel))
     for problem in notebook_sync.check(out / "notebooks", settings["repo_url"], settings["branch"]):
         print(f"warning: {problem}", file=sys.stderr)
     print(f"student repository: {len(written)} files in {out} ({stubs} exercise stubs); no solution or hidden test "
           f"left; badges and install cells point at {settings['repo_url']} ({settings['branch']})")
     return 0
+
+
+STUB_LINE = re.compile(r"^[ \t]*raise NotImplementedError\(\)[ \t]*$", re.M)
+
+
+def _code(path: Path) -> list[str]:
+    """The code of a released file: a module's text, a notebook's code cells (not the kit's messages
+    that mention the stub)."""
+    if path.suffix == ".ipynb":
+        return [cell["source"] for cell in read_notebook(path).cells if cell["cell_type"] == "code"]
+    return [path.read_text()] if path.suffix == ".py" else []
 
 
 def grade(argv=None) -> int:
@@ -111,7 +123,7 @@ def grade(argv=None) -> int:
         print(f"grade: --config {args.config}: {error}".replace("\n", " "), file=sys.stderr)
         return 2
     try:
-        paths = notebooks_in(args.submission)
+        paths, unreadable = readable(notebooks_in(args.submission))
     except SubmissionError as error:
         report = Report([Result("load", "submission loads", 0.0, 0.0, "error", str(error))], args.submission)
         results_path.write_text(json.dumps({**report.gradescope(), "max_score": sum(
@@ -119,7 +131,7 @@ def grade(argv=None) -> int:
         print(f"❌ {error}", file=sys.stderr)
         return 1
     print(f"grading {len(paths)} notebook(s) from {args.submission} ...", flush=True)
-    checks = [] if args.no_nbval else run_nbval(paths, preset=config["performance"]["preset"])
+    checks = unreadable + ([] if args.no_nbval else run_nbval(paths, preset=config["performance"]["preset"]))
     report = grade_sources(graded_sources(paths), config, reference_sources=reference_sources(),
                            measure_fn=None if args.no_perf else measure_speed, hidden=not args.visible_only,
                            source=str(args.submission), checks=checks)

@@ -7,6 +7,7 @@ repository (the one Colab must install from: never the instructor's, which holds
 """
 from __future__ import annotations
 
+import linecache
 import logging
 import os
 import platform
@@ -123,6 +124,7 @@ def setup(threads: int | None = None) -> dict:
 
     quiet()
     _inline_figures()
+    _brief_errors()
     threads = threads or int(os.environ.get("SPECDEC_THREADS", "0") or 0)
     if threads:
         torch.set_num_threads(threads)
@@ -158,8 +160,46 @@ def _inline_figures() -> None:
         shell.run_line_magic("matplotlib", "inline")
 
 
+def _brief_errors() -> None:
+    """In IPython, say what unfinished or out-of-order work needs: a cell that calls an exercise still
+    raising the stub's bare ``raise NotImplementedError()`` says so in one line, naming the exercise,
+    instead of a traceback (a failed check is brief anyway: `CheckFailed`); a NameError (a cell run
+    before the cell that defines the name, or after a restart) ends with how to run the cells above.
+    Both stay errors (Run all stops there; nbval and ``handin`` see them); other errors, the kit's own
+    NotImplementedError with a message included, keep their traceback as it is."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - plain python
+        return
+    shell = get_ipython()
+    if shell is not None:
+        shell.set_custom_exc((NotImplementedError, NameError), _brief_traceback)
+
+
+def _brief_traceback(shell, etype, value, tb, tb_offset=None) -> None:
+    last = tb
+    while last.tb_next is not None:
+        last = last.tb_next
+    code = last.tb_frame.f_code
+    stub = issubclass(etype, NotImplementedError) and not value.args and \
+        linecache.getline(code.co_filename, last.tb_lineno).strip() == "raise NotImplementedError()"
+    if stub:
+        stb = [f"Not done yet: {code.co_name}() above still raises NotImplementedError: write it where it says "
+               "# YOUR CODE HERE, run its cell, then run this cell again."]
+    else:
+        stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
+        if issubclass(etype, NameError):
+            stb = stb + [f"{value}: a cell above that defines it has not run in this session (a restart forgets "
+                         "everything): Runtime > Run before, then this cell again."]
+    shell._showtraceback(etype, value, stb)
+
+
 class CheckFailed(AssertionError):
     """A check cell found a problem; the message says what to fix."""
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows for it: the message alone, not a traceback through the kit."""
+        return [str(self)]
 
 
 def check(condition, ok_msg: str, fix_msg: str) -> None:
