@@ -15,6 +15,7 @@ import sys
 import warnings
 
 from specdec_helpers.measure.bench import PA3_PROMPTS
+from specdec_helpers.present.hints import HINTS, hint_text
 from specdec_helpers.models.toy import TOY_PROMPTS
 
 #: Default repository (a placeholder): ``release --repo-url`` puts the student repository's URL in
@@ -202,19 +203,23 @@ class CheckFailed(AssertionError):
         return [str(self)]
 
 
-def check(condition, ok_msg: str, fix_msg: str) -> None:
-    """The verdict of a check cell: print ``ok_msg`` if ``condition`` holds, else raise with ``fix_msg``.
+def check(condition, ok_msg: str, fix_msg: str = "", *, hint: str | None = None) -> None:
+    """The verdict of a check cell: print ``ok_msg`` if ``condition`` holds, else raise with ``fix_msg``
+    and, for an exercise, its ``hint`` from `present.hints` (never written in the cell, so a student
+    does not read it before trying).
 
     ``condition`` may be a callable, so a check that would crash on unfinished work (e.g. calling a
     function that still raises NotImplementedError) reports that as a friendly failure.
     """
+    if hint is not None and hint not in HINTS:
+        hint_text(hint)  # raises: an unknown hint id is the notebook author's mistake, said at once
     if callable(condition):
         try:
             condition = condition()
         except NotImplementedError:
             raise CheckFailed(f"Not done yet: the exercise above still raises NotImplementedError. {fix_msg}") from None
     if not condition:
-        raise CheckFailed(f"❌ Not yet: {fix_msg}")
+        raise CheckFailed(" ".join(m for m in ("❌ Not yet:", fix_msg, hint and hint_text(hint)) if m))
     print(f"✅ Correct: {ok_msg}")
 
 

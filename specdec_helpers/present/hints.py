@@ -1,0 +1,76 @@
+"""Hints for the notebooks' exercises, shown only after a failed check.
+
+A hint in the check cell's source is read before the student has tried, and the precise ones give the
+answer away. So the check cells name their hint by the exercise's id (``nb.check(..., hint="ex2_rollback")``)
+and `present.notebook.check` prints it when the check fails: first the nudge (what to think about), and
+from the second failure of the same check in a kernel the fuller hint as well. Instructors read or edit
+every hint here, in one table.
+"""
+from __future__ import annotations
+
+# exercise id (the nbgrader grade_id of the exercise cell) -> (nudge, fuller hint)
+HINTS: dict[str, tuple[str, str]] = {
+    # 01 · models
+    "ex1_same_vocabulary": ("two tokenizers agree when every token string maps to the same id in both.",
+                            "compare the two token -> id dicts from get_vocab(); one extra token must make them differ."),
+    "ex2_count_parameters": ("every parameter tensor counts: its number of elements, and the bytes each takes.",
+                             "sum p.numel() over model.parameters(); for memory multiply by p.element_size() and "
+                             "divide by 1e6."),
+    "ex3_verify_cost": ("the cost of verifying k tokens is a pass over k + 1 tokens, in units of a 1-token pass.",
+                        "look up the median time at size k + 1 and divide by the one at size 1."),
+    # 02 · drafting
+    "ex1_draft_with_generate": ("look at what generate() returns: more than the new tokens.",
+                                "generate() returns prompt + new tokens: keep only the part after input_ids.shape[1], "
+                                "as a 1-D tensor."),
+    "ex2_agreement": ("mind the off-by-one: which row of logits predicts the token at position p?",
+                      "use rows start-1 .. L-2 of each model's logits (row i predicts token i+1) and compare the "
+                      "argmaxes."),
+    "ex3_lookup": ("the latest earlier occurrence wins, and the current one (at the very end) does not count.",
+                   "scan from the right for the latest earlier match of the last n tokens; return what followed it."),
+    # 03 · verification
+    "ex1_judge_rows": ("the target's logits at position i predict the token at i + 1: which row judges draft token 0?",
+                       "the row that judges draft token j is start - 1 + j; take k + 1 rows starting at start - 1."),
+    "ex2_accept": ("acceptance stops at the first mismatch; the target's own token comes after the accepted ones.",
+                   "count matches from the left and stop at the first mismatch; the next token is choices[n] in both "
+                   "cases."),
+    "ex3_speculative_no_cache": ("find the first round where your text leaves greedy decoding's.",
+                                 "compare your output with sd.greedy_decode token by token; look for the first position "
+                                 "that differs."),
+    # 04 · KV cache
+    "ex1_cache_bytes": ("every layer holds a key and a value tensor; each knows its size and its bytes per number.",
+                        "sum numel() * element_size() over layer.keys and layer.values for every layer in cache.layers."),
+    "ex2_rollback": ("how many positions must go, and what does crop take in transformers 5.x?",
+                     "compute drop = cache.get_seq_length() - n_kept and call cache.crop(-drop) when drop > 0."),
+    "ex3_speculative_cached": ("after a round the caches must hold exactly the text that was kept, no more.",
+                               "roll back to start + result.num_accepted (not start + k); feed nothing the cache "
+                               "already holds."),
+    # 05 · benchmarking
+    "ex1_expected_tokens": ("a round yields its i-th token only if the i - 1 before it were accepted: a geometric sum.",
+                            "(1 - alpha**(k+1)) / (1 - alpha), and k + 1 when alpha == 1."),
+    "ex2_best_k": ("only the speculative rows have a speedup worth comparing.",
+                   "filter results['summary'] to the spec_cached rows and take the k of the row with the largest "
+                   "'speedup'."),
+    # 06 · sampling
+    "ex1_acceptance_probability": ("a draft token is kept with probability min(1, p / q); beware q = 0.",
+                                   "divide p by q elementwise and clip at 1; torch.where(q > 0, ..., 1) avoids dividing "
+                                   "by zero."),
+    "ex2_residual": ("after a rejection, sample from what p has and q lacks, made a distribution again.",
+                     "clamp p - q at 0 (clamp_min(0)), then divide by its sum."),
+    # 07 · trees
+    "ex1_ancestor_mask": ("a node attends to itself and to every ancestor; parents come before children.",
+                          "start row i from its parent's row (parents come first), then set the diagonal."),
+}
+
+_failures: dict[str, int] = {}
+
+
+def hint_text(hint: str) -> str:
+    """The hint to show after a failed check of ``hint``: the nudge, and the fuller hint from the second
+    failure on in this kernel."""
+    if hint not in HINTS:
+        raise ValueError(f"no hint {hint!r}; known hints: {', '.join(sorted(HINTS))} (specdec_helpers/present/hints.py)")
+    _failures[hint] = _failures.get(hint, 0) + 1
+    nudge, fuller = HINTS[hint]
+    if _failures[hint] == 1:
+        return f"Hint: {nudge} (Fix the cell and run this check again; if it fails again, a fuller hint follows.)"
+    return f"Hint: {nudge} More precisely: {fuller}"
