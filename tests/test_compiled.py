@@ -10,7 +10,7 @@ import torch
 from tiny_models import hf_greedy, perturbed_copy, tiny_model
 
 import specdec_helpers as sd
-from specdec_helpers.core.cache import cache_length, crop_cache, new_static_cache
+from specdec_helpers.core.cache import cache_kwargs, cache_length, crop_cache, new_static_cache
 from specdec_helpers.core.compiled import CACHE_BLOCK, compiled_forward
 from specdec_helpers.core.cpu_kernels import use_onednn_linears
 
@@ -37,12 +37,12 @@ def test_static_cache_rollback_then_continue_matches_a_fresh_pass():
     model = tiny_model("llama")
     first, second = prompt(10), prompt(10, seed=4)
     cache = new_static_cache(model, 32)
-    model(input_ids=first, past_key_values=cache, use_cache=True)
+    model(input_ids=first, **cache_kwargs(model, cache), use_cache=True)
     assert cache_length(cache) == 10
     crop_cache(cache, 6)  # drop 4 positions: their rows stay in memory and must never be read again
     assert cache_length(cache) == 6
     # Feed 2 other tokens: positions 8 and 9 still hold the dropped text's keys and values.
-    rolled = model(input_ids=second[:, 6:8], past_key_values=cache, use_cache=True).logits
+    rolled = model(input_ids=second[:, 6:8], **cache_kwargs(model, cache), use_cache=True).logits
     assert cache_length(cache) == 8
     text = torch.cat([first[:, :6], second[:, 6:8]], dim=1)
     fresh = model(input_ids=text, use_cache=False).logits[:, 6:]

@@ -120,10 +120,28 @@ def count_calls(model):
     calls = []
 
     def hook(module, args, kwargs):
-        calls.append((cache_length(kwargs.get("past_key_values")), kwargs["input_ids"].shape[1]))
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))  # the name depends on transformers' version
+        calls.append((cache_length(cache), kwargs["input_ids"].shape[1]))
 
     handle = model.register_forward_pre_hook(hook, with_kwargs=True)
     return calls, handle
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt_neox"])
+def test_the_cache_goes_in_under_the_name_the_model_takes(arch, recwarn):
+    """transformers 5.24 renamed ``past_key_values`` to ``cache`` (the old name warns, and goes in 5.40); a
+    wrong name would vanish into ``**kwargs``. Decoding passes the cache under the model's own name: no
+    deprecation warning, and every pass after the prefill feeds only the new positions."""
+    target = tiny_model(arch)
+    draft = perturbed_copy(target, scale=0.05)  # before the hook: a copy would carry it
+    calls, handle = count_calls(target)
+    try:
+        out = sd.speculative_decode(target, draft, prompt(4), max_new_tokens=12, num_speculative_tokens=3)
+    finally:
+        handle.remove()
+    assert torch.equal(out.sequences, hf_greedy(target, prompt(4), 12))
+    assert [str(w.message) for w in recwarn if "past_key_values" in str(w.message)] == []
+    assert all(cached > 0 for cached, _ in calls[1:])
 
 
 def test_one_target_pass_per_round_and_cache_invariant():

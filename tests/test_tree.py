@@ -7,7 +7,7 @@ import torch
 from tiny_models import hf_greedy, perturbed_copy, tiny_model
 
 from specdec_helpers import speculative_decode
-from specdec_helpers.core.cache import cache_length, keep_cache_positions, new_cache
+from specdec_helpers.core.cache import cache_kwargs, cache_length, keep_cache_positions, new_cache
 from specdec_helpers.core.drafters import HybridDrafter, ModelDrafter, PromptLookupDrafter
 from specdec_helpers.core.tree import (
     TokenTree,
@@ -68,7 +68,7 @@ def test_tree_pass_equals_chain_passes(family, attn):
     ids, tree = prompt(), sample_tree()
     cache = new_cache(model)
     with torch.no_grad():
-        model(input_ids=ids[:, :4], past_key_values=cache, use_cache=True)  # part of the prefix cached
+        model(input_ids=ids[:, :4], **cache_kwargs(model, cache), use_cache=True)  # part of the prefix cached
         got = tree_forward(model, cache, ids, tree, logits_to_keep=len(tree) + 1)
     assert cache_length(cache) == ids.shape[1] + len(tree)
     torch.testing.assert_close(got[0], plain_logits(model, ids)[-1], atol=1e-4, rtol=1e-4)
@@ -102,7 +102,7 @@ def test_gathered_cache_equals_fresh_prefill(family):
         length = ids.shape[1]
         keep_cache_positions(cache, list(range(length)) + [length + 1, length + 3])
         assert cache_length(cache) == length + 2
-        step = model(input_ids=torch.tensor([[42]]), past_key_values=cache, use_cache=True).logits[0, -1]
+        step = model(input_ids=torch.tensor([[42]]), **cache_kwargs(model, cache), use_cache=True).logits[0, -1]
     fresh = plain_logits(model, torch.cat([ids, torch.tensor([[7, 3, 42]])], dim=1))[-1]
     torch.testing.assert_close(step, fresh, atol=1e-4, rtol=1e-4)
 

@@ -1,13 +1,30 @@
 """The only module that touches KV-cache internals.
 
-transformers changes its cache API between major versions (5.x: ``DynamicCache.crop`` takes a
-*negative* count of tokens to drop; 4.x took the length to keep). Everything version-sensitive
-about caches lives here so the decode loop only speaks of lengths.
+transformers changes its cache API between versions (5.x: ``DynamicCache.crop`` takes a *negative*
+count of tokens to drop; 4.x took the length to keep; 5.24 renamed the forward's ``past_key_values``
+to ``cache``). Everything version-sensitive about caches lives here so the decode loop only speaks
+of lengths.
 """
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 from transformers import DynamicCache, StaticCache
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_argument(forward) -> str:
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
+def cache_kwargs(model, cache) -> dict:
+    """``{name: cache}`` under the name ``model``'s forward takes: ``cache`` from transformers 5.24 on
+    (where ``past_key_values`` warns, and goes in 5.40), ``past_key_values`` before and in models not yet
+    renamed. Passing the wrong one would not fail: it would vanish into ``**kwargs`` and drop the cache."""
+    forward = getattr(type(model), "forward", None) or type(model).__call__
+    return {_cache_argument(forward): cache}
 
 
 def new_cache(model) -> DynamicCache:

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import torch
 
-from specdec_helpers.core.cache import cache_length, new_static_cache
+from specdec_helpers.core.cache import cache_kwargs, cache_length, new_static_cache
 from specdec_helpers.core.cpu_kernels import use_plain_linears, uses_onednn
 
 CACHE_BLOCK = 256  # static cache lengths are multiples of this
@@ -25,7 +25,7 @@ _FORWARDS: "weakref.WeakKeyDictionary[torch.nn.Module, CompiledForward]" = weakr
 
 
 class CompiledForward:
-    """Calls like the model (``input_ids``, ``past_key_values``, ``logits_to_keep``) over a static cache.
+    """Calls like the model (``input_ids``, ``cache``, ``logits_to_keep``) over a static cache.
 
     Built once per model by `compiled_forward`. The model must not change afterwards: on a CPU the
     compiled graph holds its own packed copy of the weights (inductor's ``freezing``).
@@ -39,7 +39,7 @@ class CompiledForward:
 
         def logits(input_ids, cache, cache_position):
             # All fed positions' logits: one graph for every draft length (slicing happens outside).
-            return source(input_ids=input_ids, past_key_values=cache, use_cache=True,
+            return source(input_ids=input_ids, **cache_kwargs(source, cache), use_cache=True,
                           cache_position=cache_position, logits_to_keep=0).logits
 
         options = {"freezing": True} if self.device.type == "cpu" else None
@@ -53,22 +53,22 @@ class CompiledForward:
         return new_static_cache(self.model, -(-max_length // CACHE_BLOCK) * CACHE_BLOCK)
 
     @torch.inference_mode()
-    def __call__(self, input_ids, past_key_values, use_cache=True, logits_to_keep: int = 0,
+    def __call__(self, input_ids, cache, use_cache=True, logits_to_keep: int = 0,
                  output_hidden_states: bool = False):
         if output_hidden_states:
             raise ValueError("a compiled target does not return hidden states: drafts that read the target's "
                              "features (eagle) need compile=False")
-        start = cache_length(past_key_values)
+        start = cache_length(cache)
         if start == 0:
             # The prefill runs eagerly: it allocates the cache once, and the graphs then only ever see a
             # ready cache (one graph for a single token, one for several, instead of a third for the prefill).
-            return self.model(input_ids=input_ids, past_key_values=past_key_values, use_cache=True,
+            return self.model(input_ids=input_ids, **cache_kwargs(self.model, cache), use_cache=True,
                               logits_to_keep=logits_to_keep)
         positions = torch.arange(start, start + input_ids.shape[1], device=input_ids.device)
         # A fresh inference tensor with standard strides: other strides, or a tensor made outside inference mode,
         # would each cost a recompile.
         fresh = input_ids.new_empty(input_ids.shape).copy_(input_ids)
-        logits = self._logits(fresh, past_key_values, positions)
+        logits = self._logits(fresh, cache, positions)
         return SimpleNamespace(logits=logits[:, -logits_to_keep:] if logits_to_keep else logits)
 
 

@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from specdec_helpers.core.cache import cache_length, crop_cache, new_cache
+from specdec_helpers.core.cache import cache_kwargs, cache_length, crop_cache, new_cache
 from specdec_helpers.core.checks import check_positive_int, vocab_size
 from specdec_helpers.core.sampling import Sampler
 
@@ -112,7 +112,7 @@ class ModelDrafter(Drafter):
         fed = torch.where(fed < self.input_vocab, fed, 0)
         tokens, probs = [], []
         for _ in range(k):
-            out = self.model(input_ids=fed, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+            out = self.model(input_ids=fed, **cache_kwargs(self.model, self.cache), use_cache=True, logits_to_keep=1)
             logits = out.logits[0, -1:, : self.vocab_limit]
             token, prob = sampler.choose(logits)
             tokens.append(token)

@@ -27,6 +27,7 @@ import torch
 
 from specdec_helpers.core import checks
 from specdec_helpers.core.cache import (
+    cache_kwargs,
     cache_length,
     crop_cache,
     keep_cache_positions,
@@ -164,7 +165,7 @@ def tree_forward(model, cache, context: torch.Tensor, tree: TokenTree, first: in
         input_ids=torch.cat([tail, nodes], dim=1),
         attention_mask=mask,
         position_ids=torch.tensor([positions], device=device),
-        past_key_values=cache,
+        **cache_kwargs(model, cache),
         use_cache=True,
         logits_to_keep=logits_to_keep,
     )
@@ -226,7 +227,7 @@ def _probe(model) -> tuple[str, str, bool] | None:
             reason = "a custom 4D attention mask (with position_ids) changed nothing or the wrong thing"
             return reason, attention_fix, False
         keep_cache_positions(cache, [0, 2])
-        got = model(input_ids=torch.tensor([[d]], device=device), past_key_values=cache, use_cache=True).logits[0, -1]
+        got = model(input_ids=torch.tensor([[d]], device=device), **cache_kwargs(model, cache), use_cache=True).logits[0, -1]
         ref = model(input_ids=torch.tensor([[a, c, d]], device=device)).logits[0, -1]
         if not close(got, ref):
             reason = "its KV cache gathered to one branch does not match a fresh pass over that branch"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec_helpers.core.cache import cache_length
+from specdec_helpers.core.cache import cache_kwargs, cache_length
 from specdec_helpers.core.checks import (
     check_input_ids,  # local import: checks imports nothing from here
 )
@@ -34,7 +34,7 @@ def score_draft(target, input_ids: torch.Tensor, draft_tokens: torch.Tensor, cac
     if k:
         fed = torch.cat([fed, draft_tokens.view(1, -1).to(fed.device)], dim=1)
     # The last k + 1 positions are start - 1 .. start + k - 1: exactly the off-by-one shift.
-    out = target(input_ids=fed, past_key_values=cache, use_cache=cache is not None, logits_to_keep=k + 1,
+    out = target(input_ids=fed, **cache_kwargs(target, cache), use_cache=cache is not None, logits_to_keep=k + 1,
                  output_hidden_states=features)
     logits = out.logits[0, -(k + 1):]
     return (logits, last_hidden(out)) if features else logits

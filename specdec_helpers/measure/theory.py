@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec_helpers.core.cache import crop_cache, new_cache
+from specdec_helpers.core.cache import cache_kwargs, crop_cache, new_cache
 from specdec_helpers.core.timing import interleaved_order, spread, timed
 
 
@@ -39,11 +39,11 @@ def measure_forward_cost(model, input_ids: torch.Tensor | None = None, sizes=ran
     sizes = [int(n) for n in sizes]
     # A `compiled.CompiledForward` brings its own (static) cache.
     cache = model.new_cache(prefix_length + max(sizes)) if hasattr(model, "new_cache") else new_cache(model)
-    model(input_ids=prefix, past_key_values=cache, use_cache=True)
+    model(input_ids=prefix, **cache_kwargs(model, cache), use_cache=True)
     filler = _random_prefix(model, max(sizes), seed=1)
 
     def run(n):
-        model(input_ids=filler[:, :n], past_key_values=cache, use_cache=True, logits_to_keep=n)
+        model(input_ids=filler[:, :n], **cache_kwargs(model, cache), use_cache=True, logits_to_keep=n)
         crop_cache(cache, prefix_length)
 
     for _ in range(warmup):
