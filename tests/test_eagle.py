@@ -102,6 +102,35 @@ def test_features_kept_are_the_targets_own_and_proposals_match_a_fresh_draft():
         assert not torch.allclose(shifted[:, -1], draft(features[:, :n], text[:, 1:])[:, -1], atol=1e-3)
 
 
+def test_unrolled_steps_see_what_decoding_would_see():
+    """`unrolled` (training-time test) gives, for every chain start j and step s, the feature a step-by-step
+    pass computes from the true positions 0..j and the chain's own predicted features; a padded batch row
+    gets the same as alone."""
+    target = tiny_target()
+    draft = fresh_drafter(target).draft
+    texts = [torch.tensor([5, 9, 14, 2, 30, 7, 11, 4]), torch.tensor([8, 6, 21, 3, 9])]
+    with torch.no_grad():
+        feats = [eagle.target_features(target, t[None])[1][0] for t in texts]
+        width = len(texts[0]) - 1
+        batch_feats = torch.zeros(2, width, feats[0].shape[-1])
+        batch_tokens = torch.zeros(2, width, dtype=torch.long)
+        mask = torch.zeros(2, width, dtype=torch.long)
+        for row, (t, f) in enumerate(zip(texts, feats)):
+            n = len(t) - 1
+            batch_feats[row, :n], batch_tokens[row, :n], mask[row, :n] = f[:n], t[1:], 1
+        steps = eagle.unrolled(draft, batch_feats, batch_tokens, mask, 3)
+        assert [p.shape[1] for p in steps] == [width, width - 1, width - 2]
+        for row, (t, f) in enumerate(zip(texts, feats)):
+            n = len(t) - 1
+            for j in range(n - 2):
+                chain_feats, chain_tokens = f[None, : j + 1], t[None, 1 : j + 2]
+                for step in range(3):
+                    out = draft(chain_feats, chain_tokens)[:, -1:]
+                    torch.testing.assert_close(steps[step][row, j], out[0, 0], rtol=1e-4, atol=1e-4)
+                    chain_feats = torch.cat([chain_feats, out], dim=1)
+                    chain_tokens = torch.cat([chain_tokens, t[None, j + step + 2 : j + step + 3]], dim=1)
+
+
 def test_bad_features_are_refused_clearly():
     target = tiny_target()
     drafter = fresh_drafter(target)

