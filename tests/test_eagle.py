@@ -12,7 +12,7 @@ from test_sampling import assert_fits, fit
 from tiny_models import VOCAB, hf_greedy, tiny_model
 
 from specdec_helpers.measure import bench, perf
-from specdec_helpers.models.drafts import distill, eagle
+from specdec_helpers.models.drafts import distill, eagle, feature_data
 from specdec_helpers.core.decode import speculative_decode
 from specdec_helpers.models.drafts.distill import DISTILL_PROMPTS, DistillRecipe
 from specdec_helpers.core.drafters import HybridDrafter
@@ -187,7 +187,7 @@ def test_training_batch_aligns_features_tokens_and_labels():
     data = [(cut, 1), (ended, 1)]
     features = [(feature(4), torch.tensor([10, 11, 12, 13])), (feature(3), torch.tensor([20, 21, 22]))]
     to_subset = torch.arange(30)
-    feats, tokens, mask, labels, true_next, has_next = eagle.training_batch(data, features, [0, 1], to_subset, {EOS})
+    feats, tokens, mask, labels, true_next, has_next = feature_data.training_batch(data, features, [0, 1], to_subset, {EOS})
     assert feats[0, :, 0].tolist() == [0, 1, 2] and tokens[0].tolist() == [5, 6, 7] and mask[0].tolist() == [1, 1, 1]
     assert labels[0].tolist() == [11, 12, 13] and true_next[0, :, 0].tolist() == [1, 2, 3]
     assert tokens[1].tolist() == [5, EOS, 0] and mask[1].tolist() == [1, 1, 0]

@@ -8,7 +8,7 @@ import torch
 from tiny_models import VOCAB, hf_greedy, tiny_model
 
 from specdec_helpers.core.decode import speculative_decode
-from specdec_helpers.models.drafts import corpus, eagle
+from specdec_helpers.models.drafts import corpus, eagle, feature_data
 from specdec_helpers.models.drafts.distill import DISTILL_PROMPTS, DistillRecipe, subset_labels
 
 EOS = 3
@@ -53,10 +53,10 @@ def test_corpus_is_deterministic_and_its_split_disjoint():
 
 def test_training_batch_from_corpus_text_reads_the_targets_features_and_choices():
     target = tiny_target()
-    data = eagle.corpus_data(CorpusTokenizer(), max_chunks=3)
-    features = eagle._feature_data(target, data, 2, progress=False)
+    data = feature_data.corpus_data(CorpusTokenizer(), max_chunks=3)
+    features = feature_data._feature_data(target, data, 2, progress=False)
     draft = eagle.FeatureDraft(target, torch.arange(VOCAB))
-    feats, tokens, mask, labels, true_next, has_next = eagle.training_batch(
+    feats, tokens, mask, labels, true_next, has_next = feature_data.training_batch(
         data, features, [0, 1, 2], subset_labels(draft.lm_head), {EOS})
     ids = data[1][0]
     with torch.no_grad():
@@ -84,15 +84,15 @@ def trained(tmp_path_factory):
 def test_the_targets_features_are_computed_once_and_read_back_equal(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
     target, tokenizer = tiny_target(), CorpusTokenizer()
-    data, features = eagle.corpus_features(target, tokenizer, max_chunks=4, progress=False)
-    monkeypatch.setattr(eagle, "_feature_data", lambda *a, **k: pytest.fail("computed again instead of read back"))
-    again_data, again = eagle.corpus_features(target, tokenizer, max_chunks=4, progress=False)
+    data, features = feature_data.corpus_features(target, tokenizer, max_chunks=4, progress=False)
+    monkeypatch.setattr(feature_data, "_feature_data", lambda *a, **k: pytest.fail("computed again instead of read back"))
+    again_data, again = feature_data.corpus_features(target, tokenizer, max_chunks=4, progress=False)
     assert [ids.tolist() for ids, _ in again_data] == [ids.tolist() for ids, _ in data]
     for (f, c), (g, d) in zip(features, again):
         torch.testing.assert_close(g, f, rtol=1e-3, atol=1e-3)  # stored in fp16
         assert torch.equal(c, d)
     with pytest.raises(pytest.fail.Exception, match="computed again"):  # another target is not served the cached file
-        eagle.corpus_features(tiny_model("llama", seed=1, layers=3, eos_token_id=EOS), tokenizer, max_chunks=4, progress=False)
+        feature_data.corpus_features(tiny_model("llama", seed=1, layers=3, eos_token_id=EOS), tokenizer, max_chunks=4, progress=False)
 
 
 def test_corpus_draft_is_saved_in_fp16_with_a_manifest_and_its_held_out_agreement(trained):
