@@ -94,9 +94,10 @@ def cached_features(target, data, progress: bool = True):
     features = _feature_data(target, data, 8, progress)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    torch.save(dict(features=[f.half() for f, _ in features], choices=[c for _, c in features]), tmp)
+    torch.save(dict(features=[f.half().cpu() for f, _ in features], choices=[c.cpu() for _, c in features]), tmp)
     tmp.replace(path)
-    return features
+    # as read back (rounded to fp16): a first run trains on exactly what a rerun reads from the cache
+    return [(f.half().to(f.dtype), c) for f, c in features]
 
 
 def corpus_features(target, tokenizer, held_out: bool = False, max_chunks: int | None = None, progress: bool = True):
