@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from specdec_helpers.core.cache import cache_kwargs, crop_cache, new_cache
+from specdec_helpers.core.cache import cache_kwargs, cache_length, crop_cache, new_cache
 from specdec_helpers.core.checks import eos_ids
 from specdec_helpers.core.drafters import (
     GREEDY,
@@ -150,16 +150,16 @@ def unrolled(draft: FeatureDraft, feats: torch.Tensor, tokens: torch.Tensor, mas
     """
     width = tokens.shape[1]
     predicted = [draft(feats, tokens, cache := new_cache(draft.body), attention_mask=mask)]
+    starts = []  # where each step's block (from step 2 on) starts in the cache: after all earlier blocks
     for step in range(2, steps + 1):
         length = width - step + 1
         if length < 1:
             break
-        offsets = [0] + [width - s + 1 for s in range(1, step)]  # block lengths before this step's block
-        starts = [sum(offsets[: i + 1]) for i in range(step)]  # where each step's block starts in the cache
+        starts.append(cache_length(cache))
         chain = torch.arange(length)
         allow = torch.zeros(length, starts[-1] + length, dtype=torch.bool)
         allow[:, :width] = chain[:, None] >= torch.arange(width)[None, :]  # true positions 0..j
-        for start in starts[1:]:  # the chain's own earlier steps, and this one
+        for start in starts:  # the chain's own earlier steps, and this one
             allow[chain, start + chain] = True
         dtype = feats.dtype
         additive = torch.zeros(1, 1, *allow.shape, dtype=dtype).masked_fill_(~allow, torch.finfo(dtype).min)

@@ -109,7 +109,7 @@ def corpus_features(target, tokenizer, held_out: bool = False, max_chunks: int |
 def own_text_features(target, tokenizer, name: str, text_recipe: DistillRecipe = DistillRecipe(), prompts=None,
                       progress: bool = True):
     """``(train, held_out)``, each ``(data, features)``: the text the target wrote for `distill` (its chat answers
-    to `DISTILL_PROMPTS`, cached; ~11 minutes to write once) and its features. Every `HELD_OUT_EVERY`-th prompt
+    to `DISTILL_PROMPTS`, cached; ~5 minutes to write once on 2 cores) and its features. Every `HELD_OUT_EVERY`-th prompt
     is held out. The corpus is documentation; this is the instruct model's own register, which it decodes."""
     data = target_text(target, tokenizer, recipe=text_recipe, prompts=DISTILL_PROMPTS if prompts is None else prompts,
                        folder=text_dir(name), progress=progress)
