@@ -134,6 +134,22 @@ def test_reference_scores_full_implementation_marks(reference):
     assert implementation(results) == pytest.approx(25)
 
 
+# Worlds whose EOS case was wrong before: in world 1033 the first fresh token of prompt 1 came after the
+# 20 tokens decoded (the reference lost a point); in world 1009 prompt 1 had none, so the test passed anything.
+EOS_EDGE_SEEDS = (1033, 1009)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", EOS_EDGE_SEEDS)
+def test_eos_test_holds_in_every_world(seed, reference):
+    results = grader.run_suite(reference, POINTS, only=["decode"], seed=seed)
+    assert all(r.passed for r in results), [(r.test_id, r.feedback) for r in results if not r.passed]
+    for name in ("tokens_after_eos", "eos_only_among_draft_tokens"):
+        m = next(m for m in mutations.CATALOG if m.name == name)
+        r = mutations.grade_mutation(m, reference, seed=seed).find(m.test_id)
+        assert not r.passed and m.phrase in r.feedback, (name, r.feedback)
+
+
 @pytest.mark.slow
 def test_released_stubs_are_not_implemented(reference):
     stubs = {}

@@ -53,19 +53,25 @@ def decode_max_tokens(ctx):
                           "lands exactly on the limit")
 
 
-def _fresh_token(g: list[int], prompt: list[int], start: int = 5):
-    return next((i for i in range(start, len(g)) if g[i] not in g[:i] and g[i] not in prompt), None)
+def _eos_case(world, n: int):
+    """``(prompt, greedy tokens, i)``: token ``i`` of the target's greedy text is the first of its kind, so
+    it can serve as EOS. Preferred: a token from the 6th on that is not in the prompt either (a decoder that
+    searches the prompt fails `decode_eos_in_prompt`, not this test); token 0 of prompt 1 always qualifies."""
+    for start, exclude_prompt in ((5, True), (0, False)):
+        for index in (1, 0, 2):
+            prompt, g = world.prompts[index], world.greedy("target", index, n)
+            banned = prompt[0].tolist() if exclude_prompt else []
+            i = next((i for i in range(start, n) if g[i] not in g[:i] and g[i] not in banned), None)
+            if i is not None:
+                return prompt, g, i
 
 
 @test("decode", "stops right after a generated EOS token, also when the target's own token is the EOS", 1)
 def decode_eos(ctx):
-    g = ctx.world.greedy("target", 1)
-    prompt = ctx.world.prompts[1]
-    i = _fresh_token(g, prompt[0].tolist())
-    if i is None:
-        return
+    n = 20  # the EOS comes within the n tokens decoded: else a correct decoder reaches max_tokens first
+    prompt, g, i = _eos_case(ctx.world, n)
     for draft, how in (("same", "as an accepted draft token or the bonus token"), ("other", "as the target's correction")):
-        got = ctx.decode(ctx.decoder(draft=draft, eos=g[i]), prompt, 20)
+        got = ctx.decode(ctx.decoder(draft=draft, eos=g[i]), prompt, n)
         if got != g[: i + 1]:
             if got[: i + 1] == g[: i + 1]:
                 raise Mistake(f"the target generated EOS as new token {i} ({how}), but generate_ids kept "
