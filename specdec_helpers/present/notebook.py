@@ -138,7 +138,8 @@ def setup(threads: int | None = None) -> dict:
     if info["stale"]:
         print("⚠️ Restart needed: the install replaced packages this runtime had already loaded ("
               + "; ".join(info["stale"]) + "). Runtime > Restart session, then run the notebook from the top "
-              "(the install will not repeat).")
+              "(the install will not repeat). Red pip lines above about dependency conflicts name Colab's other "
+              "packages, not this course's: they are harmless here.")
     if gpu:
         print(f"GPU: {gpu}")
     elif info["colab"]:
