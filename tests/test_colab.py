@@ -58,6 +58,10 @@ def test_a_finished_cell_wins_over_a_fresh_stub_copy_whatever_the_names(tmp_path
     sources = cells.graded_sources([tmp_path])
     assert not cells.is_stub(sources["verify"])
     assert "verify_tokens_vectorized" in cells.earlier_parts("04", tmp_path, verbose=False)
+    graded, notes = submission.graded_parts(submission.notebooks_in(tmp_path))
+    assert graded == sources
+    assert [(n.name, n.score, n.max_score) for n in notes] == [(f"verify: graded the cell in {NB03!r}", 0, 0)]
+    assert f"'Copy of {NB03}'" in notes[0].feedback  # the grade says which copy it took, of which
 
 
 def test_a_zip_made_on_a_mac_with_a_nested_folder(tmp_path):

@@ -45,11 +45,11 @@ def notebook_files(paths) -> list[Path]:
     return [f for f in files if not {".ipynb_checkpoints", "__MACOSX"} & set(f.parts) and not f.name.startswith("._")]
 
 
-def graded_cells_in(files, skip_unreadable: bool = False) -> dict[str, tuple[str, Path]]:
-    """``{part: (cell source, notebook)}`` for the parts of `decoder.PARTS` in ``files``, found by grade_id
-    whatever the notebook is called ("Copy of 03_...": Colab's name for a saved copy). When several
-    notebooks hold a part, a finished cell wins over a stub, then the later file."""
-    found: dict[str, tuple[str, Path]] = {}
+def graded_cell_copies(files, skip_unreadable: bool = False) -> dict[str, list[tuple[str, Path]]]:
+    """``{part: [(cell source, notebook), ...]}``, in file order: every notebook among ``files`` that holds a
+    part of `decoder.PARTS`, found by grade_id whatever the notebook is called ("Copy of 03_...": Colab's
+    name for a saved copy)."""
+    copies: dict[str, list[tuple[str, Path]]] = {}
     for file in files:
         try:
             nb = read_notebook(file)
@@ -58,9 +58,19 @@ def graded_cells_in(files, skip_unreadable: bool = False) -> dict[str, tuple[str
                 continue
             raise
         for grade_id, source in graded_cells(nb).items():
-            if grade_id in PARTS and not (is_stub(source) and grade_id in found and not is_stub(found[grade_id][0])):
-                found[grade_id] = (source, Path(file))
-    return found
+            if grade_id in PARTS:
+                copies.setdefault(grade_id, []).append((source, Path(file)))
+    return copies
+
+
+def chosen_copy(copies: list[tuple[str, Path]]) -> tuple[str, Path]:
+    """Of several copies of one part, the one graded: the last finished one, else the last."""
+    return next((c for c in reversed(copies) if not is_stub(c[0])), copies[-1])
+
+
+def graded_cells_in(files, skip_unreadable: bool = False) -> dict[str, tuple[str, Path]]:
+    """``{part: (cell source, notebook)}``: the copy `chosen_copy` takes of each part in ``files``."""
+    return {part: chosen_copy(c) for part, c in graded_cell_copies(files, skip_unreadable).items()}
 
 
 def graded_sources(paths) -> dict[str, str]:

@@ -15,7 +15,14 @@ import xml.etree.ElementTree as ElementTree
 import zipfile
 from pathlib import Path
 
-from specdec_helpers.assignment.cells import graded_sources, nbgrader, notebook_files, read_notebook
+from specdec_helpers.assignment.cells import (
+    chosen_copy,
+    graded_cell_copies,
+    graded_sources,
+    nbgrader,
+    notebook_files,
+    read_notebook,
+)
 from specdec_helpers.assignment.grader import Result
 
 ROOT = Path(__file__).resolve().parents[2]  # the kit's top folder (release.py is instructor-only: not imported)
@@ -63,6 +70,21 @@ def readable(paths: list[Path]) -> tuple[list[Path], list[Result]]:
     if not good:
         raise SubmissionError("; ".join(r.feedback for r in bad) or "no notebooks")
     return good, bad
+
+
+def graded_parts(paths: list[Path]) -> tuple[dict, list[Result]]:
+    """``({part: source}, one 0-point line per part that several notebooks hold)``: a student who handed in
+    two copies of a notebook (Colab's "Copy of ...", a second download) reads which copy was graded."""
+    copies = graded_cell_copies(paths)
+    notes = []
+    for part, held in copies.items():
+        if len(held) > 1:
+            chosen = chosen_copy(held)[1].name
+            names = ", ".join(repr(path.name) for _, path in held)
+            notes.append(Result("load", f"{part}: graded the cell in {chosen!r}", 0.0, 0.0, "passed",
+                                f"{len(held)} notebooks hold this part ({names}); the last finished one is graded. "
+                                "Hand in one copy of each notebook to choose yourself", test_id=f"load.{part}"))
+    return {part: chosen_copy(held)[0] for part, held in copies.items()}, notes
 
 
 def reference_sources(folder=INSTRUCTOR_NOTEBOOKS) -> dict:

@@ -12,7 +12,7 @@ from pathlib import Path
 from specdec_helpers.assignment import check as check_module
 from specdec_helpers.assignment import grader as grader_module
 from specdec_helpers.assignment import handin as handin_module
-from specdec_helpers.assignment.cells import graded_sources, read_notebook
+from specdec_helpers.assignment.cells import read_notebook
 from specdec_helpers.assignment.check import run_check
 from specdec_helpers.assignment.grader import (
     EXTRA_CREDIT,
@@ -27,6 +27,7 @@ from specdec_helpers.assignment.handin import handin as write_handin
 from specdec_helpers.assignment.speed import measure as measure_speed
 from specdec_helpers.assignment.submission import (
     SubmissionError,
+    graded_parts,
     notebooks_in,
     readable,
     reference_sources,
@@ -131,8 +132,9 @@ def grade(argv=None) -> int:
         print(f"❌ {error}", file=sys.stderr)
         return 1
     print(f"grading {len(paths)} notebook(s) from {args.submission} ...", flush=True)
-    checks = unreadable + ([] if args.no_nbval else run_nbval(paths, preset=config["performance"]["preset"]))
-    report = grade_sources(graded_sources(paths), config, reference_sources=reference_sources(),
+    sources, copies = graded_parts(paths)
+    checks = unreadable + copies + ([] if args.no_nbval else run_nbval(paths, preset=config["performance"]["preset"]))
+    report = grade_sources(sources, config, reference_sources=reference_sources(),
                            measure_fn=None if args.no_perf else measure_speed, hidden=not args.visible_only,
                            source=str(args.submission), checks=checks)
     print(report.table())
