@@ -54,24 +54,30 @@ def decode_max_tokens(ctx):
 
 
 def _eos_case(world, n: int):
-    """``(prompt, greedy tokens, i)``: token ``i`` of the target's greedy text is the first of its kind, so
-    it can serve as EOS. Preferred: a token from the 6th on that is not in the prompt either (a decoder that
-    searches the prompt fails `decode_eos_in_prompt`, not this test); token 0 of prompt 1 always qualifies."""
-    for start, exclude_prompt in ((5, True), (0, False)):
+    """``(prompt, greedy tokens, i)``: token ``i`` of the target's greedy text is the first of its kind, so it
+    can serve as EOS, and 1 <= i < n - 2, so a round can carry it as a draft token with more after it, or as
+    the bonus token. Preferred: from the 6th token on and not in the prompt (a decoder that searches the
+    prompt fails `decode_eos_in_prompt`, not this test)."""
+    for start, exclude_prompt in ((5, True), (1, False)):
         for index in (1, 0, 2):
             prompt, g = world.prompts[index], world.greedy("target", index, n)
             banned = prompt[0].tolist() if exclude_prompt else []
-            i = next((i for i in range(start, n) if g[i] not in g[:i] and g[i] not in banned), None)
+            i = next((i for i in range(start, n - 2) if g[i] not in g[:i] and g[i] not in banned), None)
             if i is not None:
                 return prompt, g, i
+    raise RuntimeError(f"grader: in world {world.seed} every prompt's greedy text repeats one token; grade again")
 
 
 @test("decode", "stops right after a generated EOS token, also when the target's own token is the EOS", 1)
 def decode_eos(ctx):
     n = 20  # the EOS comes within the n tokens decoded: else a correct decoder reaches max_tokens first
     prompt, g, i = _eos_case(ctx.world, n)
-    for draft, how in (("same", "as an accepted draft token or the bonus token"), ("other", "as the target's correction")):
-        got = ctx.decode(ctx.decoder(draft=draft, eos=g[i]), prompt, n)
+    # the drafts that always agree make the rounds certain: with k = i + 2 the first round drafts the EOS and
+    # two tokens past it; with k = i the EOS is that round's bonus token. The unrelated draft mostly makes
+    # it the target's correction.
+    for draft, k, how in (("same", i + 2, "as an accepted draft token"), ("same", i, "as the bonus token"),
+                          ("other", 4, "as the target's correction")):
+        got = ctx.decode(ctx.decoder(draft=draft, eos=g[i]), prompt, n, k=k)
         if got != g[: i + 1]:
             if got[: i + 1] == g[: i + 1]:
                 raise Mistake(f"the target generated EOS as new token {i} ({how}), but generate_ids kept "
@@ -82,8 +88,9 @@ def decode_eos(ctx):
 
 @test("decode", "one target pass per round", 1)
 def decode_one_pass(ctx):
-    for use_cache in (True, False):
-        decoder = ctx.decoder()
+    # the unrelated draft too: the usual one may agree with the target all the way, and never be rejected
+    for use_cache, draft in ((True, "draft"), (False, "draft"), (True, "other")):
+        decoder = ctx.decoder(draft=draft)
         with Counted(decoder) as p:
             ctx.decode(decoder, ctx.world.prompts[1], 20, use_cache=use_cache)
         rounds = sum(1 for entry in decoder.log if entry[0] == "verify")
