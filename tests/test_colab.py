@@ -52,16 +52,23 @@ def test_a_later_notebook_finds_earlier_parts_under_any_name(tmp_path, capsys, n
     assert f"draft   (02): yours ({name})" in out, out
 
 
-def test_a_finished_cell_wins_over_a_fresh_stub_copy_whatever_the_names(tmp_path):
+def test_a_finished_cell_wins_over_a_fresh_stub_copy_whatever_the_names(tmp_path, capsys):
+    from specdec_helpers import cli
+
     shutil.copy(NOTEBOOKS / NB03, tmp_path / NB03)
     stubbed(NOTEBOOKS / NB03, tmp_path / f"Copy of {NB03}")  # sorts after the finished one
     sources = cells.graded_sources([tmp_path])
     assert not cells.is_stub(sources["verify"])
     assert "verify_tokens_vectorized" in cells.earlier_parts("04", tmp_path, verbose=False)
-    graded, notes = submission.graded_parts(submission.notebooks_in(tmp_path))
-    assert graded == sources
-    assert [(n.name, n.score, n.max_score) for n in notes] == [(f"verify: graded the cell in {NB03!r}", 0, 0)]
-    assert f"'Copy of {NB03}'" in notes[0].feedback  # the grade says which copy it took, of which
+    results = tmp_path / "results.json"
+    assert cli.grade([str(tmp_path), "--no-nbval", "--no-perf", "--visible-only", "--results", str(results)]) == 0
+    data = json.loads(results.read_text())
+    verify = [t["status"] for t in data["tests"] if t["name"].startswith("3 verification")]
+    assert verify and set(verify) == {"passed"}  # the finished copy was graded
+    note = f"verify: graded the cell in {NB03!r}"  # the grade says which copy it took, of which
+    lines = [t for t in data["tests"] if note in t["name"]]
+    assert len(lines) == 1 and lines[0]["max_score"] == 0 and f"'Copy of {NB03}'" in lines[0]["output"]
+    assert note in capsys.readouterr().out
 
 
 def test_a_zip_made_on_a_mac_with_a_nested_folder(tmp_path):

@@ -133,6 +133,8 @@ def grade(argv=None) -> int:
         return 1
     print(f"grading {len(paths)} notebook(s) from {args.submission} ...", flush=True)
     sources, copies = graded_parts(paths)
+    for note in copies:  # a passed 0-point line: the table below lists only what did not pass
+        print(f"{note.name}: {note.feedback}")
     checks = unreadable + copies + ([] if args.no_nbval else run_nbval(paths, preset=config["performance"]["preset"]))
     report = grade_sources(sources, config, reference_sources=reference_sources(),
                            measure_fn=None if args.no_perf else measure_speed, hidden=not args.visible_only,
