@@ -12,8 +12,8 @@ import argparse
 import statistics
 import time
 
-from specdec_helpers.assignment import grader, speed
-from specdec_helpers.assignment.submission import reference_sources
+from specdec_helpers.assignment.grading import grader, speed
+from specdec_helpers.assignment.grading.submission import reference_sources
 
 NOT_SPECULATING = '''
 import torch

@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from specdec_helpers.assignment import release
+from specdec_helpers.assignment.authoring import release
 from specdec_helpers.present import notebook as nbh
 
 #: Lines that must never reach a student (each appears only inside a solution or hidden-test region).

@@ -14,8 +14,10 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from specdec_helpers import cli
-from specdec_helpers.assignment import cells, grader, mutations, release, speed, submission
-from specdec_helpers.assignment.speed import Measurement
+from specdec_helpers.assignment.student import cells
+from specdec_helpers.assignment.grading import grader, mutations, speed, submission
+from specdec_helpers.assignment.authoring import release
+from specdec_helpers.assignment.grading.speed import Measurement
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -68,7 +70,6 @@ def _instructor_tree(root: Path) -> None:
         "def answer():\n    ### BEGIN SOLUTION\n    return 'forty-two-is-the-secret'\n    ### END SOLUTION\n")
     (pkg / "mutations.py").write_text("SECRET = 1\n")
     (root / "notebooks").mkdir()
-    (root / "notebooks" / "_build.py").write_text("# builds notebooks with solutions\n")
     marked = new_notebook(cells=[
         new_markdown_cell("Explain:\n### BEGIN SOLUTION\nthe-secret-explanation-here\n### END SOLUTION"),
         new_code_cell("def g():\n    ### BEGIN SOLUTION\n    return 'solution-text-not-to-ship'\n    ### END SOLUTION",
@@ -86,7 +87,7 @@ def test_release_strips_module_and_notebooks(tmp_path):
     _instructor_tree(tmp_path / "src")
     out = tmp_path / "kit"
     written = release.release(out, tmp_path / "src", STUDENT_URL)
-    assert "notebooks/_build.py" not in written and not (out / "specdec_helpers/assignment/mutations.py").exists()
+    assert not (out / "specdec_helpers/assignment/authoring").exists() and not (out / "specdec_helpers/assignment/grading/mutations.py").exists()
     module = (out / "specdec_helpers/mod.py").read_text()
     assert "    # YOUR CODE HERE\n    raise NotImplementedError()" in module and "forty-two" not in module
     nb = nbformat.read(str(out / "notebooks/01_marked.ipynb"), as_version=4)
@@ -115,8 +116,8 @@ def test_release_fails_loudly_and_writes_nothing(tmp_path, capsys):
 def test_released_notebooks_are_stubs_and_the_kit_has_no_catalog(tmp_path):
     out = tmp_path / "kit"
     assert cli.release(["--out", str(out), "--repo-url", STUDENT_URL]) == 0
-    assert not (out / "specdec_helpers/assignment/mutations.py").exists()
-    kit_suite = (out / "specdec_helpers/assignment/suite.py").read_text()
+    assert not (out / "specdec_helpers/assignment/grading/mutations.py").exists()
+    kit_suite = (out / "specdec_helpers/assignment/grading/suite.py").read_text()
     assert "BEGIN HIDDEN" not in kit_suite and "hidden=True" not in kit_suite
     sources = cells.graded_sources([out / "notebooks"])
     assert set(sources) == set(grader.EXERCISES) and all(cells.is_stub(s) for s in sources.values())
@@ -266,7 +267,7 @@ def test_delegating_to_the_kit_earns_nothing(reference):
                          "def verify_tokens_vectorized(self, input_ids, draft_tokens, attention_mask=None):\n"
                          "    return self.accept_draft(score_draft(self.target_model, input_ids, draft_tokens), draft_tokens)\n")
     sources["draft"] = ("import importlib\n\ndef generate_draft_tokens(self, input_ids, attention_mask=None, "
-                        "num_speculative_tokens=5):\n    kit = importlib.import_module('specdec_helpers.assignment.decoder')\n"
+                        "num_speculative_tokens=5):\n    kit = importlib.import_module('specdec_helpers.assignment.student.decoder')\n"
                         "    return kit.STANDINS['generate_draft_tokens'](self, input_ids, attention_mask, "
                         "num_speculative_tokens)\n")
     results = grader.run_suite(sources, POINTS, only=["verify", "draft"])

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from specdec_helpers import cli
-from specdec_helpers.assignment import autograder, grader
+from specdec_helpers.assignment.authoring import autograder
 
+from specdec_helpers.assignment.grading import grader
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -48,7 +49,7 @@ def run_autograder(root: Path, **env) -> subprocess.CompletedProcess:
 def test_bundle_layout(bundle):
     rel = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()}
     assert {"setup.sh", "run_autograder", "requirements.txt", "constraints.txt", "points.toml",
-            "kit/pyproject.toml", "kit/specdec_helpers/cli/__init__.py", "kit/specdec_helpers/assignment/suite.py"} <= rel
+            "kit/pyproject.toml", "kit/specdec_helpers/cli/__init__.py", "kit/specdec_helpers/assignment/grading/suite.py"} <= rel
     assert any(r.startswith("kit/notebooks/") and r.endswith(".ipynb") for r in rel)  # the instructor's, with solutions
     toy = autograder.PACKAGED_TOY.as_posix()
     assert {f"kit/{toy}/toy.json", f"kit/{toy}/target/model.safetensors", f"kit/{toy}/manifest.json"} <= rel
@@ -112,4 +113,4 @@ def test_grade_config_errors_are_one_line(tmp_path, capsys):
 
 def test_example_points_file_gives_the_defaults():
     assert grader.load_config(autograder.EXAMPLE_CONFIG) == grader.load_config()
-    assert "assignment/templates/*" in (ROOT / "pyproject.toml").read_text()  # ships as package data
+    assert "assignment/authoring/templates/*" in (ROOT / "pyproject.toml").read_text()  # ships as package data

@@ -13,8 +13,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from specdec_helpers.assignment import cells, submission
+from specdec_helpers.assignment.student import cells
 
+from specdec_helpers.assignment.grading import submission
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 NB02, NB03 = "02_draft_generation.ipynb", "03_vectorized_verification.ipynb"
@@ -95,7 +96,7 @@ def test_a_renamed_notebook_is_graded_with_the_instructors_check_cells(tmp_path)
 
 
 def test_a_graded_check_on_the_stub_says_not_implemented_and_what_to_do(capsys):
-    from specdec_helpers.assignment.check import CheckFailed, check_part
+    from specdec_helpers.assignment.student.check import CheckFailed, check_part
 
     def stub(self, model_name):
         raise NotImplementedError()
@@ -162,7 +163,7 @@ def test_a_check_cell_tests_the_graded_cell_as_the_grader_runs_it_alone():
     import nbclient
     from nbformat.v4 import new_code_cell, new_notebook
 
-    check = ("from specdec_helpers.assignment.check import check_part\n"
+    check = ("from specdec_helpers.assignment.student.check import check_part\n"
              "check_part('verify', accept_draft=accept_draft, verify_tokens_vectorized=verify_tokens_vectorized)")
     with_helper = _verify_solution().replace("choices = target_logits.argmax(-1)", "choices = _greedy(target_logits)")
     assert with_helper != _verify_solution()

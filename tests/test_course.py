@@ -23,8 +23,9 @@ import nbformat
 import pytest
 
 from course_notebooks import solution_lines
-from specdec_helpers.assignment import autograder, handin, notebook_sync, release
+from specdec_helpers.assignment.authoring import autograder, notebook_sync, release
 
+from specdec_helpers.assignment.student import handin
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 URL = "https://github.com/course/specdec-students"

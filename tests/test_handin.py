@@ -8,8 +8,9 @@ import pytest
 
 from course_notebooks import REPORT, error_output, instructor_kit, ran, stream
 from specdec_helpers import cli
-from specdec_helpers.assignment import handin, release
+from specdec_helpers.assignment.student import handin
 
+from specdec_helpers.assignment.authoring import release
 URL = "https://github.com/course/specdec-students"
 
 

@@ -11,7 +11,7 @@ import nbformat
 import pytest
 
 from course_notebooks import instructor_kit
-from specdec_helpers.assignment import release
+from specdec_helpers.assignment.authoring import release
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 

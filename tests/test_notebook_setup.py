@@ -50,7 +50,7 @@ def test_unfinished_work_reads_as_one_line_not_a_traceback():
                "def count(model):\n    # YOUR CODE HERE\n    raise NotImplementedError()",
                "nb.check(lambda: count(1) == 1, 'counted', 'sum p.numel()')",
                "print(count(1) / 1e6)",
-               "from specdec_helpers.assignment.check import CheckFailed\nraise CheckFailed('Not yet: see the checks above')",
+               "from specdec_helpers.assignment.student.check import CheckFailed\nraise CheckFailed('Not yet: see the checks above')",
                "def kit():\n    raise NotImplementedError('only full-attention caches')\nkit()",
                "1 / 0",
                "print(cache_bytes(cache))"]

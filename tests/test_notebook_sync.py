@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 
 from course_notebooks import contract_notebook
-from specdec_helpers.assignment import notebook_sync
+from specdec_helpers.assignment.authoring import notebook_sync
 from specdec_helpers.present import notebook as nbh
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"

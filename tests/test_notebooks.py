@@ -59,7 +59,7 @@ def test_saved_without_errors(name):
 
 
 def test_student_copies_have_no_solutions():
-    from specdec_helpers.assignment.release import strip_notebook
+    from specdec_helpers.assignment.authoring.release import strip_notebook
 
     for name in NAMES:
         nb = strip_notebook(read(name))

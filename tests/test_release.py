@@ -11,7 +11,7 @@ import pytest
 
 from course_notebooks import SECRETS, instructor_kit, solution_lines
 from specdec_helpers import cli
-from specdec_helpers.assignment import notebook_sync, release
+from specdec_helpers.assignment.authoring import notebook_sync, release
 
 URL = "https://github.com/course/specdec-students"
 

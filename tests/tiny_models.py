@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 import torch
-from specdec_helpers.assignment.world import perturbed_copy  # noqa: F401  (one copy, shared with the grader)
+from specdec_helpers.assignment.grading.world import perturbed_copy  # noqa: F401  (one copy, shared with the grader)
 from transformers import (
     GPT2Config,
     GPT2LMHeadModel,

@@ -9,12 +9,12 @@ import sys
 import zipfile
 from pathlib import Path
 
-from specdec_helpers.assignment import check as check_module
-from specdec_helpers.assignment import grader as grader_module
-from specdec_helpers.assignment import handin as handin_module
-from specdec_helpers.assignment.cells import read_notebook
-from specdec_helpers.assignment.check import run_check
-from specdec_helpers.assignment.grader import (
+from specdec_helpers.assignment.student import check as check_module
+from specdec_helpers.assignment.grading import grader as grader_module
+from specdec_helpers.assignment.student import handin as handin_module
+from specdec_helpers.assignment.student.cells import read_notebook
+from specdec_helpers.assignment.student.check import run_check
+from specdec_helpers.assignment.grading.grader import (
     EXTRA_CREDIT,
     LABELS,
     Report,
@@ -22,10 +22,10 @@ from specdec_helpers.assignment.grader import (
     _pairs,
     load_config,
 )
-from specdec_helpers.assignment.grader import grade as grade_sources
-from specdec_helpers.assignment.handin import handin as write_handin
-from specdec_helpers.assignment.speed import measure as measure_speed
-from specdec_helpers.assignment.submission import (
+from specdec_helpers.assignment.grading.grader import grade as grade_sources
+from specdec_helpers.assignment.student.handin import handin as write_handin
+from specdec_helpers.assignment.grading.speed import measure as measure_speed
+from specdec_helpers.assignment.grading.submission import (
     SubmissionError,
     graded_parts,
     notebooks_in,
@@ -36,10 +36,10 @@ from specdec_helpers.assignment.submission import (
 from specdec_helpers.present.notebook import REPO_BRANCH, quiet
 
 try:  # instructor-only modules: the student kit leaves them out (release.INSTRUCTOR_ONLY)
-    import specdec_helpers.assignment.autograder as autograder_module
-    import specdec_helpers.assignment.notebook_sync as notebook_sync
-    import specdec_helpers.assignment.release as release_module
-    from specdec_helpers.assignment.mutations import grade_all
+    import specdec_helpers.assignment.authoring.autograder as autograder_module
+    import specdec_helpers.assignment.authoring.notebook_sync as notebook_sync
+    import specdec_helpers.assignment.authoring.release as release_module
+    from specdec_helpers.assignment.grading.mutations import grade_all
 except ModuleNotFoundError as error:
     if not (error.name or "").startswith("specdec_helpers."):
         raise  # a missing dependency, not the student kit

@@ -3,7 +3,7 @@
 The "Open in Colab" badge and the Colab install line of every notebook are built from a repository
 URL by `colab_badge` and `pip_install_spec`. ``release --repo-url URL`` writes them for the student
 repository (the one Colab must install from: never the instructor's, which holds the solutions);
-``assignment/notebook_sync.py`` checks and fixes them. ``REPO_URL`` is only the default, a placeholder.
+``assignment/authoring/notebook_sync.py`` checks and fixes them. ``REPO_URL`` is only the default, a placeholder.
 """
 from __future__ import annotations
 

@@ -17,9 +17,9 @@ from typing import Callable
 
 import torch
 
-from specdec_helpers.assignment.child import encode
-from specdec_helpers.assignment.sandbox import StudentError
-from specdec_helpers.assignment.world import VOCAB, Mistake, World, greedy_tokens, world
+from specdec_helpers.assignment.grading.child import encode
+from specdec_helpers.assignment.grading.sandbox import StudentError
+from specdec_helpers.assignment.grading.world import VOCAB, Mistake, World, greedy_tokens, world
 
 EXERCISES = ("init", "draft", "verify", "decode")
 __all__ = ["EXERCISES", "Mistake", "TESTS", "Ctx", "Remote"]

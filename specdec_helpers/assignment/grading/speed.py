@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specdec_helpers.assignment.child import encode
-from specdec_helpers.assignment.sandbox import Child, ChildFailed, StudentError
+from specdec_helpers.assignment.grading.child import encode
+from specdec_helpers.assignment.grading.sandbox import Child, ChildFailed, StudentError
 from specdec_helpers.core.checks import greedy_divergence
 from specdec_helpers.core.decode import greedy_decode
 from specdec_helpers.core.drafters import ModelDrafter

@@ -12,11 +12,11 @@ import os
 import sys
 from pathlib import Path
 
-from specdec_helpers.assignment.cells import exec_cell, graded_sources
-from specdec_helpers.assignment.decoder import PARTS
-from specdec_helpers.assignment.grader import run_suite
-from specdec_helpers.assignment.sandbox import InProcess
-from specdec_helpers.assignment.suite import EXERCISES
+from specdec_helpers.assignment.student.cells import exec_cell, graded_sources
+from specdec_helpers.assignment.student.decoder import PARTS
+from specdec_helpers.assignment.grading.grader import run_suite
+from specdec_helpers.assignment.grading.sandbox import InProcess
+from specdec_helpers.assignment.grading.suite import EXERCISES
 from specdec_helpers.present import notebook
 
 LABELS = {"init": "01 · initialization", "draft": "02 · drafting", "verify": "03 · verification",

@@ -1,4 +1,4 @@
-"""The child process that runs a student's graded cells: ``python -m specdec_helpers.assignment.child SOURCES FD``.
+"""The child process that runs a student's graded cells: ``python -m specdec_helpers.assignment.grading.child SOURCES FD``.
 
 Student code never runs in the grader's process. This child execs the graded cells (``SOURCES``: a
 JSON file ``{part: source}``), builds the decoder class, then answers the grader's requests, one
@@ -19,10 +19,10 @@ import traceback
 
 import torch
 
-from specdec_helpers.assignment import decoder as decoder_module
-from specdec_helpers.assignment import world as world_module
-from specdec_helpers.assignment.cells import load_functions
-from specdec_helpers.assignment.decoder import DecoderBase, build_decoder
+from specdec_helpers.assignment.student import decoder as decoder_module
+from specdec_helpers.assignment.grading import world as world_module
+from specdec_helpers.assignment.student.cells import load_functions
+from specdec_helpers.assignment.student.decoder import DecoderBase, build_decoder
 
 DELEGATED: list[str] = []
 MAX_DEPTH = 6

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from specdec_helpers.assignment.release import ROOT, SKIP_PARTS, TEMPLATES, is_kit
+from specdec_helpers.assignment.authoring.release import ROOT, SKIP_PARTS, TEMPLATES, is_kit
 
 #: The kit as the grader needs it (paths relative to the repository root): code, hidden tests, notebooks.
 KIT = ["pyproject.toml", "requirements.txt", "conftest.py", "specdec_helpers", "notebooks"]

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-from specdec_helpers.assignment.child import decode
+from specdec_helpers.assignment.grading.child import decode
 
 
 class ChildFailed(Exception):
@@ -45,7 +45,7 @@ class Child:
         read_end, write_end = os.pipe()
         environment = {**os.environ, **(env or {})}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "specdec_helpers.assignment.child", path, str(write_end)],
+            [sys.executable, "-m", "specdec_helpers.assignment.grading.child", path, str(write_end)],
             stdin=subprocess.PIPE, stdout=self.log_file, stderr=self.log_file, pass_fds=(write_end,),
             start_new_session=True, env=environment, cwd=tempfile.mkdtemp(prefix="specdec-child-"), text=True)
         os.close(write_end)
@@ -127,8 +127,8 @@ class InProcess:
     the grader itself, where the code is trusted. Not for grading (`Child` is)."""
 
     def __init__(self, functions: dict):
-        from specdec_helpers.assignment.child import Server
-        from specdec_helpers.assignment.decoder import STANDINS
+        from specdec_helpers.assignment.grading.child import Server
+        from specdec_helpers.assignment.student.decoder import STANDINS
 
         self.server = Server(functions, dict(STANDINS))
         self.ready = {}

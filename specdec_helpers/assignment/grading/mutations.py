@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specdec_helpers.assignment.grader import Report, load_config, run_suite
-from specdec_helpers.assignment.submission import reference_sources
+from specdec_helpers.assignment.grading.grader import Report, load_config, run_suite
+from specdec_helpers.assignment.grading.submission import reference_sources
 
 
 @dataclass(frozen=True)

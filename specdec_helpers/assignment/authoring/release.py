@@ -25,17 +25,16 @@ from pathlib import Path
 import jinja2
 import nbformat
 
-from specdec_helpers.assignment.notebook_sync import fix_notebook
+from specdec_helpers.assignment.authoring.notebook_sync import fix_notebook
 from specdec_helpers.present.notebook import REPO_BRANCH, colab_url, github_path, pip_install_spec
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 #: What the kit contains (paths relative to the repository root); its README is written from a template.
 INCLUDE = ["pyproject.toml", "requirements.txt", "conftest.py", "specdec_helpers", "notebooks", "report"]
 #: Never shipped: solutions, the mistake catalog, the instructor's tools and templates.
-INSTRUCTOR_ONLY = ["specdec_helpers/assignment/release.py", "specdec_helpers/assignment/mutations.py",
-                   "specdec_helpers/assignment/autograder.py", "specdec_helpers/assignment/notebook_sync.py",
-                   "specdec_helpers/assignment/templates", "notebooks/_build.py", "tests", "report/build"]
+INSTRUCTOR_ONLY = ["specdec_helpers/assignment/authoring", "specdec_helpers/assignment/grading/mutations.py",
+                   "tests", "report/build"]
 SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
 
 REGION = re.compile(

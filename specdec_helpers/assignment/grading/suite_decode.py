@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from specdec_helpers.assignment.suite import Counted, check_verify, expect_greedy, test, unpack
-from specdec_helpers.assignment.world import VOCAB, Mistake, greedy_tokens
+from specdec_helpers.assignment.grading.suite import Counted, check_verify, expect_greedy, test, unpack
+from specdec_helpers.assignment.grading.world import VOCAB, Mistake, greedy_tokens
 
 
 @test("decode", "verify_tokens_cached: one pass, cache rolled back to the kept text", 2)

@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ElementTree
 import zipfile
 from pathlib import Path
 
-from specdec_helpers.assignment.cells import (
+from specdec_helpers.assignment.student.cells import (
     chosen_copy,
     graded_cell_copies,
     graded_sources,
@@ -23,9 +23,9 @@ from specdec_helpers.assignment.cells import (
     notebook_files,
     read_notebook,
 )
-from specdec_helpers.assignment.grader import Result
+from specdec_helpers.assignment.grading.grader import Result
 
-ROOT = Path(__file__).resolve().parents[2]  # the kit's top folder (release.py is instructor-only: not imported)
+ROOT = Path(__file__).resolve().parents[3]  # the kit's top folder (release.py is instructor-only: not imported)
 
 
 INSTRUCTOR_NOTEBOOKS = ROOT / "notebooks"

@@ -26,12 +26,12 @@ from typing import Callable
 
 import torch
 
-from specdec_helpers.assignment import suite, suite_decode  # noqa: F401 - suite_decode registers the decode tests
-from specdec_helpers.assignment.cells import is_stub, kit_references
-from specdec_helpers.assignment.sandbox import Child, ChildFailed, Delegated, StudentError
-from specdec_helpers.assignment.suite import EXERCISES
-from specdec_helpers.assignment.world import Mistake
-from specdec_helpers.assignment.speed import Measurement, baseline_of, grader_threads
+from specdec_helpers.assignment.grading import suite, suite_decode  # noqa: F401 - suite_decode registers the decode tests
+from specdec_helpers.assignment.student.cells import is_stub, kit_references
+from specdec_helpers.assignment.grading.sandbox import Child, ChildFailed, Delegated, StudentError
+from specdec_helpers.assignment.grading.suite import EXERCISES
+from specdec_helpers.assignment.grading.world import Mistake
+from specdec_helpers.assignment.grading.speed import Measurement, baseline_of, grader_threads
 
 DEFAULT_CONFIG = {
     "points": {"init": 5, "draft": 5, "verify": 5, "decode": 10, "speedup": 10, "acceptance": 10, "bonus": 5},

@@ -1,0 +1,1 @@
+"""Instructor tools that write things: the student release, notebook badge/set-up sync, the Gradescope autograder bundle, templates."""
