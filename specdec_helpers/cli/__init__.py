@@ -1,7 +1,7 @@
 """Command line: ``python -m specdec_helpers <command> [options]``.
 
-Every command's arguments live in this package, and nothing else: each command parses its arguments
-and calls the library. It is the only place that imports every layer (core, models, measure,
+Every command's arguments live in this package, and no algorithm or measurement: each command parses its
+arguments, calls the library and prints what it returns. It is the only place that imports every layer (core, models, measure,
 present, assignment); library modules never import it. `run` holds the commands that use the kit,
 `course` the instructor's and students' course commands, `args` their shared argparse types.
 """

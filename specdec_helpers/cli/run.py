@@ -17,8 +17,6 @@ from specdec_helpers.cli.args import (
     set_threads,
     whole_number,
 )
-from specdec_helpers.core.checks import greedy_divergence
-from specdec_helpers.core.decode import greedy_decode, speculative_decode
 from specdec_helpers.measure.bench import (
     DEFAULT_KS,
     METHODS,
@@ -40,7 +38,6 @@ from specdec_helpers.measure.results import (
     environment,
     save_results,
 )
-from specdec_helpers.measure.speedup import speedup
 from specdec_helpers.models.drafts import eagle
 from specdec_helpers.models.drafts.distill import distill_draft, distilled_dir, is_saved
 from specdec_helpers.models.drafts.registry import DRAFTS, draft_names_help
@@ -55,6 +52,8 @@ from specdec_helpers.models.smollm2 import SMOLLM2_PIP, smollm2_available
 from specdec_helpers.models.toy import retrain_toy
 from specdec_helpers.present import demo as demo_module
 from specdec_helpers.present.demo import (
+    DEMO_ROUNDS,
+    timed_rounds,
     default_prompt,
     legend,
     render,
@@ -70,12 +69,6 @@ from specdec_helpers.present.tables import (
     write_tables,
 )
 from specdec_helpers.present.widgets import token_spans
-
-
-# The demo's timed rounds: at least 5, more while under 10 s of timing, at most 15. Three rounds of the toy
-# pair (under a second each) gave 1.13x-1.57x over five runs on an idle machine; the median of more
-# rounds, with their middle half as the spread, holds still (benchmarks/RESULTS.md).
-DEMO_ROUNDS = (5, 10.0, 15)
 
 
 def _demo_args(argv):
@@ -118,27 +111,10 @@ def demo(argv=None) -> int:
     input_ids = pair.encode(prompt)
     n = args.max_new_tokens
 
-    least, budget, most = (args.repeats, 0.0, args.repeats) if args.repeats else DEMO_ROUNDS
+    rounds = (args.repeats, 0.0, args.repeats) if args.repeats else DEMO_ROUNDS
     print(f"decoding {n} tokens: warm-up, then greedy and speculative interleaved, "
-          f"{args.repeats or f'{least}-{most}'} rounds ...", file=sys.stderr, flush=True)
-    # Warm-up: the first calls pay one-off costs (allocations, kernel selection) that are no part of either method.
-    greedy_decode(pair.target, input_ids, max_new_tokens=4)
-    speculative_decode(pair.target, pair.draft, input_ids, max_new_tokens=4, num_speculative_tokens=k)
-    greedys, specs = [], []
-    timed = 0.0
-    while len(greedys) < least or (timed < budget and len(greedys) < most):  # interleaved: a busy second slows both
-        greedys.append(greedy_decode(pair.target, input_ids, max_new_tokens=n))
-        specs.append(speculative_decode(pair.target, pair.draft, input_ids, max_new_tokens=n, num_speculative_tokens=k))
-        timed += greedys[-1].stats.wall_time_s + specs[-1].stats.wall_time_s
-    greedy, spec = (sorted(runs, key=lambda r: r.stats.wall_time_s)[len(runs) // 2] for runs in (greedys, specs))
-    identical = all(torch.equal(s.sequences, greedy.sequences) for s in specs + greedys)
-    measured = speedup([g.stats.wall_time_s for g in greedys], [s.stats.wall_time_s for s in specs],
-                       tokens_per_call=spec.stats.mean_accepted_length)
-    if not identical:  # in fp16/bf16 a divergence is right only at a numerical near-tie of the target
-        start = input_ids.shape[1]
-        ok, why = greedy_divergence(pair.target, input_ids, spec.sequences[0, start:],
-                                    want=greedy.sequences[0, start:].tolist())
-        identical = f"yes, up to near-ties ({why})" if ok else f"NO: {why}"
+          f"{args.repeats or f'{rounds[0]}-{rounds[2]}'} rounds ...", file=sys.stderr, flush=True)
+    greedy, spec, identical, measured = timed_rounds(pair, input_ids, n, k, rounds)
 
     color = use_color(args.color)
     print(f"preset={pair.preset}  draft={draft_label(pair.draft)}  k={k}  device={pair.device}  "
