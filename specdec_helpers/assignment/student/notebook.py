@@ -65,3 +65,45 @@ def your_decoder(notebook: str, pair, verbose: bool = True, **functions):
     notebooks next to this one (`cells.assemble`); a part you have not written raises `PartMissing`,
     which names the notebook to finish."""
     return assemble(notebook, verbose=verbose, **functions).from_pair(pair)
+
+
+def traced(decoder, input_ids, max_tokens: int = 40, num_speculative_tokens: int = 4, use_cache: bool = True):
+    """Run your ``decoder.generate_ids`` and record its rounds (what each draft call proposed, what each
+    verification kept) as a `DecodeOutput`, so `render_html` can colour your decoder's text. The recording
+    wraps your methods on this one decoder object for the call, then removes the wrappers."""
+    from specdec_helpers.core.rounds import DecodeOutput, DecodeStats, Step
+
+    events = []
+
+    def wrap(name, kind):
+        method = getattr(decoder, name)
+
+        def recorded(*args, **kwargs):
+            out = method(*args, **kwargs)
+            events.append((kind, out))
+            return out
+        setattr(decoder, name, recorded)  # an instance attribute shadows the class's method
+
+    names = {"generate_draft_tokens": "draft", "verify_tokens_cached": "verify", "verify_tokens_vectorized": "verify"}
+    for name, kind in names.items():
+        wrap(name, kind)
+    try:
+        ids, seconds = timed(lambda: decoder.generate_ids(input_ids, max_tokens, num_speculative_tokens, use_cache),
+                             decoder.device)
+    finally:
+        for name in names:
+            decoder.__dict__.pop(name, None)
+    new = ids.shape[1] - input_ids.shape[1]
+    stats, steps, draft, emitted_total = DecodeStats(new_tokens=new, wall_time_s=seconds), [], [], 0
+    for kind, out in events:
+        if kind == "draft":
+            draft = [int(t) for t in out.reshape(-1).tolist()]
+            stats.draft_calls += len(draft)
+            continue
+        tokens, n = out
+        emitted = [int(t) for t in tokens][: new - emitted_total]
+        emitted_total += len(emitted)
+        steps.append(Step(draft, int(n), emitted))
+        stats.record_round(len(draft), int(n), 0)
+        draft = []
+    return DecodeOutput(ids, stats, steps)
