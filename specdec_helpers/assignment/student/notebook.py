@@ -107,3 +107,6 @@ def traced(decoder, input_ids, max_tokens: int = 40, num_speculative_tokens: int
         stats.record_round(len(draft), int(n), 0)
         draft = []
     return DecodeOutput(ids, stats, steps)
+
+
+from specdec_helpers.core.cache import cache_length, crop_cache, new_cache  # noqa: E402,F401 - cache bookkeeping
