@@ -215,3 +215,12 @@ def test_notebooks_import_through_sd_and_nb_and_label_every_exercise(name):
                 f"{name} {cell.id} runs the kit's own graded code"
     labels = " ".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert "Graded exercise" in labels
+
+
+def test_the_kit_has_the_students_readmes(kit):
+    notebooks_readme = (kit / "notebooks" / "README.md").read_text()
+    assert "Practice exercise" in notebooks_readme and "nbgrader" not in notebooks_readme
+    assert "Two editions" not in notebooks_readme  # the instructor's text stays home
+    readme = (kit / "README.md").read_text()
+    assert "YOUR ANSWER HERE" not in readme and "stand-in" not in readme
+    assert "finish notebook 02's" in readme
