@@ -188,10 +188,14 @@ class TokenExplorer:
 
     DRAFTERS = ("draft model", "prompt lookup")
 
-    def __init__(self, pair, prompts=None, max_new_tokens: int = 40, k: int | None = None, seed: int = 0):
+    def __init__(self, pair, prompts=None, max_new_tokens: int = 40, k: int | None = None, seed: int = 0,
+                 decode=None):
         import ipywidgets as w
 
         self.pair = pair
+        # decode(ids, k, max_new_tokens) -> DecodeOutput: a greedy decoder of your own (e.g. the student's,
+        # recorded by `assignment.student.notebook.traced`) for the draft model at temperature 0.
+        self.decode = decode
         prompts = list(prompts or ["The future of Artificial Intelligence is"])
         k = k or getattr(pair, "num_speculative_tokens", 5)
         has_model_draft = isinstance(pair.draft, torch.nn.Module)
@@ -235,9 +239,12 @@ class TokenExplorer:
             generator = None
             if self.temperature.value > 0:
                 generator = torch.Generator(device=ids.device).manual_seed(int(self.seed.value))
-            out = speculative_decode(self.pair.target, self._draft(), ids, max_new_tokens=self.max_new_tokens.value,
-                                     num_speculative_tokens=self.k.value, temperature=self.temperature.value,
-                                     generator=generator)
+            if self.decode is not None and self.temperature.value == 0 and self.drafter.value == "draft model":
+                out = self.decode(ids, self.k.value, self.max_new_tokens.value)
+            else:
+                out = speculative_decode(self.pair.target, self._draft(), ids,
+                                         max_new_tokens=self.max_new_tokens.value, num_speculative_tokens=self.k.value,
+                                         temperature=self.temperature.value, generator=generator)
         except (ValueError, TypeError) as error:  # bad settings: say so in the widget, do not crash the UI
             self.status.value = f'<span style="color:#a00">{html.escape(str(error))}</span>'
             return self.status.value

@@ -1,0 +1,226 @@
+"""The student edition (``release``) holds no implementation of a graded part, under any name.
+
+Released once per module into a temporary folder; then its text is searched for the kit's own graded
+code (the instructor edition's INSTRUCTOR ONLY regions and the reference solutions' lines), and its
+package is run in a subprocess: greedy speculative decoding refuses with a message that points to the
+student's own decoder, sampling still works, and every stand-in names the notebook to finish first.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from specdec_helpers.assignment.authoring import release
+
+URL = "https://github.com/example-course/specdec-students"
+
+#: Lines that only an implementation of a graded part holds (the kit's own, in core/ and the stand-ins).
+GRADED_LINES = [
+    "matches = (choices[:k] == draft_tokens.to(choices.device)).int()",
+    "n = int(matches.cumprod(0).sum()) if k else 0",
+    "crop_cache(cache, length + result.num_accepted)",
+    "crop_cache(self.cache, n_kept)",
+    "crop_cache(self.target_cache, input_ids.shape[1] + result.num_accepted)",
+    "cache = new_cache(target) if use_cache else None",
+    "return speculative_decode(target, _NoDraft()",
+    "standin_verify_tokens_cached",
+    "standin_generate_draft_tokens",
+    "_kit_decode",
+    "accept_greedy(score_draft(",
+    "inspect.getsource(ModelDrafter",
+]
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory):
+    out = tmp_path_factory.mktemp("kit") / "students"
+    release.release(out, release.ROOT, URL)
+    return out
+
+
+def shipped_text(kit) -> dict[str, str]:
+    texts = {}
+    for path in kit.rglob("*"):
+        text = release._text(path) if path.is_file() else None
+        if text:
+            texts[path.relative_to(kit).as_posix()] = text
+    return texts
+
+
+def test_no_graded_implementation_survives_in_the_text(kit):
+    texts = shipped_text(kit)
+    leaks = [(rel, line) for rel, text in texts.items() for line in GRADED_LINES if line in text]
+    assert not leaks, leaks
+    # ...and the instructor edition does hold them (the search looks for something real).
+    instructor = "\n".join(p.read_text() for p in (release.ROOT / "specdec_helpers").rglob("*.py"))
+    assert [line for line in GRADED_LINES if line in instructor and "getsource" not in line] == GRADED_LINES[:-1]
+
+
+def test_every_instructor_only_region_is_gone(kit):
+    """Each INSTRUCTOR ONLY region's distinctive lines are absent from the released file."""
+    checked = 0
+    for path in (release.ROOT / "specdec_helpers").rglob("*.py"):
+        source = path.read_text()
+        rel = path.relative_to(release.ROOT).as_posix()
+        if "### BEGIN INSTRUCTOR ONLY" not in source or not (kit / rel).exists():
+            continue  # no region, or an instructor-only file (release.py itself)
+        shipped = (kit / rel).read_text()
+        visible = release.REGION.sub("", source)
+        for body in release.regions(source):
+            lines = release._distinctive(body, visible)
+            checked += len(lines)
+            assert not [line for line in lines if line in shipped], rel
+    assert checked > 10
+
+
+def run_in_kit(kit, code: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(kit), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=kit, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_the_released_package_refuses_greedy_and_names_the_notebook(kit):
+    result = run_in_kit(kit, """
+        import torch, specdec_helpers as sd
+        assert sd.__file__.startswith(%r), sd.__file__
+        from transformers import GPT2Config, GPT2LMHeadModel
+        from specdec_helpers.core.checks import StudentEditionError
+        from specdec_helpers.core.drafters import ModelDrafter
+        from specdec_helpers.core.verify import accept_greedy
+        from specdec_helpers.assignment.student.decoder import STANDINS, PartMissing, build_decoder
+        torch.manual_seed(0)
+        model = lambda layers: GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=layers, n_head=4, vocab_size=64,
+                                                          initializer_range=0.5)).eval()
+        target, draft = model(2), model(1)
+        ids = torch.tensor([[1, 2, 3, 4]])
+        refused = []
+        for kw in (dict(), dict(temperature=0.0), dict(temperature=1e-30), dict(temperature=1.0, top_k=1)):
+            try:
+                sd.speculative_decode(target, draft, ids, max_new_tokens=8, **kw)
+            except ValueError as error:
+                assert isinstance(error, StudentEditionError) and "your own SpeculativeDecoder" in str(error), error
+                refused.append(kw)
+        assert len(refused) == 4, refused
+        for call in (lambda: accept_greedy(torch.zeros(3, 64), torch.tensor([1, 2])),
+                     lambda: sd.verify_tokens_vectorized(target, ids, torch.tensor([1, 2])),
+                     lambda: ModelDrafter(draft).propose(ids, 3)):
+            try:
+                call()
+                raise SystemExit("a greedy building block ran in the student edition")
+            except StudentEditionError as error:
+                assert "notebook 0" in str(error)
+        # Sampling still works; greedy decoding is Hugging Face's generate.
+        out = sd.speculative_decode(target, draft, ids, max_new_tokens=8, temperature=1.0,
+                                    generator=torch.Generator().manual_seed(0))
+        assert out.sequences.shape == (1, 12) and out.stats.target_calls >= 2
+        hf = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=8,
+                             pad_token_id=0)
+        assert torch.equal(sd.greedy_decode(target, ids, max_new_tokens=8).sequences, hf)
+        # No stand-in: each graded method names the notebook to finish.
+        decoder = build_decoder()
+        self = decoder.__new__(decoder)
+        for name, notebook in (("generate_draft_tokens", "02"), ("accept_draft", "03"),
+                               ("verify_tokens_cached", "04"), ("initialize_target_model", "01")):
+            try:
+                STANDINS[name](self, ids, ids)
+                raise SystemExit(f"stand-in {name} ran")
+            except PartMissing as error:
+                assert f"finish notebook {notebook}'s `{name}` first" in str(error), error
+        print("student edition ok")
+    """ % str(kit))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "student edition ok" in result.stdout
+
+
+def test_the_instructor_edition_keeps_everything():
+    import torch
+
+    import specdec_helpers as sd
+    from specdec_helpers.assignment.student.decoder import STANDINS
+    from tiny_models import tiny_model
+
+    target, draft = tiny_model("gpt2", 0), tiny_model("gpt2", 1, layers=1)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    out = sd.speculative_decode(target, draft, ids, max_new_tokens=8)
+    assert torch.equal(out.sequences, sd.greedy_decode(target, ids, max_new_tokens=8).sequences)
+    assert not any(getattr(fn, "missing_part", False) for fn in STANDINS.values())
+
+
+def test_an_instructor_only_region_needs_a_student_part():
+    source = "def f():\n    ### BEGIN INSTRUCTOR ONLY\n    return 1\n    ### END INSTRUCTOR ONLY\n"
+    with pytest.raises(release.ReleaseError, match="without '### STUDENT EDITION'"):
+        release.strip(source, where="f.py")
+    source = ("def f():\n    ### BEGIN INSTRUCTOR ONLY\n    return 1\n    ### STUDENT EDITION\n"
+              "    # raise ValueError('no')\n    ### END INSTRUCTOR ONLY\n")
+    assert release.strip(source) == "def f():\n    raise ValueError('no')\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["01_model_init", "02_draft_generation", "03_vectorized_verification",
+                                  "04_kv_cached_verification"])
+def test_no_check_passes_a_released_stub(kit, name):
+    """The released notebooks run top to bottom (errors allowed) with every exercise still a stub, in the
+    student kit: no check cell prints ✅, and a cell that needs an earlier part names its notebook."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    path = kit / "notebooks" / f"{name}.ipynb"
+    nb = nbformat.read(str(path), as_version=4)
+    env = {"PYTHONPATH": str(kit), "SPECDEC_PRESET": "toy", "OMP_NUM_THREADS": "1"}
+    old = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+    finally:
+        for key, value in old.items():
+            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+    texts = {}
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            texts[cell.id] = "\n".join(str(o.get("text", "")) + str(o.get("evalue", "")) +
+                                       "\n".join(o.get("traceback", [])) for o in cell.outputs)
+    passed = [cid for cid, text in texts.items() if "✅" in text]
+    assert not passed, f"{name}: checks passed on stubs: {passed}"
+    if name != "01_model_init":
+        assert "finish notebook" in "\n".join(texts.values()) or "Not done yet" in "\n".join(texts.values())
+
+
+TRACK = ["01_model_init", "02_draft_generation", "03_vectorized_verification", "04_kv_cached_verification"]
+
+
+@pytest.mark.parametrize("name", TRACK)
+def test_notebooks_import_through_sd_and_nb_and_label_every_exercise(name):
+    """Issue 28: one exercise track, each exercise says practice or graded; the kit only through sd./nb.
+    (graded cells import what they need themselves: the grader runs them alone)."""
+    import re
+
+    import nbformat
+
+    nb = nbformat.read(str(release.ROOT / "notebooks" / f"{name}.ipynb"), as_version=4)
+    allowed = {"import specdec_helpers", "import specdec_helpers as sd",
+               "from specdec_helpers.assignment.student import notebook as nb"}
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            assert "**Exercise" not in cell.source, f"{name} {cell.id}: say 'Practice exercise' or 'Graded exercise'"
+        elif not cell.metadata.get("nbgrader", {}).get("solution"):
+            imports = {line.strip() for line in cell.source.splitlines()
+                       if re.match(r"\s*(from|import) specdec_helpers", line)}
+            assert imports <= allowed, f"{name} {cell.id}: {sorted(imports - allowed)}"
+            assert not re.search(r"ModelDrafter|accept_greedy|score_draft|speculative_decode\(|getsource", cell.source), \
+                f"{name} {cell.id} runs the kit's own graded code"
+    labels = " ".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "Graded exercise" in labels
+
+
+def test_the_kit_has_the_students_readmes(kit):
+    notebooks_readme = (kit / "notebooks" / "README.md").read_text()
+    assert "Practice exercise" in notebooks_readme and "nbgrader" not in notebooks_readme
+    assert "Two editions" not in notebooks_readme  # the instructor's text stays home
+    readme = (kit / "README.md").read_text()
+    assert "YOUR ANSWER HERE" not in readme and "stand-in" not in readme
+    assert "finish notebook 02's" in readme
