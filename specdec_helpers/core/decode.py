@@ -8,6 +8,7 @@ from torch.profiler import (
 
 from specdec_helpers.core import checks
 from specdec_helpers.core.adaptive import KSchedule, as_schedule
+from specdec_helpers.core.batch import batch_speculative_decode, is_batch
 from specdec_helpers.core.cache import crop_cache, new_cache
 from specdec_helpers.core.compiled import compiled_forward
 from specdec_helpers.core.drafters import Drafter, Proposal, as_drafter, exclusive
@@ -47,6 +48,7 @@ def speculative_decode(
     use_cache: bool = True,
     generator: torch.Generator | None = None,
     compile: bool = False,
+    attention_mask=None,
 ) -> DecodeOutput:
     """Generate with ``draft`` proposing and ``target`` verifying; output is the target's own.
 
@@ -60,7 +62,15 @@ def speculative_decode(
     (``perf --compile``; what it gave here is in benchmarks/RESULTS.md).
     Every prompt token is read, pad tokens too: ``generate(ids)`` without an attention mask masks pads
     out, so pass prompts without padding (`ModelPair.encode` refuses text that encodes to a pad token).
+    A batch (``[B, L]`` ids with B > 1, a list of prompts, or any ``attention_mask``) goes to
+    `batch.batch_speculative_decode` and returns a `batch.BatchDecodeOutput`.
     """
+    if is_batch(input_ids, attention_mask):
+        return batch_speculative_decode(
+            target, None if isinstance(draft, _NoDraft) else draft, input_ids, attention_mask,
+            max_new_tokens=max_new_tokens, num_speculative_tokens=num_speculative_tokens, temperature=temperature,
+            top_k=top_k, top_p=top_p, eos_token_id=eos_token_id, use_cache=use_cache, generator=generator,
+            compile=compile)
     input_ids, max_new_tokens, eos = checks.decode_args(target, input_ids, max_new_tokens, eos_token_id)
     schedule = as_schedule(num_speculative_tokens)
     sampler = Sampler(temperature, top_k, top_p, generator)
@@ -73,10 +83,10 @@ def speculative_decode(
 
 
 def greedy_decode(target, input_ids, *, max_new_tokens: int = 100, eos_token_id=None, use_cache: bool = True,
-                  compile: bool = False):
+                  compile: bool = False, attention_mask=None):
     """Plain greedy decoding (one target pass per token), the baseline speculative decoding must match."""
     return speculative_decode(target, _NoDraft(), input_ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
-                              use_cache=use_cache, compile=compile)
+                              use_cache=use_cache, compile=compile, attention_mask=attention_mask)
 
 
 def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: KSchedule, sampler, eos, use_cache,
