@@ -14,7 +14,7 @@ import argparse
 import torch
 
 import specdec_helpers as sd
-from specdec_helpers.measure.batching import batch_costs, batch_sweep, predicted_speedup
+from specdec_helpers.measure.batching import batch_costs, batch_sweep, predicted_batch_speedup
 from specdec_helpers.measure.bench import PA3_PROMPTS, preset_prompts
 
 
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
         for r, c in zip(rows, costs):
             print(f"{c['batch']:>5} {1e3 * c['target_step_s']:>8.2f} {1e3 * c['verify_s']:>10.2f} "
                   f"{c['verify_over_step']:>12.2f} {1e3 * c['draft_step_s']:>9.2f} "
-                  f"{predicted_speedup(c, r['alpha']):>9.2f}x {r['ratio']:>8.2f}x")
+                  f"{predicted_batch_speedup(c, r['alpha']):>9.2f}x {r['ratio']:>8.2f}x")
     return 0
 
 

@@ -20,7 +20,7 @@ a loss: every rejected draft token is now paid for in FLOPs. Greedy reaches that
 ``B ~ balance``, speculation already at ``B (k + 1) ~ balance``: the batch size where speculation
 stops paying is about ``k + 1`` times smaller than the one where batching stops paying. On a CPU with a
 tiny model the forward is dominated by per-call overhead instead; the same formula, fed with measured
-``T`` and ``D`` (`batch_costs`), says where the crossover lies (`predicted_speedup`). A batch also waits
+``T`` and ``D`` (`batch_costs`), says where the crossover lies (`predicted_batch_speedup`). A batch also waits
 for its slowest row (rows accept different counts) and pads every row's block to the longest draft.
 """
 from __future__ import annotations
@@ -126,7 +126,7 @@ def batch_costs(target, draft, *, batch_sizes=BATCH_SIZES, num_speculative_token
     return out
 
 
-def predicted_speedup(cost: dict, alpha: float) -> float:
+def predicted_batch_speedup(cost: dict, alpha: float) -> float:
     """``tau * T(B) / (T(B (k + 1)) + k D(B))`` from one row of `batch_costs` and the acceptance ``alpha``."""
     k = cost["k"]
     return expected_tokens_per_step(alpha, k) * cost["target_step_s"] / (cost["verify_s"] + k * cost["draft_step_s"])
