@@ -65,6 +65,7 @@ class BatchDecodeOutput:
     new_tokens: list[torch.Tensor]  # row b's generated tokens (up to and including its EOS)
     stats: DecodeStats
     row_stats: list[DecodeStats] = field(default_factory=list)
+    row_proposed: list[list[int]] = field(default_factory=list)  # draft tokens row b was offered, per round
     pad_token_id: int = 0
 
     def row(self, b: int) -> torch.Tensor:
@@ -169,7 +170,7 @@ def _loop(target, drafts, prompts, budgets, k, samplers, eos) -> BatchDecodeOutp
     for b, p in enumerate(prompts):
         buffer[b, : p.numel()] = p
     length = [p.numel() for p in prompts]
-    stats, row_stats = DecodeStats(), [DecodeStats() for _ in prompts]
+    stats, row_stats, row_proposed = DecodeStats(), [DecodeStats() for _ in prompts], [[] for _ in prompts]
     active = [b for b, m in enumerate(budgets) if m > 0]  # row of the caches -> row of the batch
     targets = RowCache(target, len(active), device)
     drafts.select(torch.tensor(active, dtype=torch.long, device=device))
@@ -199,6 +200,7 @@ def _loop(target, drafts, prompts, budgets, k, samplers, eos) -> BatchDecodeOutp
             buffer[b, length[b]: length[b] + len(emitted)] = torch.tensor(emitted, device=device)
             length[b] += len(emitted)
             row_stats[b].record_round(proposals[i].tokens.numel(), n, drafts.calls - calls)
+            row_proposed[b].append(proposals[i].tokens.numel())
             if emitted[-1] not in eos and length[b] < end[b]:
                 still.append(i)
         targets.keep(torch.tensor(cache_keep, device=device))
@@ -213,7 +215,8 @@ def _loop(target, drafts, prompts, budgets, k, samplers, eos) -> BatchDecodeOutp
     for s, n in zip(row_stats, new):
         s.new_tokens, s.wall_time_s = n.numel(), stats.wall_time_s
     stats.new_tokens = sum(n.numel() for n in new)
-    return BatchDecodeOutput(prompts, new, stats, row_stats)
+    pad = getattr(getattr(target, "generation_config", None), "pad_token_id", None)
+    return BatchDecodeOutput(prompts, new, stats, row_stats, row_proposed, pad if isinstance(pad, int) else 0)
 
 
 def _accept_greedy_rows(logits: torch.Tensor, drafts: list[torch.Tensor]) -> list[tuple[int, list[int]]]:

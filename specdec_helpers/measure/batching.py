@@ -30,7 +30,7 @@ import torch
 from specdec_helpers.core.batch import batch_speculative_decode
 from specdec_helpers.core.cache import cache_kwargs, crop_cache, new_cache
 from specdec_helpers.core.timing import interleaved_order, spread, timed
-from specdec_helpers.measure.theory import expected_tokens_per_step
+from specdec_helpers.measure.theory import estimate_alpha, expected_tokens_per_step
 
 BATCH_SIZES = (1, 2, 4, 8, 16)
 
@@ -65,22 +65,23 @@ def batch_sweep(target, draft, prompts, *, batch_sizes=BATCH_SIZES, num_speculat
                 run()
         rates = {name: [] for name in methods}
         outs = {}
-        accepted = proposed = rounds = rejected = 0
+        accepted = proposed = 0
+        per_round, offered = [], []
         for name in interleaved_order(list(methods), repeats):
             out = methods[name]()
             outs[name] = out
             rates[name].append(out.stats.tokens_per_s)
             if name == "speculative":
                 accepted, proposed = accepted + out.stats.accepted, proposed + out.stats.proposed
-                for s in out.row_stats:
-                    rounds += s.target_calls
-                    rejected += sum(1 for a in s.accepted_per_step if a < num_speculative_tokens)
+                for s, p in zip(out.row_stats, out.row_proposed):
+                    per_round += s.accepted_per_step
+                    offered += p
         ratios = spread([s / g for s, g in zip(rates["speculative"], rates["greedy"])])
         same = all(torch.equal(a, b) for a, b in zip(outs["greedy"].new_tokens, outs["speculative"].new_tokens))
         rows.append(dict(batch=size, greedy_tok_s=spread(rates["greedy"])["median"],
                          speculative_tok_s=spread(rates["speculative"])["median"], ratio=ratios["median"],
                          ratio_min=ratios["min"], ratio_max=ratios["max"],
-                         alpha=accepted / (accepted + rejected) if accepted + rejected else 0.0,
+                         alpha=estimate_alpha(per_round, offered),
                          acceptance=accepted / proposed if proposed else 0.0, same=same))
     if show:
         print_sweep(rows)
