@@ -197,3 +197,38 @@ def test_per_row_generators_replay_single_row_sampling():
                                       temperature=0.9, top_k=20, generator=torch.Generator().manual_seed(s),
                                       eos_token_id=[])
         assert out.new_tokens[b].tolist() == alone.new_tokens.tolist(), b
+
+
+def test_sequences_keep_the_padded_input_as_hf_generate_does():
+    target = tiny_model("gpt_neox", seed=4)
+    ids = torch.tensor([[0, 0, 0, 7, 8, 9], [0, 3, 4, 5, 6, 7]])
+    mask = (ids != 0).long()
+    out = sd.speculative_decode(target, perturbed_copy(target), ids, attention_mask=mask, max_new_tokens=6,
+                                num_speculative_tokens=2, eos_token_id=[])
+    hf = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=6, pad_token_id=0)
+    assert torch.equal(out.sequences, hf)
+
+
+def test_a_missing_rollback_is_caught(monkeypatch):
+    """The greedy check can fail: rows that keep their rejected draft positions in the cache go wrong."""
+    from specdec_helpers.core import batch_rows
+
+    def keep_everything(self, lengths):
+        self.seen = torch.minimum(lengths.to(self.seen.device), self.seen)  # counts rolled back, cache not
+
+    monkeypatch.setattr(batch_rows.RowCache, "keep", keep_everything)
+    with pytest.raises(AssertionError):
+        check_case("llama", seed=1)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_packing_the_cache_keeps_rows_greedy(family, monkeypatch):
+    """Packing each row's live positions together (normally rare) after every round changes no row."""
+    from specdec_helpers.core import batch_rows
+
+    packs = []
+    pack = batch_rows.RowCache.pack
+    monkeypatch.setattr(batch_rows, "PACK_SLACK", -10**6)  # pack at every rollback
+    monkeypatch.setattr(batch_rows.RowCache, "pack", lambda self: (packs.append(1), pack(self)))
+    check_case(family, seed=100)
+    assert packs, "the cache was never packed"

@@ -19,8 +19,9 @@ Per-row rollback with one shared cache: rows accept different counts, so the cac
 and a mask says which ones each row reads (`batch_rows.RowCache`): rejected positions become holes
 masked out for good, and position ids are counted from the mask. We chose this over realigning the rows
 by shifting their caches each round (a gather over the whole cache, every round): a mask update is free,
-and the holes cost only some attention over masked columns and memory, bounded by the trailing crop and
-by finished rows leaving. Left padding is the same mechanism (pads are masked columns).
+and the holes cost only some attention over masked columns and memory, bounded by the trailing crop, by
+finished rows leaving, and by packing each row's live positions together (one gather) whenever holes
+fill over half the cache. Left padding is the same mechanism (pads are masked columns).
 
 Exactness: a row's logits in the batch equal its single-row logits up to float rounding (other matmul
 shapes, masked columns add exact zeros); fp32 greedy rows therefore equal their own greedy decoding
@@ -32,6 +33,7 @@ this module and `batch_rows.py` together.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from numbers import Integral
@@ -67,6 +69,7 @@ class BatchDecodeOutput:
     row_stats: list[DecodeStats] = field(default_factory=list)
     row_proposed: list[list[int]] = field(default_factory=list)  # draft tokens row b was offered, per round
     pad_token_id: int = 0
+    input_ids: torch.Tensor | None = None  # the padded ``[B, L]`` input, when one was given
 
     def row(self, b: int) -> torch.Tensor:
         """``[1, prompt + new]``: row ``b`` as `speculative_decode` returns a single prompt's ``sequences``."""
@@ -74,9 +77,16 @@ class BatchDecodeOutput:
 
     @property
     def sequences(self) -> torch.Tensor:
-        """``[B, L]`` left-padded prompts then new tokens, right-padded with ``pad_token_id`` (as HF ``generate``)."""
-        width_p = max(p.numel() for p in self.prompts)
+        """``[B, L]``: the input as given (a list of prompts: left-padded) then the new tokens, right-padded with
+        ``pad_token_id``, as HF ``generate`` returns a padded batch."""
         width_n = max(n.numel() for n in self.new_tokens)
+        if self.input_ids is not None:
+            out = torch.full((len(self.prompts), width_n), self.pad_token_id, dtype=torch.long,
+                             device=self.input_ids.device)
+            for b, n in enumerate(self.new_tokens):
+                out[b, : n.numel()] = n
+            return torch.cat([self.input_ids, out], dim=1)
+        width_p = max(p.numel() for p in self.prompts)
         out = torch.full((len(self.prompts), width_p + width_n), self.pad_token_id, dtype=torch.long,
                          device=self.prompts[0].device)
         for b, (p, n) in enumerate(zip(self.prompts, self.new_tokens)):
@@ -157,10 +167,11 @@ def batch_speculative_decode(target, draft, input_ids, attention_mask=None, *, m
         if drafter is not None and drafter.model is not None:
             checks.check_draft_model(drafter.model, p.view(1, -1), m)
     rows = row_drafter(drafter, len(prompts), target.device)
-    if drafter is None:
-        return _loop(target, rows, prompts, budgets, k, samplers, eos)
-    with exclusive(drafter):
-        return _loop(target, rows, prompts, budgets, k, samplers, eos)
+    with exclusive(drafter) if drafter is not None else contextlib.nullcontext():
+        out = _loop(target, rows, prompts, budgets, k, samplers, eos)
+    if isinstance(input_ids, torch.Tensor):
+        out.input_ids = input_ids.to(device=target.device, dtype=torch.long)
+    return out
 
 
 def _loop(target, drafts, prompts, budgets, k, samplers, eos) -> BatchDecodeOutput:

@@ -3,7 +3,8 @@
 `RowCache` is the whole trick (see `core/batch.py` for the loop): the cache's columns are shared by
 every row, and a boolean column mask ``[B, C]`` says which columns each row reads. A row that rejects
 draft tokens masks their columns out (holes it never reads again), so per-row rollback is one mask
-update; only columns that no row reads any more, at the end, are cropped. Position ids are counted
+update; only columns that no row reads any more, at the end, are cropped, and when holes fill over
+half the cache each row's live positions are packed together (one gather; rare). Position ids are counted
 from the mask (a row's next position is the number of columns it reads), never from the column index,
 so left padding, pads between tokens and holes shift nothing.
 """
@@ -11,9 +12,17 @@ from __future__ import annotations
 
 import torch
 
-from specdec_helpers.core.cache import cache_kwargs, check_plain_layers, crop_cache, keep_cache_rows, new_cache
+from specdec_helpers.core.cache import (
+    cache_kwargs,
+    check_plain_layers,
+    crop_cache,
+    gather_cache_rows,
+    keep_cache_rows,
+    new_cache,
+)
 from specdec_helpers.core.drafters import ModelDrafter, Proposal, PromptLookupDrafter
 
+PACK_SLACK = 16  # columns of holes tolerated beyond twice the longest row before `RowCache.pack`
 PAD = 0  # the id fed at masked positions: never read by any row, so any id in the vocabulary would do
 
 
@@ -50,6 +59,17 @@ class RowCache:
         if end < self.mask.shape[1]:  # trailing columns no row reads: give them back
             crop_cache(self.cache, end)
             self.mask = self.mask[:, :end]
+        if self.mask.shape[1] > 2 * int(self.seen.max()) + PACK_SLACK:
+            self.pack()
+
+    def pack(self) -> None:
+        """Move each row's live positions together, right-aligned (holes and pads become left padding):
+        run when holes make up over half the columns, so the cache stays within twice the longest row."""
+        width = int(self.seen.max())
+        # A stable sort puts each row's dead columns first and its live ones last, both in column order.
+        index = torch.sort(self.mask.long(), dim=1, stable=True).indices[:, self.mask.shape[1] - width:]
+        gather_cache_rows(self.cache, index)
+        self.mask = torch.arange(width, device=self.mask.device) >= (width - self.seen)[:, None]
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep only batch rows ``rows`` (the others finished)."""

@@ -120,3 +120,15 @@ def check_plain_layers(cache: DynamicCache, what: str) -> None:
                 f"{type(layer).__name__} layer (sliding window, recurrent or quantized state); decode its "
                 "prompts one at a time"
             )
+
+
+def gather_cache_rows(cache: DynamicCache, index: torch.Tensor) -> None:
+    """Row ``b`` of every layer keeps the cached positions ``index[b]`` (``[B, C']``, in that order): batched
+    decoding packs each row's live positions together once rejected ones (holes) pile up."""
+    check_plain_layers(cache, "packing a batched cache")
+    for layer in cache.layers:
+        if not layer.is_initialized or layer.keys.numel() == 0:
+            continue
+        rows = index.to(layer.keys.device)[:, None, :, None]
+        layer.keys = layer.keys.gather(2, rows.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1]))
+        layer.values = layer.values.gather(2, rows.expand(-1, layer.values.shape[1], -1, layer.values.shape[-1]))
