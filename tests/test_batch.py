@@ -232,3 +232,15 @@ def test_packing_the_cache_keeps_rows_greedy(family, monkeypatch):
     monkeypatch.setattr(batch_rows.RowCache, "pack", lambda self: (packs.append(1), pack(self)))
     check_case(family, seed=100)
     assert packs, "the cache was never packed"
+
+
+def test_a_row_ended_at_eos_is_padded_as_hf_generate_pads_it():
+    target = tiny_model("gpt2", seed=3)
+    target.generation_config.pad_token_id = None  # HF then pads with the EOS id
+    ids = torch.tensor([[0, 0, 9, 10, 11], [3, 4, 5, 6, 7]])
+    mask = (torch.arange(5) >= torch.tensor([2, 0])[:, None]).long()
+    eos = sd.greedy_decode(target, ids[1:], max_new_tokens=12, eos_token_id=[]).new_tokens.tolist()[3]
+    out = sd.speculative_decode(target, perturbed_copy(target), ids, attention_mask=mask, max_new_tokens=12,
+                                eos_token_id=eos)
+    hf = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=12, eos_token_id=eos)
+    assert out.new_tokens[1].numel() == 4 and torch.equal(out.sequences, hf)

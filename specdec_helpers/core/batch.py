@@ -226,8 +226,10 @@ def _loop(target, drafts, prompts, budgets, k, samplers, eos) -> BatchDecodeOutp
     for s, n in zip(row_stats, new):
         s.new_tokens, s.wall_time_s = n.numel(), stats.wall_time_s
     stats.new_tokens = sum(n.numel() for n in new)
+    # As HF generate: the configured pad id, else the first EOS id, else 0.
     pad = getattr(getattr(target, "generation_config", None), "pad_token_id", None)
-    return BatchDecodeOutput(prompts, new, stats, row_stats, row_proposed, pad if isinstance(pad, int) else 0)
+    pad = pad if isinstance(pad, int) else min(eos) if eos else 0
+    return BatchDecodeOutput(prompts, new, stats, row_stats, row_proposed, pad)
 
 
 def _accept_greedy_rows(logits: torch.Tensor, drafts: list[torch.Tensor]) -> list[tuple[int, list[int]]]:
