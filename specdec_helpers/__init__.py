@@ -1,5 +1,6 @@
 """specdec_helpers: the tested core of the speculative decoding course kit (public API; see README's layout)."""
 from specdec_helpers.core.adaptive import KSchedule
+from specdec_helpers.core.batch import BatchDecodeOutput
 from specdec_helpers.core.decode import (
     DecodeOutput,
     DecodeStats,
@@ -27,6 +28,7 @@ from specdec_helpers.core.verify import (
     score_draft,
     verify_tokens_vectorized,
 )
+from specdec_helpers.measure.batching import batch_costs, batch_sweep, predicted_batch_speedup
 from specdec_helpers.measure.bench import benchmark, run_sweep
 from specdec_helpers.measure.theory import (
     expected_speedup,
@@ -45,6 +47,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ModelPair", "check_compatible", "list_presets", "load_pair",
+    "BatchDecodeOutput", "batch_costs", "batch_sweep", "predicted_batch_speedup",
     "benchmark", "expected_speedup", "expected_tokens_per_step", "measure_forward_cost", "run_sweep",
     "DecodeOutput", "DecodeStats", "KSchedule", "Drafter", "HybridDrafter", "TokenTree", "TreeStep",
     "TreeUnsupportedError", "check_tree_support", "compare_tree_chain", "tree_speculative_decode", "ModelDrafter", "PromptLookupDrafter", "Proposal", "Sampler",

@@ -14,7 +14,7 @@ import pytest
 
 import specdec_helpers as sd
 from specdec_helpers.cli import COMMANDS
-from specdec_helpers.present import notebook as nb
+from specdec_helpers.assignment.student import notebook as nb  # what the notebooks import as nb
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", ROOT / "notebooks" / "README.md",

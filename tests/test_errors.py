@@ -49,7 +49,7 @@ def test_bad_arguments(target, kwargs, error, message):
         ("hello", TypeError, "must be a torch tensor of token ids"),
         (torch.tensor([[1, 2, 64]]), ValueError, r"token id 64 is outside the target's vocabulary \[0, 64\)"),
         (torch.tensor([[1, -2]]), ValueError, "token id -2 is outside"),
-        (torch.tensor([[1, 2], [3, 4]]), ValueError, "batch size 1 is supported"),
+        (torch.tensor([[1, 2], [3, 64]]), ValueError, "token id 64 is outside"),  # a batch: each row is checked
         (torch.ones(1, 1, 2, dtype=torch.long), ValueError, "shape"),
         (torch.ones(1, 300, dtype=torch.long), ValueError, r"prompt \(300 tokens\).*context of 256"),
     ],

@@ -14,7 +14,7 @@ from specdec_helpers.present import notebook as nbh
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NAMES = ["01_model_init.ipynb", "02_draft_generation.ipynb", "03_vectorized_verification.ipynb",
          "04_kv_cached_verification.ipynb", "05_benchmarking.ipynb", "06_speculative_sampling.ipynb",
-         "07_tree_speculation.ipynb"]
+         "07_tree_speculation.ipynb", "08_serving_batches_and_trees.ipynb"]
 
 
 def read(name):

@@ -100,3 +100,35 @@ def keep_cache_positions(cache: DynamicCache, indices) -> None:
         rows = idx.to(layer.keys.device)
         layer.keys = layer.keys.index_select(-2, rows)
         layer.values = layer.values.index_select(-2, rows)
+
+
+def keep_cache_rows(cache: DynamicCache, rows: torch.Tensor) -> None:
+    """Keep only the batch rows ``rows`` (in that order) of every layer: batched decoding drops the rows
+    that finished (EOS or their budget) so that later passes stop paying for them."""
+    cache.batch_select_indices(torch.as_tensor(rows, dtype=torch.long))
+
+
+def check_plain_layers(cache: DynamicCache, what: str) -> None:
+    """Refuse caches whose layers hold more than plain rows of K/V (sliding window, recurrent state,
+    quantized): cropping and masking positions per row would silently corrupt them."""
+    from transformers.cache_utils import DynamicLayer
+
+    for layer in getattr(cache, "layers", []):
+        if type(layer) is not DynamicLayer:
+            raise NotImplementedError(
+                f"{what} needs plain full-attention KV caches, and this model's cache has a "
+                f"{type(layer).__name__} layer (sliding window, recurrent or quantized state); decode its "
+                "prompts one at a time"
+            )
+
+
+def gather_cache_rows(cache: DynamicCache, index: torch.Tensor) -> None:
+    """Row ``b`` of every layer keeps the cached positions ``index[b]`` (``[B, C']``, in that order): batched
+    decoding packs each row's live positions together once rejected ones (holes) pile up."""
+    check_plain_layers(cache, "packing a batched cache")
+    for layer in cache.layers:
+        if not layer.is_initialized or layer.keys.numel() == 0:
+            continue
+        rows = index.to(layer.keys.device)[:, None, :, None]
+        layer.keys = layer.keys.gather(2, rows.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1]))
+        layer.values = layer.values.gather(2, rows.expand(-1, layer.values.shape[1], -1, layer.values.shape[-1]))

@@ -206,6 +206,10 @@ def greedy_divergence(target, prompt_ids: torch.Tensor, new_tokens, want=None, t
     return False, f"more than {max_ties} near-ties: " + "; ".join(notes)
 
 
+#: The student edition samples no closer to greedy than this (near-greedy sampling is greedy decoding).
+STUDENT_MIN_TEMPERATURE = 0.3
+
+
 class StudentEditionError(ValueError):
     """Raised in the student edition (``release``) where the instructor edition runs the kit's own
     implementation of a graded part: the student kit holds none, and the message says whose code to use."""

@@ -10,6 +10,7 @@ from torch.profiler import (
 
 from specdec_helpers.core import checks
 from specdec_helpers.core.adaptive import KSchedule, as_schedule
+from specdec_helpers.core.batch import batch_speculative_decode, is_batch
 from specdec_helpers.core.cache import crop_cache, new_cache
 from specdec_helpers.core.compiled import compiled_forward
 from specdec_helpers.core.drafters import Drafter, Proposal, as_drafter, exclusive
@@ -19,8 +20,7 @@ from specdec_helpers.core.timing import sync_device
 from specdec_helpers.core.verify import score_draft, verify
 
 
-#: The student edition samples no closer to greedy than this (near-greedy sampling is greedy decoding).
-STUDENT_MIN_TEMPERATURE = 0.3
+STUDENT_MIN_TEMPERATURE = checks.STUDENT_MIN_TEMPERATURE
 student_edition = checks.student_edition  # raised by the student edition's parts (see `release`)
 
 __all__ = ["DecodeOutput", "DecodeStats", "Step", "cut_at_eos", "greedy_decode", "speculative_decode"]
@@ -54,6 +54,7 @@ def speculative_decode(
     use_cache: bool = True,
     generator: torch.Generator | None = None,
     compile: bool = False,
+    attention_mask=None,
 ) -> DecodeOutput:
     """Generate with ``draft`` proposing and ``target`` verifying; output is the target's own.
 
@@ -69,7 +70,15 @@ def speculative_decode(
     greedy speculative decoding is what the students write in notebooks 02-04.
     Every prompt token is read, pad tokens too: ``generate(ids)`` without an attention mask masks pads
     out, so pass prompts without padding (`ModelPair.encode` refuses text that encodes to a pad token).
+    A batch (``[B, L]`` ids with B > 1, a list of prompts, or any ``attention_mask``) goes to
+    `batch.batch_speculative_decode` and returns a `batch.BatchDecodeOutput`.
     """
+    if is_batch(input_ids, attention_mask):
+        return batch_speculative_decode(
+            target, None if isinstance(draft, _NoDraft) else draft, input_ids, attention_mask,
+            max_new_tokens=max_new_tokens, num_speculative_tokens=num_speculative_tokens, temperature=temperature,
+            top_k=top_k, top_p=top_p, eos_token_id=eos_token_id, use_cache=use_cache, generator=generator,
+            compile=compile)
     input_ids, max_new_tokens, eos = checks.decode_args(target, input_ids, max_new_tokens, eos_token_id)
     schedule = as_schedule(num_speculative_tokens)
     sampler = Sampler(temperature, top_k, top_p, generator)
@@ -90,12 +99,15 @@ def speculative_decode(
 
 
 def greedy_decode(target, input_ids, *, max_new_tokens: int = 100, eos_token_id=None, use_cache: bool = True,
-                  compile: bool = False):
+                  compile: bool = False, attention_mask=None):
     """Plain greedy decoding (one target pass per token), the baseline speculative decoding must match."""
     ### BEGIN INSTRUCTOR ONLY
     return speculative_decode(target, _NoDraft(), input_ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
-                              use_cache=use_cache, compile=compile)
+                              use_cache=use_cache, compile=compile, attention_mask=attention_mask)
     ### STUDENT EDITION
+    # if is_batch(input_ids, attention_mask):  # the batched baseline (notebook 08): no draft, nothing graded
+    #     return batch_speculative_decode(target, None, input_ids, attention_mask, max_new_tokens=max_new_tokens,
+    #                                     eos_token_id=eos_token_id)
     # return generate_greedy(target, input_ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
     ### END INSTRUCTOR ONLY
 

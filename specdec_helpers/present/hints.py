@@ -71,6 +71,13 @@ HINTS: dict[str, tuple[str, str]] = {
     # 07 · trees
     "ex1_ancestor_mask": ("a node attends to itself and to every ancestor; parents come before children.",
                           "start row i from its parent's row (parents come first), then set the diagonal."),
+    # 08 · serving
+    "ex1_position_ids": ("a row's first real token gets position 0, wherever its padding put it.",
+                         "a cumulative sum of the mask counts each row's real tokens; subtract one and clamp the pads "
+                         "at 0."),
+    "ex2_predict_batch": ("tokens gained per round over the cost of a round, both in units of one greedy step.",
+                          "tau = (1 - alpha^(k+1)) / (1 - alpha) (k + 1 at alpha = 1); speedup = tau * target_step_s / "
+                          "(verify_s + k * draft_step_s); return the first cost row below 1, else None."),
 }
 
 _failures: dict[str, int] = {}
