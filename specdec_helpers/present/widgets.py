@@ -21,6 +21,7 @@ import torch
 
 from specdec_helpers.core.decode import speculative_decode
 from specdec_helpers.core.drafters import PromptLookupDrafter
+from specdec_helpers.measure.observed import check_decoder, observed_decode
 
 KINDS = ("prompt", "accepted", "rejected", "correction", "bonus", "target")
 
@@ -184,14 +185,21 @@ class TokenExplorer:
     Built from ipywidgets core widgets only (works on Colab and in JupyterLab with no extension).
     ``pair`` is a `ModelPair` (or anything with ``target``, ``draft``, ``tokenizer`` and optionally
     ``encode``). Call `run` to decode with the current settings (the Run button does the same).
+
+    ``decoder``: a ``SpeculativeDecoder`` (PA3's interface, e.g. ``sd.student_decoder(pair)``) to explore
+    instead of the kit's loop. It decodes greedily with its own draft model, so the temperature and
+    drafter choices are fixed; its rounds are read from its verify calls (`measure.observed`).
     """
 
     DRAFTERS = ("draft model", "prompt lookup")
 
-    def __init__(self, pair, prompts=None, max_new_tokens: int = 40, k: int | None = None, seed: int = 0):
+    def __init__(self, pair, prompts=None, max_new_tokens: int = 40, k: int | None = None, seed: int = 0,
+                 decoder=None):
         import ipywidgets as w
 
-        self.pair = pair
+        if decoder is not None:
+            check_decoder(decoder)
+        self.pair, self.decoder = pair, decoder
         prompts = list(prompts or ["The future of Artificial Intelligence is"])
         k = k or getattr(pair, "num_speculative_tokens", 5)
         has_model_draft = isinstance(pair.draft, torch.nn.Module)
@@ -204,6 +212,9 @@ class TokenExplorer:
         self.drafter = w.ToggleButtons(options=self.DRAFTERS if has_model_draft else self.DRAFTERS[1:],
                                        description="drafter")
         self.seed = w.IntText(value=seed, description="seed", layout=w.Layout(width="12em"))
+        if decoder is not None:  # a PA3 decoder: greedy, with its own draft model
+            self.temperature.disabled = self.drafter.disabled = self.seed.disabled = True
+            self.drafter.options = self.DRAFTERS[:1]
         self.button = w.Button(description="Run", button_style="primary", icon="play")
         self.status = w.HTML()
         self.html = w.HTML()
@@ -235,9 +246,12 @@ class TokenExplorer:
             generator = None
             if self.temperature.value > 0:
                 generator = torch.Generator(device=ids.device).manual_seed(int(self.seed.value))
-            out = speculative_decode(self.pair.target, self._draft(), ids, max_new_tokens=self.max_new_tokens.value,
-                                     num_speculative_tokens=self.k.value, temperature=self.temperature.value,
-                                     generator=generator)
+            if self.decoder is not None:
+                out = observed_decode(self.decoder, ids, self.max_new_tokens.value, self.k.value)
+            else:
+                out = speculative_decode(self.pair.target, self._draft(), ids, max_new_tokens=self.max_new_tokens.value,
+                                         num_speculative_tokens=self.k.value, temperature=self.temperature.value,
+                                         generator=generator)
         except (ValueError, TypeError) as error:  # bad settings: say so in the widget, do not crash the UI
             self.status.value = f'<span style="color:#a00">{html.escape(str(error))}</span>'
             return self.status.value
