@@ -61,6 +61,13 @@ def print_methods(result: dict) -> None:
               f"speedup {m.get('speedup', float('nan')):5.2f}x  vs HF greedy: {same}")
 
 
+def matches_greedy(target, prompt_ids, sequences, reference) -> tuple[bool, str]:
+    """Is ``sequences`` the target's greedy output ``reference`` (both ``[1, prompt + new]``), token for token
+    or up to numerical near-ties (`core.checks.greedy_divergence`, as the checks of 03 and 04)? ``(ok, note)``."""
+    _, ok, note = bench._greedy_check(target, prompt_ids, reference, sequences)
+    return ok, note or "identical to greedy decoding"
+
+
 def all_match_greedy(result: dict) -> bool:
     """Every method's output is the target's greedy output (numerical near-ties allowed, as in 03/04)."""
     return all(m.get("matches_greedy", m["identical"]) for m in result["methods"].values() if "identical" in m)
