@@ -152,7 +152,7 @@ def test_token_explorer_runs_the_decoder(pair):
     shown = SimpleNamespace(target=pair.target, draft=pair.draft, tokenizer=tok, encode=lambda text: PROMPT,
                             num_speculative_tokens=3)
     explorer = TokenExplorer(shown, ["x"], max_new_tokens=6, decoder=PA3Decoder(pair.target, pair.draft))
-    assert explorer.temperature.disabled and explorer.drafter.options == ("draft model",)
+    assert explorer.temperature.value == 0 and explorer.drafter.value == "draft model"  # the decoder's settings
     html = explorer.run()
     assert "sd-accepted" in html or "sd-correction" in html
     assert torch.equal(explorer.last.sequences, hf_greedy(pair.target, PROMPT, 6))

@@ -204,3 +204,16 @@ def greedy_divergence(target, prompt_ids: torch.Tensor, new_tokens, want=None, t
         notes.append(f"new token {i}: a near-tie (top-2 logit gap {gap:.3g} <= {tolerance:g}), either token is greedy")
         want = got[: i + 1] + greedy(got[: i + 1], len(got) - i - 1)
     return False, f"more than {max_ties} near-ties: " + "; ".join(notes)
+
+
+class StudentEditionError(ValueError):
+    """Raised in the student edition (``release``) where the instructor edition runs the kit's own
+    implementation of a graded part: the student kit holds none, and the message says whose code to use."""
+
+
+def student_edition(what: str, notebook: str, method: str) -> StudentEditionError:
+    """The error for ``what`` (a kit feature) in the student edition: ``method`` is graded in ``notebook``."""
+    return StudentEditionError(
+        f"{what} is not in the student edition of the kit: it is what you write in notebook {notebook} "
+        f"(`{method}`). Use your own SpeculativeDecoder from notebooks 02-04 instead, e.g. "
+        "`SpeculativeDecoder = nb.my_decoder(\"05\")` then `SpeculativeDecoder.from_pair(pair)`.")

@@ -1,6 +1,8 @@
 """The decode loops: speculative decoding, and plain greedy decoding as its k = 0 special case."""
 from __future__ import annotations
 
+import time
+
 import torch
 from torch.profiler import (
     record_function,  # labels phases for `profile_decode`; ~µs when no profiler runs
@@ -13,8 +15,13 @@ from specdec_helpers.core.compiled import compiled_forward
 from specdec_helpers.core.drafters import Drafter, Proposal, as_drafter, exclusive
 from specdec_helpers.core.rounds import DecodeOutput, DecodeStats, Step, Text, cut_at_eos, run_rounds
 from specdec_helpers.core.sampling import Sampler
+from specdec_helpers.core.timing import sync_device
 from specdec_helpers.core.verify import score_draft, verify
 
+
+#: The student edition samples no closer to greedy than this (near-greedy sampling is greedy decoding).
+STUDENT_MIN_TEMPERATURE = 0.3
+student_edition = checks.student_edition  # raised by the student edition's parts (see `release`)
 
 __all__ = ["DecodeOutput", "DecodeStats", "Step", "cut_at_eos", "greedy_decode", "speculative_decode"]
 
@@ -64,6 +71,14 @@ def speculative_decode(
     input_ids, max_new_tokens, eos = checks.decode_args(target, input_ids, max_new_tokens, eos_token_id)
     schedule = as_schedule(num_speculative_tokens)
     sampler = Sampler(temperature, top_k, top_p, generator)
+    ### BEGIN INSTRUCTOR ONLY
+    pass  # greedy speculative decoding is what notebooks 02-04 grade: the student edition refuses it
+    ### STUDENT EDITION
+    # if temperature < STUDENT_MIN_TEMPERATURE or top_k == 1:  # near-greedy sampling is greedy decoding
+    #     raise student_edition(f"speculative decoding at temperature={temperature}, top_k={top_k} (greedy or "
+    #                           f"nearly so; the student edition samples at temperature >= {STUDENT_MIN_TEMPERATURE})",
+    #                           "04", "generate_ids")
+    ### END INSTRUCTOR ONLY
     drafter = as_drafter(draft, target)
     checks.check_draft_model(drafter.model, input_ids, max_new_tokens)
     if compile:
@@ -75,8 +90,31 @@ def speculative_decode(
 def greedy_decode(target, input_ids, *, max_new_tokens: int = 100, eos_token_id=None, use_cache: bool = True,
                   compile: bool = False):
     """Plain greedy decoding (one target pass per token), the baseline speculative decoding must match."""
+    ### BEGIN INSTRUCTOR ONLY
     return speculative_decode(target, _NoDraft(), input_ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
                               use_cache=use_cache, compile=compile)
+    ### STUDENT EDITION
+    # return generate_greedy(target, input_ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
+    ### END INSTRUCTOR ONLY
+
+
+@torch.inference_mode()
+def generate_greedy(target, input_ids, *, max_new_tokens: int = 100, eos_token_id=None) -> DecodeOutput:
+    """Greedy decoding by Hugging Face ``generate`` (the student edition's `greedy_decode`: it holds no
+    decode loop of its own), with the same output and counters as `greedy_decode`."""
+    input_ids, max_new_tokens, eos = checks.decode_args(target, input_ids, max_new_tokens, eos_token_id)
+    text = Text(input_ids, max_new_tokens, eos)
+    sync_device(input_ids.device)
+    start = time.perf_counter()
+    out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
+                          max_new_tokens=max_new_tokens, eos_token_id=eos or None, pad_token_id=eos[0] if eos else 0)
+    sync_device(input_ids.device)
+    for token in out[0, input_ids.shape[1]:].tolist():  # one target pass per token
+        if not text.done:
+            text.record(Step([], 0, text.append([token])), 0, 0)
+    text.stats.wall_time_s = time.perf_counter() - start
+    text.stats.new_tokens = text.length - text.prompt_length
+    return DecodeOutput(text.context.clone(), text.stats, text.steps)
 
 
 def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: KSchedule, sampler, eos, use_cache,
@@ -85,7 +123,11 @@ def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: 
         target = compiled_forward(target)
         cache = target.new_cache(input_ids.shape[1] + max_new_tokens)
     else:
+        ### BEGIN INSTRUCTOR ONLY
         cache = new_cache(target) if use_cache else None
+        ### STUDENT EDITION
+        # cache = None  # no cached verification here (notebook 04's exercise): the target re-reads the text
+        ### END INSTRUCTOR ONLY
     drafter.reset()
 
     def one_round(text: Text) -> None:
@@ -103,8 +145,12 @@ def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: 
             emitted = text.append(result.tokens)
         # Kept: the old text plus the accepted draft tokens; the new last token is fed next round.
         with record_function("specdec::rollback"):
+            ### BEGIN INSTRUCTOR ONLY
             if cache is not None:
                 crop_cache(cache, length + result.num_accepted)
+            ### STUDENT EDITION
+            # pass  # nothing to roll back: no target cache in the student edition
+            ### END INSTRUCTOR ONLY
             drafter.rollback(length + result.num_accepted)
         schedule.update(result.num_accepted, result.num_proposed)
         text.record(Step(proposal.tokens.tolist(), result.num_accepted, emitted), result.num_proposed,

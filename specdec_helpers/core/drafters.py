@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from specdec_helpers.core.cache import cache_kwargs, cache_length, crop_cache, new_cache
-from specdec_helpers.core.checks import check_positive_int, vocab_size
+from specdec_helpers.core.checks import check_positive_int, student_edition, vocab_size  # noqa: F401 - see `release`
 from specdec_helpers.core.sampling import Sampler
 
 GREEDY = Sampler()
@@ -99,11 +99,21 @@ class ModelDrafter(Drafter):
         self.cache = new_cache(self.model)
 
     def rollback(self, n_kept: int) -> None:
+        ### BEGIN INSTRUCTOR ONLY
         if cache_length(self.cache) > n_kept:
             crop_cache(self.cache, n_kept)
+        ### STUDENT EDITION
+        # self.reset()  # no draft-cache rollback here (notebook 02's exercise): each round re-reads the text
+        ### END INSTRUCTOR ONLY
 
     @torch.inference_mode()
     def propose(self, input_ids: torch.Tensor, k: int, sampler: Sampler = GREEDY) -> Proposal:
+        ### BEGIN INSTRUCTOR ONLY
+        pass
+        ### STUDENT EDITION
+        # if sampler.greedy:
+        #     raise student_edition("greedy drafting (ModelDrafter)", "02", "generate_draft_tokens")
+        ### END INSTRUCTOR ONLY
         # The last context token is always fed, so its logits give the first draft token.
         self.rollback(input_ids.shape[1] - 1)
         fed = input_ids[:, cache_length(self.cache):]

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import torch
 
 from specdec_helpers.core.cache import cache_kwargs, cache_length
-from specdec_helpers.core.checks import (
-    check_input_ids,  # local import: checks imports nothing from here
+from specdec_helpers.core.checks import (  # checks imports nothing from here
+    check_input_ids,
+    student_edition,  # noqa: F401 - raised by the student edition (`release` keeps only its STUDENT EDITION parts)
 )
 from specdec_helpers.core.sampling import Sampler
 
@@ -78,12 +79,16 @@ class VerifyResult:
 
 def accept_greedy(logits: torch.Tensor, draft_tokens: torch.Tensor) -> VerifyResult:
     """Keep the longest prefix where draft == target argmax, plus the target's next token."""
+    ### BEGIN INSTRUCTOR ONLY
     choices = logits.argmax(-1)  # [k + 1]
     k = draft_tokens.numel()
     matches = (choices[:k] == draft_tokens.to(choices.device)).int()
     n = int(matches.cumprod(0).sum()) if k else 0
     # draft[:n] == choices[:n], so the kept tokens are simply choices[: n + 1].
     return VerifyResult(choices[: n + 1], n, k)
+    ### STUDENT EDITION
+    # raise student_edition("greedy acceptance (accept_greedy)", "03", "accept_draft")
+    ### END INSTRUCTOR ONLY
 
 
 def accept_sampled(
@@ -138,7 +143,11 @@ def verify(logits, draft_tokens, draft_probs, sampler: Sampler) -> VerifyResult:
 @torch.inference_mode()
 def verify_tokens_vectorized(target, input_ids: torch.Tensor, draft_tokens: torch.Tensor) -> VerifyResult:
     """Greedy verification with no cache: one target pass over prompt + draft."""
+    ### BEGIN INSTRUCTOR ONLY
     input_ids = check_input_ids(target, input_ids)
     draft_tokens = torch.as_tensor(draft_tokens, device=input_ids.device).view(-1)
     logits = score_draft(target, input_ids, draft_tokens)
     return accept_greedy(logits, draft_tokens)
+    ### STUDENT EDITION
+    # raise student_edition("greedy verification (verify_tokens_vectorized)", "03", "verify_tokens_vectorized")
+    ### END INSTRUCTOR ONLY

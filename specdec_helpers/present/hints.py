@@ -44,6 +44,24 @@ HINTS: dict[str, tuple[str, str]] = {
     "ex3_speculative_cached": ("after a round the caches must hold exactly the text that was kept, no more.",
                                "roll back to start + result.num_accepted (not start + k); feed nothing the cache "
                                "already holds."),
+    # graded parts (PA3's SpeculativeDecoder), by their grade_id: the check cells `check_part` runs
+    "init": ("load with AutoModelForCausalLM / AutoTokenizer from the name, put the model on self.device, eval mode.",
+             "return (model, tokenizer); self.device is a torch.device; give the tokenizer a pad token if it has none."),
+    "draft": ("the draft cache must hold only text that is in input_ids, and every draft pass feeds what it lacks.",
+              "crop self.draft_cache to at most L - 1 positions, feed input_ids[:, cache length:], then one token per "
+              "pass: the argmax of the last row, fed back as the next input."),
+    "draft_stale_cache": ("your draft cache still holds rejected draft tokens from the last round, so there was "
+                          "nothing left to feed (an empty input: 'cannot reshape tensor of 0 elements').",
+                          "before feeding, crop self.draft_cache so that it holds at most L - 1 positions of "
+                          "input_ids (crop_cache(cache, n)); then the last token of input_ids is always fed."),
+    "verify": ("row j of the k + 1 judging rows is the target's prediction at position L - 1 + j.",
+               "one target pass over input_ids + draft; logits[0, L - 1 : L + k] are the judging rows; accepted_position "
+               "counts leading matches, and accepted_tokens adds the argmax of row accepted_position."),
+    "decode": ("after each verification the target cache holds exactly the kept text; each round drafts at most "
+               "the room left minus one.",
+               "verify_tokens_cached crops self.target_cache to L + accepted_position; generate_ids loops: draft "
+               "min(k, room - 1) tokens, verify, append accepted_tokens, count proposed/accepted, stop at EOS or "
+               "max_tokens."),
     # 05 · benchmarking
     "ex1_expected_tokens": ("a round yields its i-th token only if the i - 1 before it were accepted: a geometric sum.",
                             "(1 - alpha**(k+1)) / (1 - alpha), and k + 1 when alpha == 1."),

@@ -191,11 +191,14 @@ def _brief_traceback(shell, etype, value, tb, tb_offset=None) -> None:
     if stub:
         stb = [f"Not done yet: {code.co_name}() above still raises NotImplementedError: write it where it says "
                "# YOUR CODE HERE, run its cell, then run this cell again."]
+    elif etype.__name__ == "PartMissing":  # a graded part of an earlier notebook (student.decoder)
+        stb = [f"Not done yet: {value}"]
     else:
         stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
         if issubclass(etype, NameError):
-            stb = stb + [f"{value}: a cell above that defines it has not run in this session (a restart forgets "
-                         "everything): Runtime > Run before, then this cell again."]
+            first = " (start with the set-up cell at the top)" if value.name in ("nb", "sd", "torch", "pair") else ""
+            stb = stb + [f"{value}: a cell above that defines it has not run in this session{first} (a restart "
+                         "forgets everything): Runtime > Run before, then this cell again."]
     shell._showtraceback(etype, value, stb)
 
 
@@ -220,7 +223,9 @@ def check(condition, ok_msg: str, fix_msg: str = "", *, hint: str | None = None)
     if callable(condition):
         try:
             condition = condition()
-        except NotImplementedError:
+        except NotImplementedError as error:
+            if error.args:  # e.g. an earlier notebook's part is missing: its message names the notebook
+                raise CheckFailed(f"Not yet: {error}") from None
             raise CheckFailed(f"Not done yet: the exercise above still raises NotImplementedError. {fix_msg}") from None
     if not condition:
         raise CheckFailed(" ".join(m for m in ("❌ Not yet:", fix_msg, hint and hint_text(hint)) if m))

@@ -186,20 +186,25 @@ class TokenExplorer:
     ``pair`` is a `ModelPair` (or anything with ``target``, ``draft``, ``tokenizer`` and optionally
     ``encode``). Call `run` to decode with the current settings (the Run button does the same).
 
-    ``decoder``: a ``SpeculativeDecoder`` (PA3's interface, e.g. ``sd.student_decoder(pair)``) to explore
-    instead of the kit's loop. It decodes greedily with its own draft model, so the temperature and
-    drafter choices are fixed; its rounds are read from its verify calls (`measure.observed`).
+    ``decoder``: a ``SpeculativeDecoder`` (PA3's interface: the student's) that runs at temperature 0 with
+    the draft model instead of the kit's loop, its rounds read from its verify calls (`measure.observed`);
+    ``decode(ids, k, max_new_tokens) -> DecodeOutput`` does the same for any callable. Other settings
+    (sampling, prompt lookup) run the kit's loop, where the edition has it.
     """
 
     DRAFTERS = ("draft model", "prompt lookup")
 
     def __init__(self, pair, prompts=None, max_new_tokens: int = 40, k: int | None = None, seed: int = 0,
-                 decoder=None):
+                 decode=None, decoder=None):
         import ipywidgets as w
 
+        self.pair = pair
+        # decode(ids, k, max_new_tokens) -> DecodeOutput: a greedy decoder of your own (e.g. the student's,
+        # recorded by `assignment.student.notebook.traced`) for the draft model at temperature 0.
         if decoder is not None:
             check_decoder(decoder)
-        self.pair, self.decoder = pair, decoder
+            decode = decode or (lambda ids, k, n: observed_decode(decoder, ids, n, k))
+        self.decode = decode
         prompts = list(prompts or ["The future of Artificial Intelligence is"])
         k = k or getattr(pair, "num_speculative_tokens", 5)
         has_model_draft = isinstance(pair.draft, torch.nn.Module)
@@ -212,9 +217,6 @@ class TokenExplorer:
         self.drafter = w.ToggleButtons(options=self.DRAFTERS if has_model_draft else self.DRAFTERS[1:],
                                        description="drafter")
         self.seed = w.IntText(value=seed, description="seed", layout=w.Layout(width="12em"))
-        if decoder is not None:  # a PA3 decoder: greedy, with its own draft model
-            self.temperature.disabled = self.drafter.disabled = self.seed.disabled = True
-            self.drafter.options = self.DRAFTERS[:1]
         self.button = w.Button(description="Run", button_style="primary", icon="play")
         self.status = w.HTML()
         self.html = w.HTML()
@@ -246,12 +248,12 @@ class TokenExplorer:
             generator = None
             if self.temperature.value > 0:
                 generator = torch.Generator(device=ids.device).manual_seed(int(self.seed.value))
-            if self.decoder is not None:
-                out = observed_decode(self.decoder, ids, self.max_new_tokens.value, self.k.value)
+            if self.decode is not None and self.temperature.value == 0 and self.drafter.value == "draft model":
+                out = self.decode(ids, self.k.value, self.max_new_tokens.value)
             else:
-                out = speculative_decode(self.pair.target, self._draft(), ids, max_new_tokens=self.max_new_tokens.value,
-                                         num_speculative_tokens=self.k.value, temperature=self.temperature.value,
-                                         generator=generator)
+                out = speculative_decode(self.pair.target, self._draft(), ids,
+                                         max_new_tokens=self.max_new_tokens.value, num_speculative_tokens=self.k.value,
+                                         temperature=self.temperature.value, generator=generator)
         except (ValueError, TypeError) as error:  # bad settings: say so in the widget, do not crash the UI
             self.status.value = f'<span style="color:#a00">{html.escape(str(error))}</span>'
             return self.status.value

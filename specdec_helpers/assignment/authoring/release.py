@@ -4,7 +4,11 @@ Instructor sources use nbgrader's markers, in Python files and in notebook cells
 
 - ``### BEGIN SOLUTION`` ... ``### END SOLUTION``: replaced by ``# YOUR CODE HERE`` and
   ``raise NotImplementedError()`` at the same indentation (markdown cells: ``YOUR ANSWER HERE``);
-- ``### BEGIN HIDDEN TESTS`` ... ``### END HIDDEN TESTS``: removed.
+- ``### BEGIN HIDDEN TESTS`` ... ``### END HIDDEN TESTS``: removed;
+- in Python files, ``### BEGIN INSTRUCTOR ONLY`` ... ``### STUDENT EDITION`` ... ``### END INSTRUCTOR ONLY``:
+  the kit's own implementation of a graded part (the instructor edition runs the first half); the
+  student edition gets the second half, written as comments (``# `` removed on release), usually a
+  ``raise`` that names the notebook where the student writes that part.
 
 Notebook outputs and execution counts are cleared, and every notebook's Colab badge and install line
 point at the student repository (``repo_url``: the one students open and install from). The kit gets
@@ -38,12 +42,15 @@ INSTRUCTOR_ONLY = ["specdec_helpers/assignment/authoring", "specdec_helpers/assi
 SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
 
 REGION = re.compile(
-    r"^(?P<indent>[ \t]*)### BEGIN (?P<kind>SOLUTION|HIDDEN TESTS)[ \t]*\n(?P<body>.*?)^[ \t]*### END (?P=kind)[ \t]*(?:\n|\Z)",
+    r"^(?P<indent>[ \t]*)### BEGIN (?P<kind>SOLUTION|HIDDEN TESTS|INSTRUCTOR ONLY)[ \t]*\n(?P<body>.*?)"
+    r"(?:^[ \t]*### STUDENT EDITION[ \t]*\n.*?)?^[ \t]*### END (?P=kind)[ \t]*(?:\n|\Z)",
     re.S | re.M,
 )
-MARKER = re.compile(r"^[ \t]*### (?:BEGIN|END) (?:SOLUTION|HIDDEN TESTS)\b", re.M)
-LINE_BEGIN = re.compile(r"^(?P<indent>\s*)### BEGIN (?P<kind>SOLUTION|HIDDEN TESTS)\s*$")
-LINE_END = re.compile(r"^\s*### END (?P<kind>SOLUTION|HIDDEN TESTS)\s*$")
+MARKER = re.compile(r"^[ \t]*### (?:(?:BEGIN|END) (?:SOLUTION|HIDDEN TESTS|INSTRUCTOR ONLY)|STUDENT EDITION)\b", re.M)
+LINE_BEGIN = re.compile(r"^(?P<indent>\s*)### BEGIN (?P<kind>SOLUTION|HIDDEN TESTS|INSTRUCTOR ONLY)\s*$")
+LINE_ELSE = re.compile(r"^\s*### STUDENT EDITION\s*$")
+LINE_END = re.compile(r"^\s*### END (?P<kind>SOLUTION|HIDDEN TESTS|INSTRUCTOR ONLY)\s*$")
+STUDENT_LINE = re.compile(r"^(?P<indent>\s*)# ?(?P<code>.*)$")
 #: nbgrader's default stubs (ClearSolutions.code_stub["python"], ClearSolutions.text_stub).
 CODE_STUB = ["# YOUR CODE HERE", "raise NotImplementedError()"]
 TEXT_STUB = ["YOUR ANSWER HERE"]
@@ -56,21 +63,33 @@ class ReleaseError(Exception):
 def strip(source: str, markdown: bool = False, where: str = "") -> str:
     """``source`` with solutions stubbed out and hidden tests removed, line by line as nbgrader's
     ``generate_assignment`` does (same stubs, same indentation, same newlines)."""
-    out, inside = [], None
+    out, inside, student = [], None, False
     for number, line in enumerate(source.split("\n"), 1):
         begin, end = LINE_BEGIN.match(line), LINE_END.match(line)
         if begin:
             if inside:
                 raise ReleaseError(f"{where}: unmatched marker '### BEGIN {inside}' (a second BEGIN at line {number})")
-            inside = begin["kind"]
+            inside, student = begin["kind"], False
             if inside == "SOLUTION":
                 out += [begin["indent"] + stub for stub in (TEXT_STUB if markdown else CODE_STUB)]
+        elif LINE_ELSE.match(line):
+            if inside != "INSTRUCTOR ONLY" or student:
+                raise ReleaseError(f"{where}: '### STUDENT EDITION' outside an INSTRUCTOR ONLY region (line {number})")
+            student = True
         elif end:
             if end["kind"] != inside:
                 raise ReleaseError(f"{where}: unmatched marker '### END {end['kind']}' (line {number})")
+            if inside == "INSTRUCTOR ONLY" and not student:
+                raise ReleaseError(f"{where}: INSTRUCTOR ONLY region without '### STUDENT EDITION' (line {number}): "
+                                   "say what the student edition does instead")
             inside = None
         elif inside is None:
             out.append(line)
+        elif student:  # the student edition's code, written as comments in the instructor's source
+            match = STUDENT_LINE.match(line)
+            if line.strip() and not match:
+                raise ReleaseError(f"{where}: line {number} of a STUDENT EDITION part is not a comment")
+            out.append(match["indent"] + match["code"] if match else line)
     if inside:
         raise ReleaseError(f"{where}: unmatched marker '### BEGIN {inside}' (no END)")
     return "\n".join(out)

@@ -10,7 +10,7 @@ import ast
 import re
 from pathlib import Path
 
-from specdec_helpers.assignment.student.decoder import FUNCTIONS, NOTEBOOK_OF, PARTS, build_decoder
+from specdec_helpers.assignment.student.decoder import FUNCTIONS, NOTEBOOK_OF, PARTS, STANDINS, build_decoder
 from specdec_helpers.present.notebook import in_colab
 
 #: The one import a graded cell may take from the kit: cache bookkeeping is plumbing, not the exercise.
@@ -135,7 +135,8 @@ def earlier_parts(notebook: str, folder=".", verbose: bool = True) -> dict:
     earlier notebooks, read from the notebooks in ``folder`` (any name: Colab saves "Copy of 02_...",
     browsers download "02_... (1).ipynb"; the newest finished one wins) and, on Colab, in a mounted
     Drive's "Colab Notebooks" (where Save a copy in Drive puts them), when they are there and finished.
-    Prints which parts are yours and which are the kit's stand-ins, and how to use yours."""
+    Prints which parts are yours and which are missing (the instructor edition: the kit's stand-ins), and how
+    to use yours."""
     folder = Path(folder)
     wanted = [part for part, nb in NOTEBOOK_OF.items() if nb < notebook]
     folders = [folder] + ([COLAB_DRIVE_NOTEBOOKS] if in_colab() and COLAB_DRIVE_NOTEBOOKS.is_dir() else [])
@@ -152,7 +153,7 @@ def earlier_parts(notebook: str, folder=".", verbose: bool = True) -> dict:
             why = ("no notebook next to this one has it" if source is None else
                    f"your cell in {file.name} is not finished" if not mine else "")
         functions.update(mine)
-        lines.append(f"  {part:7s} ({NOTEBOOK_OF[part]}): " + (f"yours ({file.name})" if mine else f"the kit's stand-in ({why})"))
+        lines.append(f"  {part:7s} ({NOTEBOOK_OF[part]}): " + (f"yours ({file.name})" if mine else f"{_fallback(part)} ({why})"))
     if verbose and wanted:
         print("Parts from earlier notebooks:\n" + "\n".join(lines))
         if any(part not in found for part in wanted):
@@ -165,13 +166,24 @@ def earlier_parts(notebook: str, folder=".", verbose: bool = True) -> dict:
 
 def assemble(notebook: str, folder=".", verbose: bool = True, **functions) -> type:
     """``SpeculativeDecoder`` for a notebook: its own ``functions``, the earlier parts from
-    `earlier_parts`, and the kit's stand-ins for the rest."""
+    `earlier_parts`, and `decoder.STANDINS` for the rest (in the student edition: placeholders that raise
+    `decoder.PartMissing`, naming the notebook to finish)."""
     earlier = earlier_parts(notebook, folder, verbose)
     unfinished = [name for name, fn in functions.items() if _is_stub_function(fn)]
     if unfinished and verbose:
-        print(f"Not finished yet, the kit's stand-ins used instead: {', '.join(unfinished)}")
+        print(f"Not finished yet ({', '.join(unfinished)}): "
+              + ("calling them says so." if _student_edition() else "the kit's stand-ins used instead."))
     mine = {name: fn for name, fn in functions.items() if name not in unfinished}
     return build_decoder(**{**earlier, **mine})
+
+
+def _student_edition() -> bool:
+    """The released kit: its `STANDINS` are placeholders that name the notebook to finish, not answers."""
+    return any(getattr(fn, "missing_part", False) for fn in STANDINS.values())
+
+
+def _fallback(part: str) -> str:
+    return (f"MISSING: finish notebook {NOTEBOOK_OF[part]} first" if _student_edition() else "the kit's stand-in")
 
 
 def _is_stub_function(fn) -> bool:

@@ -12,8 +12,8 @@ import os
 import sys
 from pathlib import Path
 
-from specdec_helpers.assignment.student.cells import exec_cell, graded_sources
-from specdec_helpers.assignment.student.decoder import PARTS
+from specdec_helpers.assignment.student.cells import earlier_parts, exec_cell, graded_sources
+from specdec_helpers.assignment.student.decoder import NOTEBOOK_OF, PARTS
 from specdec_helpers.assignment.grading.grader import run_suite
 from specdec_helpers.assignment.grading.sandbox import InProcess
 from specdec_helpers.assignment.grading.suite import EXERCISES
@@ -43,8 +43,8 @@ def print_verdict(part: str, results, file=None) -> bool:
 
 
 def check_part(part: str, **functions) -> None:
-    """A check cell: run the visible tests of ``part`` on the functions just defined (in this kernel,
-    the kit's stand-ins for the other parts) and print the verdict; raises `CheckFailed` if one fails."""
+    """A check cell: run the visible tests of ``part`` on the functions just defined (the other parts: yours
+    from the earlier notebooks next to this one) and print the verdict; raises `CheckFailed` if one fails."""
     if part not in PARTS:
         raise ValueError(f"part must be one of {', '.join(PARTS)}, got {part!r}")
     missing = [name for name in PARTS[part] if name not in functions]
@@ -55,7 +55,9 @@ def check_part(part: str, **functions) -> None:
     except Exception as error:  # noqa: BLE001 - the cell itself fails when run alone, as in grading
         raise CheckFailed(f"Not yet: your graded cell does not run on its own ({type(error).__name__}: {error}), and the "
                           f"grader runs it alone: {ALONE}") from None
-    child = InProcess(functions)
+    # The other parts: yours from the notebooks next to this one (a missing one fails with its notebook's name).
+    others = earlier_parts(NOTEBOOK_OF[part], verbose=False) if NOTEBOOK_OF[part] > "01" else {}
+    child = InProcess({**others, **functions})
     results = run_suite({part: "# defined in this notebook"}, {part: 1}, hidden=False, only=[part], seed=0,
                         child_factory=lambda: child)
     if not print_verdict(part, results):
@@ -65,7 +67,23 @@ def check_part(part: str, **functions) -> None:
         if any("NameError" in r.feedback for r in results):
             raise CheckFailed(f"Not yet: a name your graded cell uses is not defined in it. The grader runs the cell on "
                               f"its own: {ALONE}")
-        raise CheckFailed("Not yet: see the checks above (hints in the messages). Fix the cell, run it, run this check again.")
+        missing = next((r.feedback for r in results if "PartMissing" in r.feedback), None)
+        if missing:
+            raise CheckFailed("Not yet: this check runs your earlier parts too, and one is missing: "
+                              + missing.split("PartMissing: ", 1)[-1])
+        raise CheckFailed("Not yet: see the checks above. Fix the cell, run it, run this check again. "
+                          + notebook.hint_text(_hint_for(part, results)))
+
+
+#: Crash texts that mean one likely mistake, and the hint that names it (the crash alone does not).
+CRASH_HINTS = {"cannot reshape tensor of 0 elements": "draft_stale_cache",
+               "size of tensor a": "draft_stale_cache"}
+
+
+def _hint_for(part: str, results) -> str:
+    """The hint id for a failed check of ``part``: a named likely mistake when a crash text shows it."""
+    text = " ".join(r.feedback for r in results if not r.passed)
+    return next((hint for crash, hint in CRASH_HINTS.items() if crash in text and part == "draft"), part)
 
 
 ALONE = "define or import everything it uses inside that cell (a helper from another cell is not there)."

@@ -3,10 +3,10 @@
 Each graded notebook cell defines top-level functions with PA3's method names and signatures (first
 argument ``self``); `build_decoder` turns them into a class. The plumbing that is not graded (the
 constructor, ``from_pair``, ``reset``, ``encode``, PA3's text-in/text-out wrapper, the greedy
-baseline, the benchmark) lives in `DecoderBase`. `STANDINS` holds the kit's own version of every
-graded function, thin adapters over ``core/``: a later notebook uses them for the parts of earlier
-notebooks it cannot find, so it works even when an earlier exercise is unfinished. (Calling them
-from a graded cell earns nothing: the grader detects it.)
+baseline, the benchmark) lives in `DecoderBase`. `STANDINS` fills in the parts a notebook cannot find:
+in the instructor edition the kit's own version of every graded function (thin adapters over ``core/``;
+calling them from a graded cell earns nothing: the grader detects it); in the student edition
+(``release``) only placeholders that raise `PartMissing`, naming the notebook to finish first.
 """
 from __future__ import annotations
 
@@ -15,11 +15,7 @@ import time
 
 import torch
 
-from specdec_helpers.core.cache import crop_cache, new_cache
-from specdec_helpers.core.decode import speculative_decode as _kit_decode
-from specdec_helpers.core.drafters import ModelDrafter
 from specdec_helpers.core.timing import timed
-from specdec_helpers.core.verify import accept_greedy, score_draft
 from specdec_helpers.models.pairs import load_pair
 
 #: Graded part -> the functions its notebook cell defines (the cell's grade_id is the part's name).
@@ -150,6 +146,29 @@ class DecoderBase:
 # --------------------------------------------------------------------------- the kit's stand-ins
 
 
+class PartMissing(NotImplementedError):
+    """A graded method the student has not written (or not run) yet; the message names its notebook."""
+
+
+def missing_part(name: str):
+    """A placeholder for graded method ``name``: raises `PartMissing` naming the notebook that teaches it."""
+    part = next(part for part, names in PARTS.items() if name in names)
+
+    def missing(self, *args, **kwargs):
+        raise PartMissing(f"finish notebook {NOTEBOOK_OF[part]}'s `{name}` first (run its graded cell, save the "
+                          f"notebook next to this one), then run this cell again")
+    missing.__name__ = missing.__qualname__ = name
+    missing.missing_part = True
+    return missing
+
+
+### BEGIN INSTRUCTOR ONLY
+from specdec_helpers.core.cache import crop_cache, new_cache  # noqa: E402 - the stand-ins' imports
+from specdec_helpers.core.decode import speculative_decode as _kit_decode  # noqa: E402
+from specdec_helpers.core.drafters import ModelDrafter  # noqa: E402
+from specdec_helpers.core.verify import accept_greedy, score_draft  # noqa: E402
+
+
 def _load(self, model_name: str, role: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -209,6 +228,9 @@ def standin_generate_ids(self, input_ids, max_tokens=100, num_speculative_tokens
 
 
 STANDINS = {name: globals()[f"standin_{name}"] for name in FUNCTIONS}
+### STUDENT EDITION
+# STANDINS = {name: missing_part(name) for name in FUNCTIONS}  # the student kit holds no answer
+### END INSTRUCTOR ONLY
 
 
 def build_decoder(name: str = "SpeculativeDecoder", standins: dict | None = None, **functions) -> type:

@@ -1,0 +1,112 @@
+"""Everything notebooks 01-04 call, in one import: ``from specdec_helpers.assignment.student import notebook as nb``.
+
+The set-up and verdict helpers of `present.notebook`, plus what the graded parts need: a pair whose
+draft is a model (the exercises draft with one), the check cells of the graded parts, and the
+student's own decoder assembled from their notebooks. Nothing here implements a graded part.
+"""
+from __future__ import annotations
+
+import torch
+
+from specdec_helpers.assignment.student.cells import assemble, earlier_parts  # noqa: F401 - for the notebooks
+from specdec_helpers.assignment.student.check import check_part  # noqa: F401
+from specdec_helpers.assignment.student.decoder import PartMissing  # noqa: F401
+from specdec_helpers.core.checks import NEAR_TIE, greedy_divergence  # noqa: F401
+from specdec_helpers.core.drafters import Drafter, Proposal
+from specdec_helpers.core.timing import timed  # noqa: F401
+from specdec_helpers.models.pairs import load_pair
+from specdec_helpers.present.notebook import *  # noqa: F401,F403 - setup, check, prompts_for, ...
+from specdec_helpers.present.widgets import render_html, token_explorer  # noqa: F401
+
+
+def exercise_pair(preset: str = "auto"):
+    """``load_pair(preset)``, but always a pair whose draft is a model: the exercises draft with one. When
+    ``auto`` picks a model-free draft (``smollm2-135m`` drafts by lookup or an int8 copy on a CPU), the
+    offline ``toy`` pair is used instead, and this says so."""
+    pair = load_pair(preset)
+    if not isinstance(pair.draft, torch.nn.Module):
+        print(f"{pair.preset or preset}'s draft is not a model ({type(pair.draft).__name__}); the exercises need a "
+              "draft model, so this notebook uses the offline 'toy' pair.")
+        pair = load_pair("toy")
+    return pair
+
+
+def near_tie(logits: torch.Tensor, dtype=None) -> torch.Tensor:
+    """Per row of ``logits``: is the top-2 gap a numerical near-tie (`core.checks.NEAR_TIE` for ``dtype``)?
+    There either token is a correct greedy choice, and a one-pass and a token-by-token computation may differ."""
+    tolerance = NEAR_TIE.get(dtype or logits.dtype, NEAR_TIE[torch.float16])
+    top = logits.float().topk(2, dim=-1).values
+    return (top[..., 0] - top[..., 1]) <= tolerance
+
+
+class YourDrafter(Drafter):
+    """Your ``generate_draft_tokens`` (notebook 02) as a drafter, for the practice loops of 03 and 04: it keeps
+    its own draft cache (``decoder.draft_cache``) and crops it itself, so ``rollback`` has nothing to do."""
+
+    def __init__(self, decoder):
+        self.decoder = decoder
+        self.model = decoder.draft_model
+
+    def reset(self) -> None:
+        self.decoder.draft_cache = None
+
+    def rollback(self, n_kept: int) -> None:
+        pass
+
+    def propose(self, input_ids, k, sampler=None) -> Proposal:
+        if k <= 0:
+            return Proposal(input_ids.new_empty(0))
+        tokens = self.decoder.generate_draft_tokens(input_ids, None, k)
+        return Proposal(tokens.reshape(-1), forward_calls=tokens.numel())
+
+
+def your_decoder(notebook: str, pair, verbose: bool = True, **functions):
+    """Your `SpeculativeDecoder` on ``pair``: this notebook's ``functions`` and your parts from the earlier
+    notebooks next to this one (`cells.assemble`); a part you have not written raises `PartMissing`,
+    which names the notebook to finish."""
+    return assemble(notebook, verbose=verbose, **functions).from_pair(pair)
+
+
+def traced(decoder, input_ids, max_tokens: int = 40, num_speculative_tokens: int = 4, use_cache: bool = True):
+    """Run your ``decoder.generate_ids`` and record its rounds (what each draft call proposed, what each
+    verification kept) as a `DecodeOutput`, so `render_html` can colour your decoder's text. The recording
+    wraps your methods on this one decoder object for the call, then removes the wrappers."""
+    from specdec_helpers.core.rounds import DecodeOutput, DecodeStats, Step
+
+    events = []
+
+    def wrap(name, kind):
+        method = getattr(decoder, name)
+
+        def recorded(*args, **kwargs):
+            out = method(*args, **kwargs)
+            events.append((kind, out))
+            return out
+        setattr(decoder, name, recorded)  # an instance attribute shadows the class's method
+
+    names = {"generate_draft_tokens": "draft", "verify_tokens_cached": "verify", "verify_tokens_vectorized": "verify"}
+    for name, kind in names.items():
+        wrap(name, kind)
+    try:
+        ids, seconds = timed(lambda: decoder.generate_ids(input_ids, max_tokens, num_speculative_tokens, use_cache),
+                             decoder.device)
+    finally:
+        for name in names:
+            decoder.__dict__.pop(name, None)
+    new = ids.shape[1] - input_ids.shape[1]
+    stats, steps, draft, emitted_total = DecodeStats(new_tokens=new, wall_time_s=seconds), [], [], 0
+    for kind, out in events:
+        if kind == "draft":
+            draft = [int(t) for t in out.reshape(-1).tolist()]
+            stats.draft_calls += len(draft)
+            continue
+        tokens, n = out
+        emitted = [int(t) for t in tokens][: new - emitted_total]
+        emitted_total += len(emitted)
+        steps.append(Step(draft, int(n), emitted))
+        stats.record_round(len(draft), int(n), 0)
+        draft = []
+    return DecodeOutput(ids, stats, steps)
+
+
+from specdec_helpers.core.cache import cache_length, crop_cache, new_cache  # noqa: E402,F401 - cache bookkeeping

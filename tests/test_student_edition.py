@@ -1,0 +1,159 @@
+"""The student edition (``release``) holds no implementation of a graded part, under any name.
+
+Released once per module into a temporary folder; then its text is searched for the kit's own graded
+code (the instructor edition's INSTRUCTOR ONLY regions and the reference solutions' lines), and its
+package is run in a subprocess: greedy speculative decoding refuses with a message that points to the
+student's own decoder, sampling still works, and every stand-in names the notebook to finish first.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from specdec_helpers.assignment.authoring import release
+
+URL = "https://github.com/example-course/specdec-students"
+
+#: Lines that only an implementation of a graded part holds (the kit's own, in core/ and the stand-ins).
+GRADED_LINES = [
+    "matches = (choices[:k] == draft_tokens.to(choices.device)).int()",
+    "n = int(matches.cumprod(0).sum()) if k else 0",
+    "crop_cache(cache, length + result.num_accepted)",
+    "crop_cache(self.cache, n_kept)",
+    "crop_cache(self.target_cache, input_ids.shape[1] + result.num_accepted)",
+    "cache = new_cache(target) if use_cache else None",
+    "return speculative_decode(target, _NoDraft()",
+    "standin_verify_tokens_cached",
+    "standin_generate_draft_tokens",
+    "_kit_decode",
+    "accept_greedy(score_draft(",
+    "inspect.getsource(ModelDrafter",
+]
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory):
+    out = tmp_path_factory.mktemp("kit") / "students"
+    release.release(out, release.ROOT, URL)
+    return out
+
+
+def shipped_text(kit) -> dict[str, str]:
+    texts = {}
+    for path in kit.rglob("*"):
+        text = release._text(path) if path.is_file() else None
+        if text:
+            texts[path.relative_to(kit).as_posix()] = text
+    return texts
+
+
+def test_no_graded_implementation_survives_in_the_text(kit):
+    texts = shipped_text(kit)
+    leaks = [(rel, line) for rel, text in texts.items() for line in GRADED_LINES if line in text]
+    assert not leaks, leaks
+    # ...and the instructor edition does hold them (the search looks for something real).
+    instructor = "\n".join(p.read_text() for p in (release.ROOT / "specdec_helpers").rglob("*.py"))
+    assert [line for line in GRADED_LINES if line in instructor and "getsource" not in line] == GRADED_LINES[:-1]
+
+
+def test_every_instructor_only_region_is_gone(kit):
+    """Each INSTRUCTOR ONLY region's distinctive lines are absent from the released file."""
+    checked = 0
+    for path in (release.ROOT / "specdec_helpers").rglob("*.py"):
+        source = path.read_text()
+        if "### BEGIN INSTRUCTOR ONLY" not in source:
+            continue
+        rel = path.relative_to(release.ROOT).as_posix()
+        shipped = (kit / rel).read_text()
+        visible = release.REGION.sub("", source)
+        for body in release.regions(source):
+            lines = release._distinctive(body, visible)
+            checked += len(lines)
+            assert not [line for line in lines if line in shipped], rel
+    assert checked > 10
+
+
+def run_in_kit(kit, code: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(kit), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=kit, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_the_released_package_refuses_greedy_and_names_the_notebook(kit):
+    result = run_in_kit(kit, """
+        import torch, specdec_helpers as sd
+        assert sd.__file__.startswith(%r), sd.__file__
+        from transformers import GPT2Config, GPT2LMHeadModel
+        from specdec_helpers.core.checks import StudentEditionError
+        from specdec_helpers.core.drafters import ModelDrafter
+        from specdec_helpers.core.verify import accept_greedy
+        from specdec_helpers.assignment.student.decoder import STANDINS, PartMissing, build_decoder
+        torch.manual_seed(0)
+        model = lambda layers: GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=layers, n_head=4, vocab_size=64,
+                                                          initializer_range=0.5)).eval()
+        target, draft = model(2), model(1)
+        ids = torch.tensor([[1, 2, 3, 4]])
+        refused = []
+        for kw in (dict(), dict(temperature=0.0), dict(temperature=1e-30), dict(temperature=1.0, top_k=1)):
+            try:
+                sd.speculative_decode(target, draft, ids, max_new_tokens=8, **kw)
+            except ValueError as error:
+                assert isinstance(error, StudentEditionError) and "your own SpeculativeDecoder" in str(error), error
+                refused.append(kw)
+        assert len(refused) == 4, refused
+        for call in (lambda: accept_greedy(torch.zeros(3, 64), torch.tensor([1, 2])),
+                     lambda: sd.verify_tokens_vectorized(target, ids, torch.tensor([1, 2])),
+                     lambda: ModelDrafter(draft).propose(ids, 3)):
+            try:
+                call()
+                raise SystemExit("a greedy building block ran in the student edition")
+            except StudentEditionError as error:
+                assert "notebook 0" in str(error)
+        # Sampling still works; greedy decoding is Hugging Face's generate.
+        out = sd.speculative_decode(target, draft, ids, max_new_tokens=8, temperature=1.0,
+                                    generator=torch.Generator().manual_seed(0))
+        assert out.sequences.shape == (1, 12) and out.stats.target_calls >= 2
+        hf = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=8,
+                             pad_token_id=0)
+        assert torch.equal(sd.greedy_decode(target, ids, max_new_tokens=8).sequences, hf)
+        # No stand-in: each graded method names the notebook to finish.
+        decoder = build_decoder()
+        self = decoder.__new__(decoder)
+        for name, notebook in (("generate_draft_tokens", "02"), ("accept_draft", "03"),
+                               ("verify_tokens_cached", "04"), ("initialize_target_model", "01")):
+            try:
+                STANDINS[name](self, ids, ids)
+                raise SystemExit(f"stand-in {name} ran")
+            except PartMissing as error:
+                assert f"finish notebook {notebook}'s `{name}` first" in str(error), error
+        print("student edition ok")
+    """ % str(kit))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "student edition ok" in result.stdout
+
+
+def test_the_instructor_edition_keeps_everything():
+    import torch
+
+    import specdec_helpers as sd
+    from specdec_helpers.assignment.student.decoder import STANDINS
+    from tiny_models import tiny_model
+
+    target, draft = tiny_model("gpt2", 0), tiny_model("gpt2", 1, layers=1)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    out = sd.speculative_decode(target, draft, ids, max_new_tokens=8)
+    assert torch.equal(out.sequences, sd.greedy_decode(target, ids, max_new_tokens=8).sequences)
+    assert not any(getattr(fn, "missing_part", False) for fn in STANDINS.values())
+
+
+def test_an_instructor_only_region_needs_a_student_part():
+    source = "def f():\n    ### BEGIN INSTRUCTOR ONLY\n    return 1\n    ### END INSTRUCTOR ONLY\n"
+    with pytest.raises(release.ReleaseError, match="without '### STUDENT EDITION'"):
+        release.strip(source, where="f.py")
+    source = ("def f():\n    ### BEGIN INSTRUCTOR ONLY\n    return 1\n    ### STUDENT EDITION\n"
+              "    # raise ValueError('no')\n    ### END INSTRUCTOR ONLY\n")
+    assert release.strip(source) == "def f():\n    raise ValueError('no')\n"
