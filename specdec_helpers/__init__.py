@@ -44,21 +44,10 @@ from specdec_helpers.models.pairs import (
 
 __version__ = "0.1.0"
 
-
-def student_decoder(pair, notebook: str = "05", folder=".", verbose: bool = True):
-    """The ``SpeculativeDecoder`` you wrote in notebooks 01-04 (their graded cells, read from the notebooks
-    in ``folder``), on ``pair``'s models; an unfinished part is named with its notebook. See
-    `assignment.student.yours`."""
-    from specdec_helpers.assignment.student.yours import student_decoder as build
-
-    return build(pair, notebook, folder, verbose)
-
-
 __all__ = [
     "ModelPair", "check_compatible", "list_presets", "load_pair",
     "benchmark", "expected_speedup", "expected_tokens_per_step", "measure_forward_cost", "run_sweep",
     "DecodeOutput", "DecodeStats", "KSchedule", "Drafter", "HybridDrafter", "TokenTree", "TreeStep",
     "TreeUnsupportedError", "check_tree_support", "compare_tree_chain", "tree_speculative_decode", "ModelDrafter", "PromptLookupDrafter", "Proposal", "Sampler",
     "Step", "accept_sampled", "VerifyResult", "greedy_decode", "score_draft", "speculative_decode", "verify_tokens_vectorized",
-    "student_decoder",
 ]

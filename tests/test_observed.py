@@ -168,3 +168,16 @@ def test_an_unfinished_part_stops_the_benchmark_with_its_message(pair):
     with pytest.raises(NotImplementedError, match="notebook 04's `verify_tokens_cached`"):
         bench.benchmark(pair.target, pair.draft, PROMPT, num_speculative_tokens=2, max_new_tokens=4, repeats=1,
                         methods=("hf_greedy", "spec_cached"), decoder=Unfinished(pair.target, pair.draft))
+
+
+def test_a_student_edition_placeholder_names_its_notebook(pair):
+    """The student edition fills a part the student has not written with a placeholder that raises
+    `PartMissing` (a NotImplementedError) naming its notebook: benchmarking such a decoder says so."""
+    from specdec_helpers.assignment.student.decoder import PartMissing, missing_part
+
+    class Half(PA3Decoder):
+        generate_ids = missing_part("generate_ids")
+
+    with pytest.raises(PartMissing, match="finish notebook 04's `generate_ids` first"):
+        bench.benchmark(pair.target, pair.draft, PROMPT, num_speculative_tokens=2, max_new_tokens=4, repeats=1,
+                        methods=("hf_greedy", "spec_cached"), decoder=Half(pair.target, pair.draft))

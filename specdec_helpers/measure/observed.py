@@ -26,7 +26,7 @@ def check_decoder(decoder) -> None:
     if missing or isinstance(decoder, type):
         what = f"the class {decoder.__name__}" if isinstance(decoder, type) else \
             f"{type(decoder).__name__} has no {', '.join(missing)}"
-        raise TypeError(f"{what}: pass a SpeculativeDecoder instance (e.g. sd.student_decoder(pair)), "
+        raise TypeError(f"{what}: pass a SpeculativeDecoder instance (e.g. nb.your_decoder('05', pair)), "
                         "not the class or a model")
 
 

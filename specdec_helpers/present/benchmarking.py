@@ -1,6 +1,6 @@
 """Notebook 05's helpers (reached as ``nb.benchmarking``): benchmark a decoder, sweep k, export.
 
-The notebook benchmarks the ``SpeculativeDecoder`` the student wrote (``sd.student_decoder(pair)``):
+The notebook benchmarks the ``SpeculativeDecoder`` the student wrote (``nb.your_decoder("05", pair)``):
 with a ``decoder``, the harness's speculative methods run its ``generate_ids`` and read its rounds
 from the outside (`measure.observed`); without one, the kit's own loop (the instructor's ``bench``).
 """
