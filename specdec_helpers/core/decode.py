@@ -65,6 +65,8 @@ def speculative_decode(
     ``compile=True`` runs the target's forward compiled over a static cache (`compiled`), after
     minutes of compiling on first use; whether it pays depends on the machine: measure it
     (``perf --compile``; what it gave here is in benchmarks/RESULTS.md).
+    The student edition (``release``) refuses greedy and near-greedy use, and verifies without a cache:
+    greedy speculative decoding is what the students write in notebooks 02-04.
     Every prompt token is read, pad tokens too: ``generate(ids)`` without an attention mask masks pads
     out, so pass prompts without padding (`ModelPair.encode` refuses text that encodes to a pad token).
     """
@@ -119,15 +121,15 @@ def generate_greedy(target, input_ids, *, max_new_tokens: int = 100, eos_token_i
 
 def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: KSchedule, sampler, eos, use_cache,
                  compile=False):
+    ### BEGIN INSTRUCTOR ONLY
     if compile:  # the same loop, with the target's compiled forward over a static cache
         target = compiled_forward(target)
         cache = target.new_cache(input_ids.shape[1] + max_new_tokens)
     else:
-        ### BEGIN INSTRUCTOR ONLY
         cache = new_cache(target) if use_cache else None
-        ### STUDENT EDITION
-        # cache = None  # no cached verification here (notebook 04's exercise): the target re-reads the text
-        ### END INSTRUCTOR ONLY
+    ### STUDENT EDITION
+    # cache = None  # no cached verification here (notebook 04's exercise): the target re-reads the text
+    ### END INSTRUCTOR ONLY
     drafter.reset()
 
     def one_round(text: Text) -> None:

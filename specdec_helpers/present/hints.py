@@ -30,20 +30,14 @@ HINTS: dict[str, tuple[str, str]] = {
     # 03 · verification
     "ex1_judge_rows": ("the target's logits at position i predict the token at i + 1: which row judges draft token 0?",
                        "the row that judges draft token j is start - 1 + j; take k + 1 rows starting at start - 1."),
-    "ex2_accept": ("acceptance stops at the first mismatch; the target's own token comes after the accepted ones.",
-                   "count matches from the left and stop at the first mismatch; the next token is choices[n] in both "
-                   "cases."),
     "ex3_speculative_no_cache": ("find the first round where your text leaves greedy decoding's.",
                                  "compare your output with sd.greedy_decode token by token; look for the first position "
-                                 "that differs."),
+                                 "that differs, and append exactly the accepted tokens verification returned."),
     # 04 · KV cache
     "ex1_cache_bytes": ("every layer holds a key and a value tensor; each knows its size and its bytes per number.",
                         "sum numel() * element_size() over layer.keys and layer.values for every layer in cache.layers."),
     "ex2_rollback": ("how many positions must go, and what does crop take in transformers 5.x?",
                      "compute drop = cache.get_seq_length() - n_kept and call cache.crop(-drop) when drop > 0."),
-    "ex3_speculative_cached": ("after a round the caches must hold exactly the text that was kept, no more.",
-                               "roll back to start + result.num_accepted (not start + k); feed nothing the cache "
-                               "already holds."),
     # graded parts (PA3's SpeculativeDecoder), by their grade_id: the check cells `check_part` runs
     "init": ("load with AutoModelForCausalLM / AutoTokenizer from the name, put the model on self.device, eval mode.",
              "return (model, tokenizer); self.device is a torch.device; give the tokenizer a pad token if it has none."),

@@ -40,6 +40,8 @@ INCLUDE = ["pyproject.toml", "requirements.txt", "conftest.py", "specdec_helpers
 INSTRUCTOR_ONLY = ["specdec_helpers/assignment/authoring", "specdec_helpers/assignment/grading/mutations.py",
                    "tests", "report/build"]
 SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
+#: Files the kit gets in a student version (a template here) instead of the instructor's text.
+STUDENT_TEMPLATES = {"notebooks/README.md": "NOTEBOOKS_README.md"}
 
 REGION = re.compile(
     r"^(?P<indent>[ \t]*)### BEGIN (?P<kind>SOLUTION|HIDDEN TESTS|INSTRUCTOR ONLY)[ \t]*\n(?P<body>.*?)"
@@ -228,7 +230,9 @@ def release(out, root=ROOT, repo_url: str | None = None, branch: str = REPO_BRAN
     for path, rel in _files(root):
         target = out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        if path.suffix == ".ipynb":
+        if rel in STUDENT_TEMPLATES:  # the student's own text in place of the instructor's
+            target.write_text((TEMPLATES / STUDENT_TEMPLATES[rel]).read_text())
+        elif path.suffix == ".ipynb":
             nb = strip_notebook(nbformat.read(str(path), as_version=4), rel)
             fix_notebook(nb, path.name, repo_url, branch)
             nbformat.write(nb, str(target))

@@ -76,8 +76,7 @@ def check_part(part: str, **functions) -> None:
 
 
 #: Crash texts that mean one likely mistake, and the hint that names it (the crash alone does not).
-CRASH_HINTS = {"cannot reshape tensor of 0 elements": "draft_stale_cache",
-               "size of tensor a": "draft_stale_cache"}
+CRASH_HINTS = {"cannot reshape tensor of 0 elements": "draft_stale_cache"}
 
 
 def _hint_for(part: str, results) -> str:

@@ -110,3 +110,4 @@ def traced(decoder, input_ids, max_tokens: int = 40, num_speculative_tokens: int
 
 
 from specdec_helpers.core.cache import cache_length, crop_cache, new_cache  # noqa: E402,F401 - cache bookkeeping
+from specdec_helpers.present.plots import plot_forward_cost  # noqa: E402,F401 - notebook 01's cost curve
