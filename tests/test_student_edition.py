@@ -188,3 +188,39 @@ def test_no_check_passes_a_released_stub(kit, name):
     assert not passed, f"{name}: checks passed on stubs: {passed}"
     if name != "01_model_init":
         assert "finish notebook" in "\n".join(texts.values()) or "Not done yet" in "\n".join(texts.values())
+
+
+TRACK = ["01_model_init", "02_draft_generation", "03_vectorized_verification", "04_kv_cached_verification"]
+
+
+@pytest.mark.parametrize("name", TRACK)
+def test_notebooks_import_through_sd_and_nb_and_label_every_exercise(name):
+    """Issue 28: one exercise track, each exercise says practice or graded; the kit only through sd./nb.
+    (graded cells import what they need themselves: the grader runs them alone)."""
+    import re
+
+    import nbformat
+
+    nb = nbformat.read(str(release.ROOT / "notebooks" / f"{name}.ipynb"), as_version=4)
+    allowed = {"import specdec_helpers", "import specdec_helpers as sd",
+               "from specdec_helpers.assignment.student import notebook as nb"}
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            assert "**Exercise" not in cell.source, f"{name} {cell.id}: say 'Practice exercise' or 'Graded exercise'"
+        elif not cell.metadata.get("nbgrader", {}).get("solution"):
+            imports = {line.strip() for line in cell.source.splitlines()
+                       if re.match(r"\s*(from|import) specdec_helpers", line)}
+            assert imports <= allowed, f"{name} {cell.id}: {sorted(imports - allowed)}"
+            assert not re.search(r"ModelDrafter|accept_greedy|score_draft|speculative_decode\(|getsource", cell.source), \
+                f"{name} {cell.id} runs the kit's own graded code"
+    labels = " ".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "Graded exercise" in labels
+
+
+def test_the_kit_has_the_students_readmes(kit):
+    notebooks_readme = (kit / "notebooks" / "README.md").read_text()
+    assert "Practice exercise" in notebooks_readme and "nbgrader" not in notebooks_readme
+    assert "Two editions" not in notebooks_readme  # the instructor's text stays home
+    readme = (kit / "README.md").read_text()
+    assert "YOUR ANSWER HERE" not in readme and "stand-in" not in readme
+    assert "finish notebook 02's" in readme

@@ -215,5 +215,6 @@ def student_edition(what: str, notebook: str, method: str) -> StudentEditionErro
     """The error for ``what`` (a kit feature) in the student edition: ``method`` is graded in ``notebook``."""
     return StudentEditionError(
         f"{what} is not in the student edition of the kit: it is what you write in notebook {notebook} "
-        f"(`{method}`). Use your own SpeculativeDecoder from notebooks 02-04 instead, e.g. "
-        "`SpeculativeDecoder = nb.my_decoder(\"05\")` then `SpeculativeDecoder.from_pair(pair)`.")
+        f"(`{method}`). Use your own SpeculativeDecoder from notebooks 02-04 instead: in a notebook next to "
+        "them, `decoder = nb.your_decoder(\"05\", pair)` (nb: specdec_helpers.assignment.student.notebook), "
+        "then `decoder.generate_ids(input_ids, max_tokens, k)`.")

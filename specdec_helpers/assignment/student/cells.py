@@ -120,7 +120,7 @@ def exec_cell(source: str, where: str = "<graded cell>") -> dict:
 
 
 def load_functions(sources: dict[str, str]) -> dict:
-    """The graded functions defined by ``{part: source}``, stubs left out (the kit's stand-ins fill in)."""
+    """The graded functions defined by ``{part: source}``, stubs left out (`decoder.STANDINS` fills in)."""
     functions = {}
     for part, source in sources.items():
         if is_stub(source):
