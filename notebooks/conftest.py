@@ -2,6 +2,8 @@
 
 - SPECDEC_PRESET=toy: the offline pair, no network (unless the caller chose another preset).
 - SPECDEC_EXPORT_DIR: notebook 05 exports to a temporary folder, so a test run leaves no files.
+- SPECDEC_QUICK=1: notebooks with long measurements (05, 06) shrink them in their parameters cell
+  (fewer k values, prompts, repeats, draws), so each runs top to bottom in under 3 minutes on CPU toy.
 - SPECDEC_THREADS=1: the toy models are tiny; on a shared 2-core machine one thread per kernel is
   faster and far steadier than two threads competing with other jobs.
 - PYTHONPATH: the kernels import the package from this checkout even if it is not pip-installed.
@@ -18,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 os.environ.setdefault("SPECDEC_PRESET", "toy")
 os.environ.setdefault("SPECDEC_THREADS", "1")
+os.environ.setdefault("SPECDEC_QUICK", "1")
 os.environ.setdefault("SPECDEC_EXPORT_DIR", tempfile.mkdtemp(prefix="specdec-nbval-export-"))
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -7,7 +7,12 @@ spread, not a single run; and new tokens are counted from token ids, never by re
 (decode -> encode does not round-trip, which skewed PA3's tokens/s).
 
 Every method's output is checked against HF ``generate(do_sample=False)``: a speedup that changes
-the text is no speedup.
+the text is no speedup. ``identical`` is token-for-token equality; ``matches_greedy`` also accepts a
+numerical near-tie (top-2 logits within `checks.NEAR_TIE` of each other, where fp16/bf16 kernels may
+pick either token), as the notebooks' greedy checks do (`checks.greedy_divergence`).
+
+A ``decoder`` argument (an object with PA3's ``SpeculativeDecoder`` interface: the one a student
+wrote) makes the speculative methods time that decoder instead of the kit's loop (`observed`).
 """
 from __future__ import annotations
 
@@ -100,7 +105,9 @@ def _method_summary(times, new_tokens, baseline_median=None) -> dict:
 
 def _run_interleaved(fns: dict, input_ids, max_new_tokens: int, repeats: int, warmup: int, tick=None) -> dict:
     """Warm up, then time every job round-robin. A job that raises is dropped with a warning (HF
-    assisted generation may refuse some drafts) and reported, instead of sinking the whole sweep."""
+    assisted generation may refuse some drafts) and reported, instead of sinking the whole sweep; but
+    a NotImplementedError (unfinished work: a stub, or a decoder's missing part naming its notebook)
+    is raised, so the reader sees what to finish instead of a sweep without that method."""
     outputs, errors = {}, {}
     times = {key: [] for key in fns}
     tokens = {key: [] for key in fns}
@@ -113,6 +120,8 @@ def _run_interleaved(fns: dict, input_ids, max_new_tokens: int, repeats: int, wa
                 tokens[key].append(count_new_tokens(outputs[key].sequences, input_ids.shape[1]))
             else:
                 outputs[key] = fns[key](input_ids, max_new_tokens)
+        except NotImplementedError:
+            raise
         except Exception as error:
             errors[key] = f"{type(error).__name__}: {error}"
             warnings.warn(f"benchmark: {key} failed and is skipped: {errors[key]}", stacklevel=3)
@@ -129,7 +138,18 @@ def _run_interleaved(fns: dict, input_ids, max_new_tokens: int, repeats: int, wa
     return dict(outputs=outputs, times=times, tokens=tokens, errors=errors, order=order)
 
 
-def _assemble(run: dict, keys: dict, skipped: dict, reference, meta: dict) -> dict:
+def _greedy_check(target, prompt, reference, sequences) -> tuple[bool, bool, str]:
+    """(identical, matches_greedy, note): exact equality, else `checks.greedy_divergence` (near-ties)."""
+    if sequences.shape == reference.shape and torch.equal(sequences.cpu(), reference.cpu()):
+        return True, True, ""
+    start = prompt.shape[1]
+    if sequences.shape[1] < start or not torch.equal(sequences[0, :start].cpu(), prompt[0].cpu()):
+        return False, False, "the output does not start with the prompt"
+    ok, note = checks.greedy_divergence(target, prompt, sequences[0, start:], want=reference[0, start:].tolist())
+    return False, ok, note
+
+
+def _assemble(run: dict, keys: dict, skipped: dict, reference, meta: dict, target=None, prompt=None) -> dict:
     """One PA3-shaped result from the jobs ``keys`` (method name -> job key) of an interleaved run."""
     ok = {name: key for name, key in keys.items() if key not in run["errors"]}
     baseline = next((name for name in (BASELINE, "greedy") if name in ok), None)
@@ -138,8 +158,13 @@ def _assemble(run: dict, keys: dict, skipped: dict, reference, meta: dict) -> di
     for name, key in ok.items():
         out = run["outputs"][key]
         summary = _method_summary(run["times"][key], run["tokens"][key], baseline_median)
-        summary["identical"] = bool(out.sequences.shape == reference.shape
-                                    and torch.equal(out.sequences.cpu(), reference.cpu()))
+        if target is None:
+            summary["identical"] = summary["matches_greedy"] = bool(
+                out.sequences.shape == reference.shape and torch.equal(out.sequences.cpu(), reference.cpu()))
+        else:
+            summary["identical"], summary["matches_greedy"], note = _greedy_check(target, prompt, reference, out.sequences)
+            if note:
+                summary["greedy_note"] = note
         if out.stats is not None:
             summary["stats"] = {k: out.stats[k] for k in ("new_tokens", "proposed", "accepted", "acceptance_rate",
                                                           "mean_accepted_length", "target_calls", "draft_calls",
@@ -166,10 +191,12 @@ def _reference(target, input_ids, max_new_tokens, eos_token_id):
 
 @torch.inference_mode()
 def benchmark(target, draft, input_ids, *, num_speculative_tokens: int = 5, max_new_tokens: int = 100,
-              repeats: int = 3, warmup: int = 1, methods=METHODS, eos_token_id=None, verbose: bool = False) -> dict:
+              repeats: int = 3, warmup: int = 1, methods=METHODS, eos_token_id=None, verbose: bool = False,
+              decoder=None) -> dict:
     """Time several decoding methods on one prompt, interleaved, and check each against HF greedy.
 
-    ``methods``: names from `METHODS`, or a dict ``{name: fn(input_ids, max_new_tokens) -> MethodOutput}``.
+    ``methods``: names from `METHODS`, or a dict ``{name: fn(input_ids, max_new_tokens) -> MethodOutput}``;
+    ``decoder``: time this PA3-style decoder as the speculative methods (see the module docstring).
     Returns PA3's ``benchmark()`` keys (``speculative``/``baseline`` with ``times``,
     ``tokens_per_second``, ``avg_time``, ``avg_tokens_per_second``; ``speedup``, ``latency_reduction``
     in %) plus ``methods`` (per method: medians, quartiles, min/max, ``identical``, ``speedup``) and the
@@ -178,7 +205,7 @@ def benchmark(target, draft, input_ids, *, num_speculative_tokens: int = 5, max_
     checks.check_positive_int(repeats, "repeats", 1)
     checks.check_positive_int(warmup, "warmup", 0)
     fns = dict(methods) if isinstance(methods, dict) else build_methods(
-        target, draft, num_speculative_tokens, methods, eos_token_id)
+        target, draft, num_speculative_tokens, methods, eos_token_id, decoder)
     skipped = {name: str(fn) for name, fn in fns.items() if isinstance(fn, Skip)}
     runnable = {name: fn for name, fn in fns.items() if name not in skipped}
     with _quiet_transformers():
@@ -186,7 +213,7 @@ def benchmark(target, draft, input_ids, *, num_speculative_tokens: int = 5, max_
         run = _run_interleaved(runnable, input_ids, max_new_tokens, repeats, warmup)
     meta = dict(prompt_length=input_ids.shape[1], num_speculative_tokens=num_speculative_tokens,
                 max_new_tokens=max_new_tokens, repeats=repeats, warmup=warmup, order=run["order"])
-    results = _assemble(run, {name: name for name in runnable}, skipped, reference, meta)
+    results = _assemble(run, {name: name for name in runnable}, skipped, reference, meta, target, input_ids)
     if verbose:
         print_pa3(results)
     return results
@@ -194,7 +221,7 @@ def benchmark(target, draft, input_ids, *, num_speculative_tokens: int = 5, max_
 
 @torch.inference_mode()
 def benchmark_ks(target, draft, input_ids, ks, *, max_new_tokens: int = 100, repeats: int = 3, warmup: int = 1,
-                 methods=METHODS, eos_token_id=None, progress: bool = False, tick=None) -> dict[int, dict]:
+                 methods=METHODS, eos_token_id=None, progress: bool = False, tick=None, decoder=None) -> dict[int, dict]:
     """`benchmark` for several k at once: ``{k: result}``. ``tick()`` is called after every run (a
     caller's progress bar over a whole sweep); without it, ``progress`` shows a bar of its own.
 
@@ -206,7 +233,7 @@ def benchmark_ks(target, draft, input_ids, ks, *, max_new_tokens: int = 100, rep
     jobs, keys, skipped = {}, {}, {}
     for k in ks:
         keys[k], skipped[k] = {}, {}
-        for name, fn in build_methods(target, draft, k, methods, eos_token_id).items():
+        for name, fn in build_methods(target, draft, k, methods, eos_token_id, decoder).items():
             key = name if name not in SPECULATIVE_METHODS else f"{name}@k={k}"
             if isinstance(fn, Skip):
                 skipped[k][name] = str(fn)
@@ -221,7 +248,8 @@ def benchmark_ks(target, draft, input_ids, ks, *, max_new_tokens: int = 100, rep
         run = _run_interleaved(jobs, input_ids, max_new_tokens, repeats, warmup, tick=tick or bar.update)
     meta = dict(prompt_length=input_ids.shape[1], max_new_tokens=max_new_tokens, repeats=repeats, warmup=warmup,
                 order=run["order"])
-    return {k: _assemble(run, keys[k], skipped[k], reference, dict(meta, num_speculative_tokens=k)) for k in ks}
+    return {k: _assemble(run, keys[k], skipped[k], reference, dict(meta, num_speculative_tokens=k), target, input_ids)
+            for k in ks}
 
 
 def _add_pa3_keys(results: dict, baseline: str | None) -> None:
@@ -274,6 +302,7 @@ class Case:
     prompts: list[tuple[str, torch.Tensor]]  # (text, input_ids)
     eos_token_id: object = None
     extra: dict = field(default_factory=dict)
+    decoder: object = None  # a PA3-style decoder to time as the speculative methods (None: the kit's loop)
 
 
 def run_sweep(cases: list[Case], ks=DEFAULT_KS, *, max_new_tokens: int = 100, repeats: int = 3, warmup: int = 1,
@@ -304,7 +333,7 @@ def run_sweep(cases: list[Case], ks=DEFAULT_KS, *, max_new_tokens: int = 100, re
         bar.set_postfix_str(f"{case.preset}/{case.drafter} prompt {i + 1}/{len(case.prompts)}")
         by_k = benchmark_ks(case.target, case.draft, ids, ks, max_new_tokens=max_new_tokens, repeats=repeats,
                             warmup=warmup, methods=methods, eos_token_id=case.eos_token_id, progress=progress,
-                            tick=bar.update)
+                            tick=bar.update, decoder=case.decoder)
         for k, result in by_k.items():
             result.update(preset=case.preset, drafter=case.drafter, k=k, prompt_index=i, prompt=text)
             runs.append(result)

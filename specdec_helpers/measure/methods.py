@@ -1,6 +1,8 @@
 """The decoding methods a benchmark times, as ``fn(input_ids, max_new_tokens) -> MethodOutput``: HF greedy,
 ours (greedy, speculative with and without a cache, compiled), and HF assisted generation with the same
-draft at the same constant k, where HF can express that draft."""
+draft at the same constant k, where HF can express that draft. Given a ``decoder`` (an object with PA3's
+``SpeculativeDecoder`` interface, e.g. the one a student wrote), the speculative methods run it instead of
+the kit's loop (`observed.decoder_method`)."""
 from __future__ import annotations
 
 import contextlib
@@ -12,6 +14,7 @@ import torch
 from specdec_helpers.core import checks
 from specdec_helpers.core.decode import greedy_decode, speculative_decode
 from specdec_helpers.core.drafters import Drafter, ModelDrafter, PromptLookupDrafter
+from specdec_helpers.measure.observed import decoder_method
 from specdec_helpers.measure.results import COMPILED_METHODS
 
 METHODS = ("hf_greedy", "greedy", "spec_vectorized", "spec_cached", "hf_assisted")
@@ -62,9 +65,11 @@ def _generate_kwargs(target, input_ids, max_new_tokens, eos_token_id):
     return kwargs
 
 
-def build_methods(target, draft, k: int, names=METHODS, eos_token_id=None) -> dict:
+def build_methods(target, draft, k: int, names=METHODS, eos_token_id=None, decoder=None) -> dict:
     """``{name: fn(input_ids, max_new_tokens) -> MethodOutput}``, or a `Skip` note where a method
-    cannot express this draft (e.g. HF assisted generation with a custom Drafter)."""
+    cannot express this draft (e.g. HF assisted generation with a custom Drafter). With ``decoder``,
+    ``spec_cached`` / ``spec_vectorized`` are its ``generate_ids(use_cache=True / False)`` and the
+    compiled speculative method is skipped (it is the kit's loop)."""
     methods = {}
 
     def hf_greedy(ids, n):
@@ -77,6 +82,16 @@ def build_methods(target, draft, k: int, names=METHODS, eos_token_id=None) -> di
         return run
 
     def speculative(use_cache, compile=False):
+        if decoder is not None:
+            if compile:
+                return Skip("the compiled loop is the kit's; it does not run a decoder you pass")
+            observe = decoder_method(decoder, k, use_cache)
+
+            def run_decoder(ids, n):
+                out = observe(ids, n)
+                return MethodOutput(out.sequences, out.stats.as_dict(), out.steps)
+            return run_decoder
+
         def run(ids, n):
             out = speculative_decode(target, draft, ids, max_new_tokens=n, num_speculative_tokens=k,
                                      eos_token_id=eos_token_id, use_cache=use_cache, compile=compile)

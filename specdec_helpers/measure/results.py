@@ -110,7 +110,8 @@ def _pooled(group: list[dict], name: str) -> dict:
     tokens = sum(statistics.median(e["new_tokens"]) for e in entries)
     row = dict(time=time_, q1_time=sum(e["q1_time"] for e in entries), q3_time=sum(e["q3_time"] for e in entries),
                new_tokens=tokens, tokens_per_second=tokens / time_ if time_ else 0.0,
-               identical=all(e["identical"] for e in entries))
+               identical=all(e["identical"] for e in entries),
+               matches_greedy=all(e.get("matches_greedy", e["identical"]) for e in entries))
     stats = [e["stats"] for e in entries if "stats" in e]
     if stats and len(stats) == len(entries):
         proposed = sum(s["proposed"] for s in stats)

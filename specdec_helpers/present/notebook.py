@@ -15,6 +15,9 @@ import sys
 import warnings
 
 from specdec_helpers.measure.bench import PA3_PROMPTS
+# Notebooks reach the kit through `sd.` and `nb.` only: nb.benchmarking (05), nb.plots, nb.tables, nb.widgets.
+from specdec_helpers.present import benchmarking, plots, tables, widgets  # noqa: F401
+from specdec_helpers.present.benchmarking import export_dir, matches_greedy  # noqa: F401
 from specdec_helpers.present.hints import HINTS, hint_text
 from specdec_helpers.models.toy import TOY_PROMPTS
 
@@ -247,17 +250,3 @@ def prompts_for(pair, n: int | None = None) -> list[str]:
     if not prompts:
         prompts = list(PA3_PROMPTS)
     return prompts[:n] if n else prompts
-
-
-def export_dir(default: str = "report") -> "os.PathLike":
-    """Where notebook 05 writes figures and tables: ``$SPECDEC_EXPORT_DIR`` if set (the notebook tests
-    point it at a temporary folder), else ``report/`` at the repository root when running inside a
-    checkout, else ``./report`` (e.g. on Colab: /content/report)."""
-    from pathlib import Path
-
-    if os.environ.get("SPECDEC_EXPORT_DIR"):
-        return Path(os.environ["SPECDEC_EXPORT_DIR"])
-    root = Path(__file__).resolve().parent.parent
-    if (root / "pyproject.toml").is_file() and Path.cwd().resolve().is_relative_to(root):
-        return root / default
-    return Path(default)

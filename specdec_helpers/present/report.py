@@ -25,8 +25,10 @@ from specdec_helpers.measure.speedup import in_words
 from specdec_helpers.present.tables import TABLES, summary_row, to_markdown
 
 TEMPLATE = Path("report") / "REPORT_TEMPLATE.md"
-# The repository's own template, for runs started from another folder.
-_REPO_TEMPLATE = Path(__file__).resolve().parents[1] / "report" / "REPORT_TEMPLATE.md"
+#: The course's template as shipped inside the package (``data/report`` links to the repository's
+#: ``report/REPORT_TEMPLATE.md``; a wheel or a release holds a copy): used where there is no ./report/
+#: template, e.g. on Colab with the kit pip-installed.
+PACKAGED_TEMPLATE = Path(__file__).resolve().parents[1] / "data" / "report" / "REPORT_TEMPLATE.md"
 
 
 # --------------------------------------------------------------------------- template filling
@@ -60,7 +62,18 @@ def report_values(results: dict) -> dict[str, str]:
                 tokens_per_step=f"{best['mean_accepted_length']:.2f}",
                 tokens_per_s=f"{best['tokens_per_second']:.1f}",
                 baseline_tokens_per_s=f"{baseline.get('tokens_per_second', float('nan')):.1f}",
-                max_new_tokens=str(results["config"]["max_new_tokens"]))
+                max_new_tokens=str(results["config"]["max_new_tokens"]),
+                decoder=results["config"].get("decoder", "the kit's loop"), greedy_check=_greedy_words(rows))
+
+
+def _greedy_words(rows: list[dict]) -> str:
+    """How the timed outputs compare with greedy decoding, over every speculative row: the report says what
+    was checked instead of claiming it (near-ties: see `bench._greedy_check`)."""
+    if all(r.get("identical") for r in rows):
+        return "output identical to greedy decoding, token for token"
+    if all(r.get("matches_greedy", r.get("identical")) for r in rows):
+        return "output equal to greedy decoding up to numerical near-ties (either token is a greedy choice there)"
+    return "**output DIFFERS from greedy decoding in some runs: these timings do not compare like with like**"
 
 
 class _Names:
@@ -172,38 +185,25 @@ def html_to_pdf(html_path: Path, pdf_path: Path, timeout: float = 120) -> Path |
 # --------------------------------------------------------------------------- build
 
 
-_FALLBACK_TEMPLATE = """# Speculative decoding: results
-
-{{ env }}
-
-## Results
-{{ table.sweep }}
-
-{{ figure.speedup_vs_k }}
-
-{{ table.methods }}
-
-## Theory vs measurement
-{{ table.theory }}
-
-{{ figure.theory_vs_measured }}
-"""
-
-
-def _read_template(template=None) -> str:
-    """The given template; else ./report/REPORT_TEMPLATE.md, the repository's, or a minimal built-in one."""
+def template_path(template=None) -> Path:
+    """The template a report is filled from: ``template`` if given; else ./report/REPORT_TEMPLATE.md (yours,
+    in a checkout); else the course's, shipped in the package. FileNotFoundError naming what was tried."""
     if template is not None:
-        return Path(template).read_text()
-    for path in (TEMPLATE, _REPO_TEMPLATE):
+        if not Path(template).is_file():
+            raise FileNotFoundError(f"no report template at {template}; give --template PATH to a Markdown file")
+        return Path(template)
+    for path in (TEMPLATE, PACKAGED_TEMPLATE):
         if path.is_file():
-            return path.read_text()
-    return _FALLBACK_TEMPLATE
+            return path
+    raise FileNotFoundError(f"no report template: neither {TEMPLATE.resolve()} nor the packaged {PACKAGED_TEMPLATE} "
+                            "exists (a broken install: reinstall the kit), or give --template PATH")
 
 
 def build_report(results_dir="report/results", out_dir="report/build", template=None, pdf: bool = True) -> dict:
     """Fill the template from the results; write report.md, report.html (self-contained), report.pdf.
 
-    Returns ``{"md", "html", "pdf"}`` paths (``pdf`` None without Chromium).
+    Returns ``{"md", "html", "pdf", "template"}`` paths (``pdf`` None without Chromium; ``template``: the
+    one used, see `template_path`).
     """
     results = load_results(results_dir)
     out_dir = Path(out_dir)
@@ -212,10 +212,11 @@ def build_report(results_dir="report/results", out_dir="report/build", template=
     for name, fig in make_figures(results).items():
         save_figure(fig, name, out_dir / "figures", formats=("png",))  # HTML embeds PNG; PDFs come from bench
         figures[name] = f"figures/{name}.png"
-    text = _read_template(template)
+    template = template_path(template)
+    text = template.read_text()
     markdown = fill_template(text, results, figures)
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
     md_path.write_text(markdown)
     html_path.write_text(to_html(markdown, out_dir))
     pdf_path = html_to_pdf(html_path, out_dir / "report.pdf") if pdf else None
-    return dict(md=md_path, html=html_path, pdf=pdf_path)
+    return dict(md=md_path, html=html_path, pdf=pdf_path, template=template)

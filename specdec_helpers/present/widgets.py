@@ -21,6 +21,7 @@ import torch
 
 from specdec_helpers.core.decode import speculative_decode
 from specdec_helpers.core.drafters import PromptLookupDrafter
+from specdec_helpers.measure.observed import check_decoder, observed_decode
 
 KINDS = ("prompt", "accepted", "rejected", "correction", "bonus", "target")
 
@@ -184,17 +185,25 @@ class TokenExplorer:
     Built from ipywidgets core widgets only (works on Colab and in JupyterLab with no extension).
     ``pair`` is a `ModelPair` (or anything with ``target``, ``draft``, ``tokenizer`` and optionally
     ``encode``). Call `run` to decode with the current settings (the Run button does the same).
+
+    ``decoder``: a ``SpeculativeDecoder`` (PA3's interface: the student's) that runs at temperature 0 with
+    the draft model instead of the kit's loop, its rounds read from its verify calls (`measure.observed`);
+    ``decode(ids, k, max_new_tokens) -> DecodeOutput`` does the same for any callable. Other settings
+    (sampling, prompt lookup) run the kit's loop, where the edition has it.
     """
 
     DRAFTERS = ("draft model", "prompt lookup")
 
     def __init__(self, pair, prompts=None, max_new_tokens: int = 40, k: int | None = None, seed: int = 0,
-                 decode=None):
+                 decode=None, decoder=None):
         import ipywidgets as w
 
         self.pair = pair
         # decode(ids, k, max_new_tokens) -> DecodeOutput: a greedy decoder of your own (e.g. the student's,
         # recorded by `assignment.student.notebook.traced`) for the draft model at temperature 0.
+        if decoder is not None:
+            check_decoder(decoder)
+            decode = decode or (lambda ids, k, n: observed_decode(decoder, ids, n, k))
         self.decode = decode
         prompts = list(prompts or ["The future of Artificial Intelligence is"])
         k = k or getattr(pair, "num_speculative_tokens", 5)

@@ -282,7 +282,8 @@ def performance_results(m: Measurement | None, config: dict, reason: str = "") -
         if not best:
             continue
         if m is None or ok is None:
-            results.append(Result(item, name, 0.0, best, "skipped", reason or "a GPU preset measures the bonus",
+            results.append(Result(item, name, 0.0, best, "skipped",
+                                  reason or "not measured on CPU (a GPU preset measures the bonus)",
                                   test_id=f"perf.{item}"))
             continue
         against = "greedy decoding" if m.detail.get("baseline") == "greedy" else "the reference's speed"
