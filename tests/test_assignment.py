@@ -6,7 +6,6 @@ asserted; the performance tests assert only what a cheat earns (nothing) or the 
 from __future__ import annotations
 
 import json
-import secrets
 from pathlib import Path
 
 import nbformat
@@ -129,32 +128,19 @@ def test_released_notebooks_are_stubs_and_the_kit_has_no_catalog(tmp_path):
 # --------------------------------------------------------------------------- grading
 
 
+# Grading worlds are drawn at grade time; CI uses fixed ones (deterministic runs), and
+# `benchmarks/grading_worlds.py --worlds N` scans many fresh ones for a world in which a test judges wrongly.
+WORLDS = (0, 1)
+
+
 @pytest.mark.slow
-def test_reference_scores_full_implementation_marks(reference):
-    seed = secrets.randbelow(10**6)
+@pytest.mark.parametrize("seed", WORLDS)
+def test_reference_scores_exactly_full_implementation_marks(reference, seed):
     results = grader.run_suite(reference, POINTS, seed=seed)
     assert all(r.passed for r in results), (f"world {seed}", [(r.test_id, r.feedback) for r in results if not r.passed])
-    assert implementation(results) == pytest.approx(25)
-
-
-# Worlds (grading seeds) in which a test judged wrongly before: world 1033's EOS came after the 20 tokens
-# decoded (the reference lost a point); in 1009 the EOS test found no case and passed anything; in 42 the EOS
-# was a bonus token with nothing after it; in 67 the unrelated draft agreed at the EOS; in 70 and 43 the
-# target repeated one token, which an off-by-one verifier accepts; in 41 the draft was never rejected; in
-# 329 the draft repeated one token whatever its cache held.
-WORLD_EDGE_CASES = [("tokens_after_eos", 1033), ("eos_only_among_draft_tokens", 1009), ("tokens_after_eos", 42),
-                    ("eos_only_among_draft_tokens", 67), ("logits_offset", 70), ("logits_offset", 43),
-                    ("extra_target_pass", 41), ("draft_cache_stale", 329)]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name, seed", WORLD_EDGE_CASES, ids=lambda v: str(v))
-def test_tests_judge_right_in_every_world(name, seed, reference):
-    m = next(m for m in mutations.CATALOG if m.name == name)
-    results = grader.run_suite(reference, POINTS, only=[m.part], seed=seed)
-    assert all(r.passed for r in results), [(r.test_id, r.feedback) for r in results if not r.passed]
-    r = mutations.grade_mutation(m, reference, seed=seed).find(m.test_id)
-    assert not r.passed and m.phrase in r.feedback, (name, r.feedback)
+    report = grader.Report(results)
+    assert report.score == report.max_score == 25  # exactly: no 24.997 from a part split in thirds
+    assert sum(t["score"] for t in report.gradescope()["tests"]) == pytest.approx(25, abs=1e-9)
 
 
 @pytest.mark.slow
@@ -171,7 +157,7 @@ def test_released_stubs_are_not_implemented(reference):
 @pytest.mark.slow
 @pytest.mark.parametrize("m", mutations.CATALOG, ids=lambda m: m.name)
 def test_every_mutation_is_caught_with_its_message(m, reference):
-    seed = secrets.randbelow(10**6)  # a world of its own each run, as in grading; a failure names it
+    seed = WORLDS[mutations.CATALOG.index(m) % len(WORLDS)]  # fixed worlds; the scan script draws fresh ones
     report = mutations.grade_mutation(m, reference, seed=seed)
     r = report.find(m.test_id)
     assert not r.passed and m.phrase in r.feedback, (m.name, f"world {seed}", r.status, r.feedback)
@@ -183,7 +169,10 @@ def test_catalog_covers_the_known_mistakes():
     assert {"logits_offset", "no_bonus_token", "no_correction_token", "extra_target_pass", "eos_in_prompt",
             "sampling_draft", "no_cache_rollback", "draft_from_scratch", "overshoot_max_tokens",
             "bonus_counted_as_accepted", "target_cache_not_reused", "draft_k_minus_1",
-            "eos_only_among_draft_tokens", "models_not_moved", "cache_cropped_too_far"} <= names
+            "eos_only_among_draft_tokens", "models_not_moved", "cache_cropped_too_far",
+            # the five that earned full marks before (issue 25)
+            "draft_cache_cropped_short", "always_k_minus_1", "use_cache_ignored", "stats_skip_eos_round",
+            "tokens_to_cpu"} <= names
     reference = submission.reference_sources()
     for m in mutations.CATALOG:
         assert m.sources(reference)[m.part] != reference[m.part], m.name
