@@ -123,14 +123,6 @@ def generate_ids(self, input_ids, max_tokens=100, num_speculative_tokens=5, use_
 '''
 
 REPORTS_ONLY_WHAT_PASSES = '''
-import torch
-
-
-@torch.inference_mode()
-def verify_tokens_cached(self, input_ids, draft_tokens, attention_mask=None):
-    return self.verify_tokens_vectorized(input_ids, draft_tokens)
-
-
 @torch.inference_mode()
 def generate_ids(self, input_ids, max_tokens=100, num_speculative_tokens=5, use_cache=True):
     """Learns each verdict with a target pass the grader does not see, then verifies only the accepted
@@ -143,7 +135,7 @@ def generate_ids(self, input_ids, max_tokens=100, num_speculative_tokens=5, use_
         draft = self.generate_draft_tokens(input_ids, None, min(num_speculative_tokens, room))
         logits = self.target_model(input_ids=torch.cat([input_ids, draft], dim=1)).logits[0]
         n = self.accept_draft(logits[input_ids.shape[1] - 1:], draft)[1]
-        tokens, n = self.verify_tokens_vectorized(input_ids, draft[:, :n])
+        tokens, n = self.verify_tokens_cached(input_ids, draft[:, :n])
         stats["proposed"] += n
         stats["accepted"] += n
         input_ids = torch.cat([input_ids, input_ids.new_tensor([tokens])], dim=1)
@@ -169,7 +161,8 @@ def test_a_correct_decoder_with_another_round_structure_gets_full_marks(referenc
 
 @pytest.mark.slow
 def test_a_decoder_that_reports_only_what_passes_is_caught(reference):
-    sources = dict(reference, decode=REPORTS_ONLY_WHAT_PASSES)
+    cached_verify = reference["decode"].split("@torch.inference_mode()\ndef generate_ids")[0]
+    sources = dict(reference, decode=cached_verify + REPORTS_ONLY_WHAT_PASSES)
     results = {r.test_id: r for r in grader.run_suite(sources, POINTS, only=["decode"], seed=0)}
     rounds_test = results["decode.decode_rounds"]
     assert not rounds_test.passed and ("draft num_speculative_tokens tokens each round" in rounds_test.feedback

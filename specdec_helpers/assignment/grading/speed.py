@@ -37,7 +37,7 @@ class Measurement:
     speedup: float  # median of paired runs: baseline time / student time (`baseline_of`: greedy or the reference)
     acceptance: float  # accepted / proposed draft tokens, replayed by the grader
     identical: bool = True  # every timed output equal to the target's greedy output
-    speculates: bool = True  # the reported rounds match the replay (a decoder that does not speculate: False)
+    speculates: bool = True  # the observed rounds follow `rounds.ROUND_RULE` and verify at least one draft token
     reference_acceptance: float = 0.0
     detail: dict = field(default_factory=dict)
     error: str = ""

@@ -93,12 +93,15 @@ class World:
         return Pair(self.target, self.draft if draft is None else draft, self.tokenizer)
 
     def folders(self) -> tuple[str, str]:
-        """Target and draft saved with the tokenizer, as local model folders for the init exercise."""
+        """Target and draft saved with the tokenizer, as local model folders for the init exercise. The
+        tokenizer there has no pad token, as a hub base model's (Pythia's): setting one is part of it."""
         if self._folders is None:
             root = Path(tempfile.mkdtemp(prefix="specdec-grade-"))
+            tokenizer = copy.deepcopy(self.tokenizer)
+            tokenizer.pad_token = None
             for name, model in self._plain.items():
                 model.save_pretrained(root / name)
-                self.tokenizer.save_pretrained(root / name)
+                tokenizer.save_pretrained(root / name)
             self._folders = (str(root / "target"), str(root / "draft"))
         return self._folders
 
