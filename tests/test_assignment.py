@@ -150,7 +150,7 @@ def test_released_stubs_are_not_implemented(reference):
         nb = release.strip_notebook(nbformat.read(str(path), as_version=4))
         stubs.update({k: v for k, v in cells.graded_cells(nb).items() if k in reference})
     assert set(stubs) == set(reference) and all(cells.is_stub(s) for s in stubs.values())
-    results = grader.run_suite(stubs, POINTS)
+    results = grader.run_suite(stubs, POINTS, seed=0)
     assert implementation(results) == 0 and {r.status for r in results} == {"not implemented"}
 
 
@@ -259,7 +259,7 @@ def test_delegating_to_the_kit_earns_nothing(reference):
                         "num_speculative_tokens=5):\n    kit = importlib.import_module('specdec_helpers.assignment.student.decoder')\n"
                         "    return kit.STANDINS['generate_draft_tokens'](self, input_ids, attention_mask, "
                         "num_speculative_tokens)\n")
-    results = grader.run_suite(sources, POINTS, only=["verify", "draft"])
+    results = grader.run_suite(sources, POINTS, only=["verify", "draft"], seed=0)
     assert sum(r.score for r in results) == 0
     assert any("kit" in r.feedback for r in results if r.item == "verify")
     # No import statement to see: the child catches the call itself.
@@ -268,7 +268,7 @@ def test_delegating_to_the_kit_earns_nothing(reference):
                          "draft_tokens.reshape(-1))\n    return r.tokens.tolist(), r.num_accepted\n\n"
                          + reference["verify"].split("@torch.inference_mode()")[-1].join(["import torch\n\n@torch.inference_mode()", ""]))
     assert cells.kit_references(sources["verify"]) == []
-    results = grader.run_suite(sources, POINTS, only=["verify"])
+    results = grader.run_suite(sources, POINTS, only=["verify"], seed=0)
     accept = [r for r in results if r.test_id.startswith("verify.accept")]
     assert all(r.score == 0 and "kit's own implementation" in r.feedback for r in accept), accept
 
@@ -277,7 +277,7 @@ def test_delegating_to_the_kit_earns_nothing(reference):
 def test_a_decoder_that_does_not_speculate_earns_no_performance_points(reference):
     sources = dict(reference, decode=GREEDY_LOOP)
     perf = dict(grader.load_config()["performance"], repeats=2, max_new_tokens=32)
-    m = speed.measure(sources, reference, perf)
+    m = speed.measure(sources, reference, perf, seed=0)
     assert not m.speculates and m.acceptance == 0
     scores = {r.item: r.score for r in grader.performance_results(m, grader.load_config())}
     assert scores["speedup"] == 0 and scores["acceptance"] == 0
@@ -296,7 +296,7 @@ def test_memoizing_and_slowing_the_baseline_do_not_help(reference, baseline):
            "    type(self).greedy_ids = lambda *a, **k: __import__('time').sleep(5)\n"
            "    return _MEMO[key]\n")
     perf = dict(grader.load_config()["performance"], repeats=2, max_new_tokens=32, baseline=baseline)
-    m = speed.measure(dict(reference, decode=memo), reference, perf)
+    m = speed.measure(dict(reference, decode=memo), reference, perf, seed=1)
     assert m.identical and m.detail["baseline"] == baseline
     assert len(m.detail["greedy_s"]) == (2 if baseline == "greedy" else 0)
     assert 0 < m.speedup < (1.5 if baseline == "reference" else 3.0)  # fresh prompts: the memo never hits

@@ -250,7 +250,7 @@ TESTS = (
 ### END HIDDEN TESTS
     TestCase("draft", "drafts the draft model's greedy tokens, deterministically", 2, draft_greedy),
     TestCase("draft", "proposes exactly k tokens, also for k = 1", 1, draft_k),
-    TestCase("draft", "reuses the draft's KV cache across rounds (reads each position once)", 2, draft_cache_reuse),
+    TestCase("draft", "reuses the draft's KV cache across rounds (never re-reads the text)", 2, draft_cache_reuse),
 ### BEGIN HIDDEN TESTS
     TestCase("draft", "keeps drafting correctly after rejections (cache rolled back)", 1, draft_rounds, hidden=True),
 ### END HIDDEN TESTS
