@@ -141,12 +141,14 @@ class Probe:
         self.draft_positions = 0
         self.draft_calls = 0
         self.limit = limit
-        self.handles = [target.register_forward_pre_hook(self._on_target, with_kwargs=True)]
+        # On the input embeddings: every forward pass goes through them, also one that calls the model's inner
+        # modules (model.gpt_neox(...)) to avoid a hook on the model itself.
+        self.handles = [_entry(target).register_forward_pre_hook(self._on_target, with_kwargs=True)]
         if isinstance(draft, torch.nn.Module):
-            self.handles.append(draft.register_forward_pre_hook(self._on_draft, with_kwargs=True))
+            self.handles.append(_entry(draft).register_forward_pre_hook(self._on_draft, with_kwargs=True))
 
     def _on_target(self, module, args, kwargs):
-        ids = kwargs.get("input_ids", args[0] if args else None)
+        ids = kwargs.get("input_ids", kwargs.get("input", args[0] if args else None))
         self.target_calls += 1
         self.target_positions += 0 if ids is None else int(ids.shape[-1])
         if self.target_calls > self.limit:
@@ -154,13 +156,19 @@ class Probe:
                           "must append at least one token (the target's correction/bonus token)")
 
     def _on_draft(self, module, args, kwargs):
-        ids = kwargs.get("input_ids", args[0] if args else None)
+        ids = kwargs.get("input_ids", kwargs.get("input", args[0] if args else None))
         self.draft_calls += 1
         self.draft_positions += 0 if ids is None else int(ids.shape[-1])
 
     def close(self):
         for handle in self.handles:
             handle.remove()
+
+
+def _entry(model: torch.nn.Module) -> torch.nn.Module:
+    """The module every forward pass of ``model`` starts with: its input embeddings where it has them."""
+    embeddings = getattr(model, "get_input_embeddings", lambda: None)()
+    return embeddings if isinstance(embeddings, torch.nn.Module) else model
 
 
 @contextmanager
