@@ -6,7 +6,6 @@ asserted; the performance tests assert only what a cheat earns (nothing) or the 
 from __future__ import annotations
 
 import json
-import secrets
 from pathlib import Path
 
 import nbformat
@@ -129,32 +128,19 @@ def test_released_notebooks_are_stubs_and_the_kit_has_no_catalog(tmp_path):
 # --------------------------------------------------------------------------- grading
 
 
+# Grading worlds are drawn at grade time; CI uses fixed ones (deterministic runs), and
+# `benchmarks/grading_worlds.py --worlds N` scans many fresh ones for a world in which a test judges wrongly.
+WORLDS = (0, 1)
+
+
 @pytest.mark.slow
-def test_reference_scores_full_implementation_marks(reference):
-    seed = secrets.randbelow(10**6)
+@pytest.mark.parametrize("seed", WORLDS)
+def test_reference_scores_exactly_full_implementation_marks(reference, seed):
     results = grader.run_suite(reference, POINTS, seed=seed)
     assert all(r.passed for r in results), (f"world {seed}", [(r.test_id, r.feedback) for r in results if not r.passed])
-    assert implementation(results) == pytest.approx(25)
-
-
-# Worlds (grading seeds) in which a test judged wrongly before: world 1033's EOS came after the 20 tokens
-# decoded (the reference lost a point); in 1009 the EOS test found no case and passed anything; in 42 the EOS
-# was a bonus token with nothing after it; in 67 the unrelated draft agreed at the EOS; in 70 and 43 the
-# target repeated one token, which an off-by-one verifier accepts; in 41 the draft was never rejected; in
-# 329 the draft repeated one token whatever its cache held.
-WORLD_EDGE_CASES = [("tokens_after_eos", 1033), ("eos_only_among_draft_tokens", 1009), ("tokens_after_eos", 42),
-                    ("eos_only_among_draft_tokens", 67), ("logits_offset", 70), ("logits_offset", 43),
-                    ("extra_target_pass", 41), ("draft_cache_stale", 329)]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name, seed", WORLD_EDGE_CASES, ids=lambda v: str(v))
-def test_tests_judge_right_in_every_world(name, seed, reference):
-    m = next(m for m in mutations.CATALOG if m.name == name)
-    results = grader.run_suite(reference, POINTS, only=[m.part], seed=seed)
-    assert all(r.passed for r in results), [(r.test_id, r.feedback) for r in results if not r.passed]
-    r = mutations.grade_mutation(m, reference, seed=seed).find(m.test_id)
-    assert not r.passed and m.phrase in r.feedback, (name, r.feedback)
+    report = grader.Report(results)
+    assert report.score == report.max_score == 25  # exactly: no 24.997 from a part split in thirds
+    assert sum(t["score"] for t in report.gradescope()["tests"]) == pytest.approx(25, abs=1e-9)
 
 
 @pytest.mark.slow
@@ -164,14 +150,14 @@ def test_released_stubs_are_not_implemented(reference):
         nb = release.strip_notebook(nbformat.read(str(path), as_version=4))
         stubs.update({k: v for k, v in cells.graded_cells(nb).items() if k in reference})
     assert set(stubs) == set(reference) and all(cells.is_stub(s) for s in stubs.values())
-    results = grader.run_suite(stubs, POINTS)
+    results = grader.run_suite(stubs, POINTS, seed=0)
     assert implementation(results) == 0 and {r.status for r in results} == {"not implemented"}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("m", mutations.CATALOG, ids=lambda m: m.name)
 def test_every_mutation_is_caught_with_its_message(m, reference):
-    seed = secrets.randbelow(10**6)  # a world of its own each run, as in grading; a failure names it
+    seed = WORLDS[mutations.CATALOG.index(m) % len(WORLDS)]  # fixed worlds; the scan script draws fresh ones
     report = mutations.grade_mutation(m, reference, seed=seed)
     r = report.find(m.test_id)
     assert not r.passed and m.phrase in r.feedback, (m.name, f"world {seed}", r.status, r.feedback)
@@ -183,7 +169,10 @@ def test_catalog_covers_the_known_mistakes():
     assert {"logits_offset", "no_bonus_token", "no_correction_token", "extra_target_pass", "eos_in_prompt",
             "sampling_draft", "no_cache_rollback", "draft_from_scratch", "overshoot_max_tokens",
             "bonus_counted_as_accepted", "target_cache_not_reused", "draft_k_minus_1",
-            "eos_only_among_draft_tokens", "models_not_moved", "cache_cropped_too_far"} <= names
+            "eos_only_among_draft_tokens", "models_not_moved", "cache_cropped_too_far",
+            # the five that earned full marks before (issue 25)
+            "draft_cache_cropped_short", "always_k_minus_1", "use_cache_ignored", "stats_skip_eos_round",
+            "tokens_to_cpu"} <= names
     reference = submission.reference_sources()
     for m in mutations.CATALOG:
         assert m.sources(reference)[m.part] != reference[m.part], m.name
@@ -270,7 +259,7 @@ def test_delegating_to_the_kit_earns_nothing(reference):
                         "num_speculative_tokens=5):\n    kit = importlib.import_module('specdec_helpers.assignment.student.decoder')\n"
                         "    return kit.STANDINS['generate_draft_tokens'](self, input_ids, attention_mask, "
                         "num_speculative_tokens)\n")
-    results = grader.run_suite(sources, POINTS, only=["verify", "draft"])
+    results = grader.run_suite(sources, POINTS, only=["verify", "draft"], seed=0)
     assert sum(r.score for r in results) == 0
     assert any("kit" in r.feedback for r in results if r.item == "verify")
     # No import statement to see: the child catches the call itself.
@@ -279,7 +268,7 @@ def test_delegating_to_the_kit_earns_nothing(reference):
                          "draft_tokens.reshape(-1))\n    return r.tokens.tolist(), r.num_accepted\n\n"
                          + reference["verify"].split("@torch.inference_mode()")[-1].join(["import torch\n\n@torch.inference_mode()", ""]))
     assert cells.kit_references(sources["verify"]) == []
-    results = grader.run_suite(sources, POINTS, only=["verify"])
+    results = grader.run_suite(sources, POINTS, only=["verify"], seed=0)
     accept = [r for r in results if r.test_id.startswith("verify.accept")]
     assert all(r.score == 0 and "kit's own implementation" in r.feedback for r in accept), accept
 
@@ -288,7 +277,7 @@ def test_delegating_to_the_kit_earns_nothing(reference):
 def test_a_decoder_that_does_not_speculate_earns_no_performance_points(reference):
     sources = dict(reference, decode=GREEDY_LOOP)
     perf = dict(grader.load_config()["performance"], repeats=2, max_new_tokens=32)
-    m = speed.measure(sources, reference, perf)
+    m = speed.measure(sources, reference, perf, seed=0)
     assert not m.speculates and m.acceptance == 0
     scores = {r.item: r.score for r in grader.performance_results(m, grader.load_config())}
     assert scores["speedup"] == 0 and scores["acceptance"] == 0
@@ -307,7 +296,7 @@ def test_memoizing_and_slowing_the_baseline_do_not_help(reference, baseline):
            "    type(self).greedy_ids = lambda *a, **k: __import__('time').sleep(5)\n"
            "    return _MEMO[key]\n")
     perf = dict(grader.load_config()["performance"], repeats=2, max_new_tokens=32, baseline=baseline)
-    m = speed.measure(dict(reference, decode=memo), reference, perf)
+    m = speed.measure(dict(reference, decode=memo), reference, perf, seed=1)
     assert m.identical and m.detail["baseline"] == baseline
     assert len(m.detail["greedy_s"]) == (2 if baseline == "greedy" else 0)
     assert 0 < m.speedup < (1.5 if baseline == "reference" else 3.0)  # fresh prompts: the memo never hits

@@ -4,9 +4,9 @@ A plain module, not conftest.py: notebooks/ has a conftest of its own, and `from
 would pick whichever pytest imported first."""
 from __future__ import annotations
 
+import copy
 
 import torch
-from specdec_helpers.assignment.grading.world import perturbed_copy  # noqa: F401  (one copy, shared with the grader)
 from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
@@ -52,6 +52,14 @@ def tiny_model(family: str, seed: int = 0, vocab: int = VOCAB, layers: int = 2, 
     return model.eval()
 
 
+def perturbed_copy(model, scale: float = 0.15, seed: int = 1):
+    """A draft that agrees with ``model`` often but not always: its weights plus seeded noise."""
+    torch.manual_seed(seed)
+    draft = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn_like(p) * scale * p.std().clamp_min(1e-3))
+    return draft.eval()
 
 
 def hf_greedy(target, input_ids, max_new_tokens, eos_token_id=None):

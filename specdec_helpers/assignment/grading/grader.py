@@ -20,16 +20,17 @@ import copy
 import json
 import secrets
 import time
+from fractions import Fraction
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from specdec_helpers.assignment.grading import suite, suite_decode  # noqa: F401 - suite_decode registers the decode tests
 from specdec_helpers.assignment.student.cells import is_stub, kit_references
 from specdec_helpers.assignment.grading.sandbox import Child, ChildFailed, Delegated, StudentError
-from specdec_helpers.assignment.grading.suite import EXERCISES
+from specdec_helpers.assignment.grading.cases import EXERCISES, Ctx, TestCase
+from specdec_helpers.assignment.grading import suite, suite_decode
 from specdec_helpers.assignment.grading.world import Mistake
 from specdec_helpers.assignment.grading.speed import Measurement, baseline_of, grader_threads
 
@@ -46,10 +47,11 @@ DEFAULT_CONFIG = {
 # reference solution (relative_speed, relative_acceptance). On the toy pair speculation gains only ~1.2x
 # over HF greedy on a CPU, and paired timings of the reference against itself spread by +-20% on a
 # shared 2-core machine, so time alone cannot tell a non-speculating decoder (~0.85x the reference)
-# apart: the speed item also requires rounds the grader replays as speculation (`speed.replay`), and
+# apart: the speed item also requires rounds the grader replays as speculation (`rounds.check_rounds`), and
 # the time bar (0.7) only catches a decoder far slower than the reference. Overrides: a config file
 # or --threshold.
 PRESET_THRESHOLDS: dict = {}
+TESTS: tuple[TestCase, ...] = suite.TESTS + suite_decode.TESTS  # the implementation tests, as data
 EXTRA_CREDIT = ("bonus",)
 LABELS = {"init": "1 initialization", "draft": "2 drafting", "verify": "3 verification", "decode": "4 decode loop",
           "speedup": "speedup", "acceptance": "acceptance", "bonus": "bonus (extra credit)"}
@@ -122,11 +124,11 @@ class Report:
 
     @property
     def score(self) -> float:
-        return round(sum(r.score for r in self.results), 2)
+        return float(exact_sum([r.score for r in self.results]))
 
     @property
     def max_score(self) -> float:
-        return round(sum(r.max_score for r in self.results if r.item not in EXTRA_CREDIT), 2)
+        return float(exact_sum([r.max_score for r in self.results if r.item not in EXTRA_CREDIT]))
 
     def by_item(self) -> dict[str, list[Result]]:
         items: dict[str, list[Result]] = {}
@@ -179,10 +181,30 @@ class Report:
 # --------------------------------------------------------------------------- running tests
 
 
-def run_test(t: suite.Test, ctx: suite.Ctx) -> tuple[str, str]:
+def split_points(points: float, weights: list[int]) -> list[float]:
+    """``points`` shared by ``weights``, in thousandths that add up exactly (largest remainders get the
+    odd thousandths): a part split in thirds still sums to its points, on Gradescope too, which shows
+    each test's score with three decimals."""
+    total = sum(weights)
+    if not total:
+        return [0.0] * len(weights)
+    shares = [Fraction(round(points * 1000)) * w / total for w in weights]
+    milli = [int(share) for share in shares]
+    order = sorted(range(len(weights)), key=lambda i: shares[i] - milli[i], reverse=True)
+    for i in order[: round(points * 1000) - sum(milli)]:
+        milli[i] += 1
+    return [m / 1000 for m in milli]
+
+
+def exact_sum(scores) -> float:
+    """Scores (thousandths) added without float drift: 45 is 45.0, not 44.99999999999999."""
+    return sum(Fraction(round(score * 1000)) for score in scores) / 1000 if scores else 0.0
+
+
+def run_test(t: TestCase, ctx: Ctx) -> tuple[str, str]:
     """``(status, feedback)`` of one test; never raises. The child's death is reported, not raised."""
     try:
-        t.fn(ctx)
+        t.body(ctx)
         return "passed", ""
     except NotImplementedError:
         return "not implemented", "not implemented yet (a method it needs still raises NotImplementedError)"
@@ -220,13 +242,11 @@ def run_suite(sources: dict, points: dict, *, hidden: bool = True, timeout: floa
     runnable = {part: src for part, src in sources.items() if status.get(part) == "ok"}
     start = child_factory or (lambda: Child(runnable, ready_timeout=max(timeout, 10)))
     child, start_error = None, ""
-    tests = [t for t in suite.TESTS if (hidden or not t.hidden) and (only is None or t.exercise in only)]
+    tests = [t for t in TESTS if (hidden or not t.hidden) and (only is None or t.part in only)]
     results = []
     for exercise in EXERCISES:
-        group = [t for t in tests if t.exercise == exercise]
-        total = sum(t.weight for t in group)
-        for t in group:
-            best = points.get(exercise, 0) * t.weight / total
+        group = [t for t in tests if t.part == exercise]
+        for t, best in zip(group, split_points(points.get(exercise, 0), [t.weight for t in group])):
             if status[exercise] != "ok":
                 state = "not implemented" if status[exercise] == "not implemented" else "failed"
                 feedback = "not implemented yet" if state == "not implemented" else status[exercise]
@@ -243,7 +263,7 @@ def run_suite(sources: dict, points: dict, *, hidden: bool = True, timeout: floa
                 state, feedback = "error", f"your graded cell does not run: {child.ready[exercise][7:]}"
             else:
                 with torch.random.fork_rng():
-                    state, feedback = run_test(t, suite.Ctx(child, seed, timeout))
+                    state, feedback = run_test(t, Ctx(child, seed, timeout))
             if state != "passed" and exercise == "decode" and any(
                     not r.passed for r in results if r.item in ("draft", "verify")):
                 feedback += " [the drafting or verification part fails its own tests: fix that first]"
@@ -305,6 +325,18 @@ def performance_results(m: Measurement | None, config: dict, reason: str = "") -
 
 # --------------------------------------------------------------------------- grading
 
+NO_REFERENCE = ("not measured: this copy of the kit holds no reference solution (the student kit), so speed and "
+                "acceptance cannot be measured against it; only the instructor's grader awards these points. Your "
+                "notebooks' own check cells show whether the decoder speculates")
+
+
+def holds_reference(sources: dict | None) -> bool:
+    """Whether ``sources`` are the instructor's solutions: every graded part still carries its solution
+    markers. The student kit's notebooks do not (release strips them), so `grade` there never times a
+    student's decoder against itself and calls that a pass."""
+    return bool(sources) and all("### BEGIN SOLUTION" in (sources.get(part) or "") for part in EXERCISES)
+
+
 
 def grade(sources: dict, config: dict | None = None, *, reference_sources: dict | None = None,
           measure_fn: Callable | None = None, hidden: bool = True, source: str = "", checks: list | None = None,
@@ -322,6 +354,8 @@ def grade(sources: dict, config: dict | None = None, *, reference_sources: dict 
     measurement, reason = None, ""
     if measure_fn is None:
         reason = "performance not measured (--no-perf)"
+    elif not holds_reference(reference_sources):
+        reason = NO_REFERENCE
     elif not decode_ok:
         reason = "needs a correct cached decode loop first (see the decode tests above)"
     else:

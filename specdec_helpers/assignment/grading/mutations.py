@@ -40,6 +40,9 @@ _CROP = "crop_cache(cache, start + accepted_position)"
 _VERIFY = "accepted_tokens, accepted_position = verify(input_ids, draft)"
 _EOS_CUT = "if eos in accepted_tokens:  # keep the EOS, drop what follows it"
 _EOS_STOP = "if accepted_tokens[-1] == eos:"
+_PICK = "verify = self.verify_tokens_cached if use_cache else self.verify_tokens_vectorized"
+_COUNT = ('        stats["proposed"] += draft.shape[1]\n        stats["accepted"] += accepted_position\n'
+          '        stats["rounds"] += 1\n')
 _LOAD = "model = AutoModelForCausalLM.from_pretrained(model_name, dtype=dtype).to(self.device).eval()"
 
 CATALOG = [
@@ -92,6 +95,21 @@ CATALOG = [
     Mutation("bonus_counted_as_accepted", "acceptance counts the target's correction/bonus token as accepted", "decode",
              (('stats["accepted"] += accepted_position', 'stats["accepted"] += len(accepted_tokens)'),),
              "decode.decode_stats", "counts the target's correction/bonus tokens as accepted"),
+    Mutation("draft_cache_cropped_short", "the draft cache is cropped to L - 2, so each round re-reads a position",
+             "draft", (("min(cache_length(cache), input_ids.shape[1] - 1)", "min(cache_length(cache), input_ids.shape[1] - 2)"),),
+             "draft.draft_cache_reuse", "cropped one position short"),
+    Mutation("always_k_minus_1", "the loop always drafts k - 1 tokens", "decode",
+             (("min(num_speculative_tokens, budget - 1)", "min(num_speculative_tokens - 1, budget - 1)"),),
+             "decode.decode_rounds", "draft num_speculative_tokens tokens each round"),
+    Mutation("use_cache_ignored", "generate_ids verifies with the cache whatever use_cache says", "decode",
+             ((_PICK, "verify = self.verify_tokens_cached"),), "decode.decode_vectorized", "use_cache is ignored"),
+    Mutation("stats_skip_eos_round", "the counters are updated after the EOS check, so the last round is not counted",
+             "decode", ((_COUNT, ""), (_EOS_STOP + "\n            break", _EOS_STOP + "\n            break\n" + _COUNT.rstrip())),
+             "decode.decode_stats", "miss the round that ended at EOS"),
+    Mutation("tokens_to_cpu", "the text is moved to the CPU every round (and back)", "decode",
+             (("input_ids = torch.cat([input_ids, new], dim=1)",
+               "input_ids = torch.cat([input_ids.cpu(), new.cpu()], dim=1).to(self.device)"),),
+             "decode.decode_rounds", "to the CPU every round"),
     Mutation("models_not_moved", "the models are never moved to the decoder's device", "init",
              ((_LOAD, _LOAD.replace(".to(self.device)", "")),), "init.init_device", "never moved"),
     Mutation("no_pad_token", "the tokenizer's missing pad token is not set", "init",

@@ -3,12 +3,13 @@
 The student's decoder and the reference solution run in two children on the course pair; the speed
 item compares the student's time with the reference's (CPU presets) or with greedy decoding, run by
 the kit in the reference's child (GPU presets: PA3's bars are speedups over greedy). Each
-timed run uses a prompt picked at grade time and never used before in this grading (memoizing
-outputs cannot help); the runs alternate (reference, student, student, reference, ...) and the
+timed run uses a prompt made at grade time, partly sampled from the target (`fresh_prompts`: no
+warm-up or memo can know it); the runs alternate (reference, student, student, reference, ...) and the
 child that is not being timed is paused (SIGSTOP) so it cannot steal the CPU. Time is the wall
 time from sending the request to receiving the answer. Every timed output is compared with greedy
 decoding that the grader computed itself. Acceptance is the grader's: it replays the draft's greedy
-proposals on the rounds the student's decoder reported and rejects reports that do not match.
+proposals on the rounds it observed (`rounds.check_rounds`: verification calls, target passes) and
+rejects rounds that break the rule stated in notebook 04.
 """
 from __future__ import annotations
 
@@ -21,10 +22,10 @@ from dataclasses import dataclass, field
 import torch
 
 from specdec_helpers.assignment.grading.child import encode
+from specdec_helpers.assignment.grading.rounds import check_rounds
 from specdec_helpers.assignment.grading.sandbox import Child, ChildFailed, StudentError
 from specdec_helpers.core.checks import greedy_divergence
 from specdec_helpers.core.decode import greedy_decode
-from specdec_helpers.core.drafters import ModelDrafter
 from specdec_helpers.models.pairs import load_pair
 from specdec_helpers.present.notebook import prompts_for
 
@@ -36,52 +37,31 @@ class Measurement:
     speedup: float  # median of paired runs: baseline time / student time (`baseline_of`: greedy or the reference)
     acceptance: float  # accepted / proposed draft tokens, replayed by the grader
     identical: bool = True  # every timed output equal to the target's greedy output
-    speculates: bool = True  # the reported rounds match the replay (a decoder that does not speculate: False)
+    speculates: bool = True  # the observed rounds follow `rounds.ROUND_RULE` and verify at least one draft token
     reference_acceptance: float = 0.0
     detail: dict = field(default_factory=dict)
     error: str = ""
 
 
-def fresh_prompts(pair, n: int, rng: random.Random) -> list[torch.Tensor]:
-    """``n`` distinct prompts: prefixes of random length of the preset's prompts, each used once."""
-    pool = []
-    for text in prompts_for(pair):
-        ids = pair.encode(text)
-        low = max(3, ids.shape[1] // 2)
-        pool += [ids[:, :length] for length in range(low, ids.shape[1] + 1)]
-    rng.shuffle(pool)
-    if len(pool) < n:
-        raise ValueError(f"only {len(pool)} distinct prompts for {n} timed runs; lower performance.repeats")
-    return pool[:n]
-
-
-def replay(pair, ids: torch.Tensor, output: list[int], log: list) -> tuple[int, int, str]:
-    """``(accepted, proposed, problem)`` from the rounds a decoder reported, checked against the
-    grader's own replay: each round's draft must be the draft's greedy continuation of the text so
-    far, its accepted count the matching prefix with the target's output, and the rounds must tile
-    the output. ``problem`` is empty when the report holds."""
-    rounds = [entry for entry in log if entry[0] == "verify"]
-    drafts = [entry for entry in log if entry[0] == "draft"]
-    if not rounds or len(drafts) != len(rounds):
-        return 0, 0, "no draft-and-verify rounds observed: the decoder does not speculate"
-    text = ids[0].tolist() + output
-    drafter = ModelDrafter(pair.draft)
-    position, accepted, proposed = ids.shape[1], 0, 0
-    for (_, length, k, result), (_, _, _, proposal) in zip(rounds, drafts):
-        if length != position:
-            return 0, 0, f"a round started at position {length}, expected {position}: rounds do not tile the output"
-        want = drafter.propose(torch.tensor([text[:position]]), k).tokens.tolist() if k else []
-        if list(proposal) != want:
-            return 0, 0, "a reported draft is not the draft model's greedy proposal"
-        n = next((j for j, token in enumerate(want) if position + j >= len(text) or text[position + j] != token), len(want))
-        try:
-            reported = int(result[1])
-        except (TypeError, ValueError, IndexError):
-            return 0, 0, "a verification result is not (accepted_tokens, accepted_position)"
-        if reported != n:
-            return 0, 0, f"a round reported {reported} accepted draft tokens where {n} matched the target"
-        accepted, proposed, position = accepted + n, proposed + k, position + n + 1
-    return accepted, proposed, ""
+def fresh_prompts(pair, n: int, rng: random.Random, sampled: int = 8) -> list[torch.Tensor]:
+    """``n`` prompts no one can know before grading: a random stretch of one of the preset's prompts,
+    then ``sampled`` tokens the target itself samples (temperature 1) from a generator seeded here.
+    The text stays in the pair's domain (acceptance as on real text), but there are vocabulary^sampled
+    continuations of each stretch, so an untimed warm-up cannot decode them in advance."""
+    texts = [pair.encode(text) for text in prompts_for(pair)]
+    generator = torch.Generator().manual_seed(rng.getrandbits(62))
+    prompts = []
+    with torch.inference_mode():
+        for _ in range(n):
+            ids = texts[rng.randrange(len(texts))]
+            begin = rng.randrange(max(1, ids.shape[1] // 2))
+            ids = ids[:, begin: begin + rng.randint(3, 12)].to(pair.device)
+            for _ in range(sampled):
+                logits = pair.target(input_ids=ids).logits[0, -1].float()
+                token = torch.multinomial(logits.softmax(-1).cpu(), 1, generator=generator)
+                ids = torch.cat([ids, token.view(1, 1).to(ids.device)], dim=1)
+            prompts.append(ids)
+    return prompts
 
 
 def _timed(child: Child, other: Child, op: str, **request):
@@ -160,11 +140,12 @@ def _measure(student_sources: dict, reference_sources: dict, perf: dict, seed, t
                     identical &= who == "reference"
                     problems.setdefault(who, "an output differs from greedy decoding")
                     continue
-                accepted, proposed, problem = replay(pair, ids, got, answer["log"])
-                if problem:
-                    problems.setdefault(who, problem)
-                totals[who][0] += accepted
-                totals[who][1] += proposed
+                rounds = check_rounds(pair.draft, ids, got, answer["log"], k, n_new)
+                if not rounds.speculates:
+                    problems.setdefault(who, rounds.problem or "no draft token was ever verified: the decoder does "
+                                                             "not speculate")
+                totals[who][0] += rounds.accepted
+                totals[who][1] += rounds.proposed
                 if run >= perf["warmup"]:
                     times[who].append(seconds)
             if baseline == "greedy":  # the kit's greedy loop, in the reference's child, on the same prompt

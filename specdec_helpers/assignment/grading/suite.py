@@ -1,174 +1,36 @@
-"""The assignment's tests: behavioural checks of a student's decoder, run FROM the grader's process
-against the student's code in a child process (`sandbox.Child`).
+"""The tests of the init, draft and verify parts: behavioural checks of a student's decoder, run FROM
+the grader's process against the student's code in a child process (`sandbox.Child`).
 
-Each test asks the child to run a graded method on inputs of a tiny world whose seed the grader
-picked at grade time, and judges what comes back (tokens, forward-pass counts, cache lengths)
-against what the grader computed itself (greedy decoding of the target, the draft's greedy
-proposals). A failing test raises `Mistake` with feedback that names the mistake and the fix;
-`mutations.py` holds one deliberately broken solution per message.
+Each test asks the child to run a graded method on inputs of a world whose seed the grader picked at
+grade time, and judges what comes back (tokens, forward-pass counts, cache lengths) against what the
+grader computed itself (greedy decoding of the target, the draft's greedy proposals). A failing test
+raises `Mistake` with feedback that names the mistake and the fix; `mutations.py` holds one
+deliberately broken solution per message. The tests are data: `TESTS` at the end lists them.
 
 Tests inside nbgrader's hidden-test markers are the hidden ones: the student kit
 (``python -m specdec_helpers release``) ships this file without them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
 import torch
 
-from specdec_helpers.assignment.grading.child import encode
+from specdec_helpers.assignment.grading.cases import (  # noqa: F401 - EXERCISES, Ctx, Remote: the suite's API
+    EXERCISES,
+    Counted,
+    Ctx,
+    Remote,
+    TestCase,
+    expect_greedy,
+    logits_for,
+    unpack,
+)
 from specdec_helpers.assignment.grading.sandbox import StudentError
-from specdec_helpers.assignment.grading.world import VOCAB, Mistake, World, greedy_tokens, world
-
-EXERCISES = ("init", "draft", "verify", "decode")
-__all__ = ["EXERCISES", "Mistake", "TESTS", "Ctx", "Remote"]
-
-
-@dataclass
-class Test:
-    exercise: str
-    name: str
-    weight: float
-    fn: Callable
-    hidden: bool = False
-
-    @property
-    def id(self) -> str:
-        return f"{self.exercise}.{self.fn.__name__}"
-
-
-TESTS: list[Test] = []
-
-
-def test(exercise: str, name: str, weight: float = 1.0, hidden: bool = False):
-    """Register a test of ``exercise`` worth ``weight`` shares of that exercise's points."""
-    def register(fn):
-        TESTS.append(Test(exercise, name, weight, fn, hidden))
-        return fn
-    return register
-
-
-# --------------------------------------------------------------------------- the remote decoder
-
-
-class Remote:
-    """A decoder living in the child: calling a method sends a request; forward passes are counted
-    there (hooks on the models) and summed here in ``counters``."""
-
-    def __init__(self, child, handle: int, timeout: float):
-        self._child, self._handle, self._timeout = child, handle, timeout
-        self.counters = {"target_calls": 0, "target_positions": 0, "draft_positions": 0, "draft_calls": 0}
-
-    def call(self, method: str, *args, **kwargs):
-        try:
-            answer = self._child.request("call", timeout=self._timeout, handle=self._handle, method=method,
-                                         args=encode(list(args)), kwargs=encode(kwargs), probe=True)
-        except StudentError as error:
-            if error.kind == "NotImplementedError":
-                raise NotImplementedError(method) from None
-            if error.kind == "Mistake":
-                raise Mistake(error.message) from None
-            raise
-        for key in self.counters:
-            self.counters[key] += answer[key]
-        return answer["result"]
-
-    def __getattr__(self, method: str):
-        if method.startswith("_"):
-            raise AttributeError(method)
-        return lambda *args, **kwargs: self.call(method, *args, **kwargs)
-
-    def cache_length(self, which: str):
-        return self._child.request("cache_length", timeout=self._timeout, handle=self._handle, which=which)
-
-    @property
-    def stats(self) -> dict:
-        return self._child.request("stats", timeout=self._timeout, handle=self._handle) or {}
-
-    @property
-    def log(self) -> list:
-        return self._child.request("log", timeout=self._timeout, handle=self._handle) or []
-
-
-class Counted:
-    """``with counted(decoder) as p``: the forward passes the decoder made inside the block."""
-
-    def __init__(self, decoder: Remote):
-        self.decoder = decoder
-
-    def __enter__(self):
-        self.start = dict(self.decoder.counters)
-        return self
-
-    def __exit__(self, *exc):
-        for key, value in self.decoder.counters.items():
-            setattr(self, key, value - self.start[key])
-
-
-class Ctx:
-    """What a test gets: the child running the student's code and the tiny world (``seed``)."""
-
-    def __init__(self, child, seed: int = 0, timeout: float = 60):
-        self.child, self.seed, self.timeout = child, seed, timeout
-        self.world: World = world(seed)
-
-    def decoder(self, draft: str = "draft", eos=None) -> Remote:
-        handle = self.child.request("new", timeout=self.timeout, world=self.seed, draft=draft, eos=eos)
-        return Remote(self.child, handle, self.timeout)
-
-    def decode(self, decoder: Remote, ids, max_tokens, k=4, use_cache=True) -> list[int]:
-        """New tokens of ``decoder.generate_ids`` as a list."""
-        out = decoder.generate_ids(ids.clone(), max_tokens, k, use_cache=use_cache)
-        if not isinstance(out, torch.Tensor) or out.dim() != 2:
-            raise Mistake(f"generate_ids must return the token ids [1, prompt + new] as a tensor, got "
-                          f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))}")
-        if not torch.equal(out[:, : ids.shape[1]].cpu(), ids):
-            raise Mistake("generate_ids must return the prompt followed by the new tokens; the prompt part changed")
-        return out[0, ids.shape[1]:].tolist()
-
-
-def _first_difference(a: list[int], b: list[int]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
-def expect_greedy(got: list[int], want: list[int], what: str) -> None:
-    if got != want:
-        i = _first_difference(got, want)
-        raise Mistake(f"{what}: the output differs from the target's own greedy decoding at new token {i} "
-                      f"(got {got[i:i + 4]}, expected {want[i:i + 4]}; {len(got)} vs {len(want)} new tokens). "
-                      "Speculative decoding must reproduce the target's greedy output exactly.")
-
-
-def as_list(tokens) -> list[int]:
-    if isinstance(tokens, torch.Tensor):
-        return tokens.reshape(-1).tolist()
-    if isinstance(tokens, (list, tuple)):
-        if tokens and isinstance(tokens[0], (list, tuple, torch.Tensor)):
-            return as_list(tokens[0])
-        return [int(t) for t in tokens]
-    raise Mistake(f"expected a list or tensor of token ids, got {type(tokens).__name__}")
-
-
-def unpack(result, where: str) -> tuple[list[int], int]:
-    try:
-        tokens, n = result
-        return as_list(tokens), int(n)
-    except (TypeError, ValueError, Mistake):
-        raise Mistake(f"{where} must return (accepted_tokens, accepted_position), got {type(result).__name__}") from None
-
-
-def _logits_for(rows: list[int], seed: int) -> torch.Tensor:
-    """Synthetic logits ``[len(rows), VOCAB]`` whose argmax in row ``j`` is ``rows[j]``."""
-    logits = torch.randn(len(rows), VOCAB, generator=torch.Generator().manual_seed(seed))
-    logits[torch.arange(len(rows)), rows] = 10.0
-    return logits
-
+from specdec_helpers.assignment.grading.world import Mistake, greedy_tokens
 
 # =========================================================================== init (5)
 
 
-def _check_loaded(info: dict, role: str):
+def _check_loaded(info: dict, role: str, vocab: int):
     if not info.get("is_module") or not info.get("has_generate"):
         raise Mistake(f"initialize_{role}_model must return (model, tokenizer) with a causal LM first, got {info['model']}")
     if not info.get("has_vocab"):
@@ -184,18 +46,16 @@ def _check_loaded(info: dict, role: str):
     if info["dtype"] != "float32":
         raise Mistake(f"the {role} model is {info['dtype']} on a CPU, where half precision is slow (and often "
                       "unsupported): use float32 on CPU, float16 on a GPU")
-    if info.get("vocab_size") != VOCAB:
+    if info.get("vocab_size") != vocab:
         raise Mistake(f"initialize_{role}_model did not load the model from the folder it was given")
 
 
-@test("init", "loads the target from a local folder, ready for inference", 2)
 def init_target(ctx):
-    _check_loaded(_init(ctx, "target"), "target")
+    _check_loaded(_init(ctx, "target"), "target", ctx.world.vocab)
 
 
-@test("init", "loads the draft from a local folder, ready for inference", 2)
 def init_draft(ctx):
-    _check_loaded(_init(ctx, "draft"), "draft")
+    _check_loaded(_init(ctx, "draft"), "draft", ctx.world.vocab)
 
 
 def _init(ctx, role, device="cpu"):
@@ -208,7 +68,6 @@ def _init(ctx, role, device="cpu"):
 
 
 ### BEGIN HIDDEN TESTS
-@test("init", "the constructor loads both models and decodes", 1, hidden=True)
 def init_constructor(ctx):
     try:
         handle = ctx.child.request("construct", timeout=ctx.timeout, world=ctx.seed)
@@ -218,7 +77,6 @@ def init_constructor(ctx):
     expect_greedy(got, ctx.world.greedy("target", 0)[:10], "SpeculativeDecoder(target_folder, draft_folder)")
 
 
-@test("init", "the models land on the decoder's device", 1, hidden=True)
 def init_device(ctx):
     for role in ("target", "draft"):  # "meta": a device the model is not loaded on, as "cuda" would be
         info = _init(ctx, role, device="meta")
@@ -242,7 +100,6 @@ def _draft(ctx, decoder, ids, k, what="generate_draft_tokens"):
     return out[0].tolist()
 
 
-@test("draft", "drafts the draft model's greedy tokens, deterministically", 2)
 def draft_greedy(ctx):
     decoder = ctx.decoder()
     ids = ctx.world.prompts[1]
@@ -260,7 +117,6 @@ def draft_greedy(ctx):
                       "feed the text, take the argmax of the last position's logits, append it, repeat k times")
 
 
-@test("draft", "proposes exactly k tokens, also for k = 1", 1)
 def draft_k(ctx):
     decoder = ctx.decoder()
     for k in (3, 1):
@@ -271,28 +127,32 @@ def draft_k(ctx):
             raise Mistake(f"generate_draft_tokens(k={k}) proposed {got}, expected the draft's greedy {want}")
 
 
-@test("draft", "reuses the draft's KV cache across rounds (never re-reads the text)", 2)
 def draft_cache_reuse(ctx):
     decoder = ctx.decoder()
     text = ctx.world.prompts[2].clone()
     target_text = ctx.world.greedy("target", 2)
-    fed_budget = text.shape[1]
-    with Counted(decoder) as p:
-        for round_ in range(5):
+    for round_ in range(5):
+        with Counted(decoder) as p:
             got = _draft(ctx, decoder, text, 4)
-            # The target accepts one draft token and corrects the next: the text grows by two tokens.
-            step = torch.tensor([[got[0], target_text[round_] if target_text[round_] != got[1] else (got[1] + 1) % VOCAB]])
-            text = torch.cat([text, step], dim=1)
-            fed_budget += 2 + 4
-    if p.draft_positions > fed_budget:
-        raise Mistake(f"the draft model read {p.draft_positions} positions in 5 drafting rounds, at most {fed_budget} "
-                      "expected: it re-reads the whole text every round. Keep self.draft_cache across rounds, crop it "
-                      "to at most L - 1 positions, and feed only input_ids[:, cache_length(cache):], then one token "
-                      "per step (no draft_model.generate(), which starts from scratch each call)")
+        # Its first pass must feed only what the cache lacks: nothing of the prompt is cached in round 0; later
+        # the cache holds the text up to its last token, which is fed again for its logits (4 passes, 4 positions).
+        reread = p.draft_positions - p.draft_calls - (text.shape[1] - 1 if round_ == 0 else 0)
+        if reread > 0 and reread >= text.shape[1] - 2:
+            raise Mistake(f"in drafting round {round_ + 1} the draft model read {p.draft_positions} positions for 4 "
+                          "tokens: it re-reads the whole text every round. Keep self.draft_cache across rounds, crop "
+                          "it to at most L - 1 positions, and feed only input_ids[:, cache_length(cache):], then one "
+                          "token per step (no draft_model.generate(), which starts from scratch each call)")
+        if reread > 0:
+            short = "one position" if reread == 1 else f"{reread} positions"
+            raise Mistake(f"in drafting round {round_ + 1} the draft model re-read {short} its cache already held: "
+                          f"the draft cache is cropped {short} short. Crop it to min(cache_length, L - 1) (keep every "
+                          "position but the last, whose logits give the first draft token), not fewer")
+        # The target accepts one draft token and corrects the next: the text grows by two tokens.
+        fix = target_text[round_] if target_text[round_] != got[1] else (got[1] + 1) % ctx.world.vocab
+        text = torch.cat([text, torch.tensor([[got[0], fix]])], dim=1)
 
 
 ### BEGIN HIDDEN TESTS
-@test("draft", "keeps drafting correctly after rejections (cache rolled back)", 1, hidden=True)
 def draft_rounds(ctx):
     for prompt in ctx.world.prompts:  # all three: on one, a tiny random draft may repeat a token whatever it reads
         decoder = ctx.decoder()
@@ -304,7 +164,7 @@ def draft_rounds(ctx):
                 raise Mistake(f"round {round_}: generate_draft_tokens proposed {got}, but the draft's greedy continuation "
                               f"of the text is {want}. After a rejection the draft cache still holds rejected draft "
                               "tokens: crop it to at most L - 1 positions before feeding new ones")
-            correction = (got[1] + 1) % VOCAB or 1
+            correction = (got[1] + 1) % ctx.world.vocab or 1
             text = torch.cat([text, torch.tensor([[got[0], correction]])], dim=1)
 ### END HIDDEN TESTS
 
@@ -312,13 +172,12 @@ def draft_rounds(ctx):
 # =========================================================================== verify (5)
 
 
-@test("verify", "accept_draft: all accepted -> k tokens plus the bonus token", 1)
 def accept_all(ctx):
     decoder = ctx.decoder()
     g = torch.Generator().manual_seed(ctx.seed)
-    draft = torch.randint(1, VOCAB, (4,), generator=g).tolist()
-    bonus = int(torch.randint(1, VOCAB, (1,), generator=g))
-    tokens, n = unpack(decoder.accept_draft(_logits_for(draft + [bonus], ctx.seed), torch.tensor([draft])), "accept_draft")
+    draft = torch.randint(1, ctx.world.vocab, (4,), generator=g).tolist()
+    bonus = int(torch.randint(1, ctx.world.vocab, (1,), generator=g))
+    tokens, n = unpack(decoder.accept_draft(logits_for(draft + [bonus], ctx.seed, ctx.world.vocab), torch.tensor([draft])), "accept_draft")
     if n != 4:
         raise Mistake(f"accept_draft: every draft token equals the target's argmax, yet accepted_position = {n} "
                       "(expected 4): count the leading draft tokens that match")
@@ -328,16 +187,15 @@ def accept_all(ctx):
                       f"token (the argmax of the last row, k + 1 tokens in all); {detail}")
 
 
-@test("verify", "accept_draft: first mismatch -> accepted prefix plus the correction", 1)
 def accept_mismatch(ctx):
     decoder = ctx.decoder()
     g = torch.Generator().manual_seed(ctx.seed + 1)
     for j in (0, 2):
-        target_rows = torch.randint(1, VOCAB - 1, (5,), generator=g).tolist()
+        target_rows = torch.randint(1, ctx.world.vocab - 1, (5,), generator=g).tolist()
         draft = list(target_rows[:4])
         draft[j] = target_rows[j] + 1
         draft[j + 1] = target_rows[j + 1]  # a match right after the mismatch must not count
-        tokens, n = unpack(decoder.accept_draft(_logits_for(target_rows, ctx.seed), torch.tensor([draft])), "accept_draft")
+        tokens, n = unpack(decoder.accept_draft(logits_for(target_rows, ctx.seed, ctx.world.vocab), torch.tensor([draft])), "accept_draft")
         if n != j:
             raise Mistake(f"accept_draft: the first mismatch is at draft position {j}, yet accepted_position = {n}: "
                           "accept only the leading run of matches (stop at the first mismatch)")
@@ -354,7 +212,7 @@ def check_verify(ctx, method: str):
     decoder = ctx.decoder()
     ids = ctx.world.prompts[index]
     g = ctx.world.greedy("target", index)
-    wrong = g[:2] + [(g[2] + 1) % VOCAB, g[3]]
+    wrong = g[:2] + [(g[2] + 1) % ctx.world.vocab, g[3]]
     for case, draft, want_n in (("the target's own continuation", g[:4], 4), ("a draft wrong at position 2", wrong, 2)):
         decoder.reset()
         with Counted(decoder) as p:
@@ -379,6 +237,24 @@ def check_verify(ctx, method: str):
                               "(crop_cache(self.target_cache, L + accepted_position))")
 
 
-@test("verify", "verify_tokens_vectorized: one target pass, the right rows of logits", 3)
 def verify_vectorized(ctx):
     check_verify(ctx, "verify_tokens_vectorized")
+
+
+TESTS = (
+    TestCase("init", "loads the target from a local folder, ready for inference", 2, init_target),
+    TestCase("init", "loads the draft from a local folder, ready for inference", 2, init_draft),
+### BEGIN HIDDEN TESTS
+    TestCase("init", "the constructor loads both models and decodes", 1, init_constructor, hidden=True),
+    TestCase("init", "the models land on the decoder's device", 1, init_device, hidden=True),
+### END HIDDEN TESTS
+    TestCase("draft", "drafts the draft model's greedy tokens, deterministically", 2, draft_greedy),
+    TestCase("draft", "proposes exactly k tokens, also for k = 1", 1, draft_k),
+    TestCase("draft", "reuses the draft's KV cache across rounds (never re-reads the text)", 2, draft_cache_reuse),
+### BEGIN HIDDEN TESTS
+    TestCase("draft", "keeps drafting correctly after rejections (cache rolled back)", 1, draft_rounds, hidden=True),
+### END HIDDEN TESTS
+    TestCase("verify", "accept_draft: all accepted -> k tokens plus the bonus token", 1, accept_all),
+    TestCase("verify", "accept_draft: first mismatch -> accepted prefix plus the correction", 1, accept_mismatch),
+    TestCase("verify", "verify_tokens_vectorized: one target pass, the right rows of logits", 3, verify_vectorized),
+)

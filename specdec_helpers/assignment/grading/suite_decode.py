@@ -1,13 +1,14 @@
-"""The decode part's tests (``verify_tokens_cached`` and ``generate_ids``); registered in `suite.TESTS`."""
+"""The decode part's tests (``verify_tokens_cached`` and ``generate_ids``), listed in `TESTS` at the end."""
 from __future__ import annotations
 
 import torch
 
-from specdec_helpers.assignment.grading.suite import Counted, check_verify, expect_greedy, test, unpack
-from specdec_helpers.assignment.grading.world import VOCAB, Mistake, greedy_tokens
+from specdec_helpers.assignment.grading.cases import Counted, TestCase, expect_greedy, unpack
+from specdec_helpers.assignment.grading.rounds import check_rounds
+from specdec_helpers.assignment.grading.suite import check_verify
+from specdec_helpers.assignment.grading.world import Mistake, greedy_tokens
 
 
-@test("decode", "verify_tokens_cached: one pass, cache rolled back to the kept text", 2)
 def verify_cached(ctx):
     check_verify(ctx, "verify_tokens_cached")
 
@@ -16,20 +17,29 @@ def verify_cached(ctx):
 EARLIER = " (if the verification or drafting tests fail too, fix those first: the loop calls them)"
 
 
-@test("decode", "equals the target's greedy output (KV cache)", 2)
 def decode_cached(ctx):
     for i in (0, 1):
-        got = ctx.decode(ctx.decoder(), ctx.world.prompts[i], 20)
+        decoder = ctx.decoder()
+        got = ctx.decode(decoder, ctx.world.prompts[i], 20)
         expect_greedy(got, ctx.world.greedy("target", i)[:20], f"generate_ids(prompt {i}, use_cache=True)" + EARLIER)
+        _verified_with(decoder, "verify_tokens_cached", True)
 
 
-@test("decode", "equals the target's greedy output (no cache)", 1)
+def _verified_with(decoder, method: str, use_cache: bool):
+    """Each round verified through ``method``: the one ``use_cache`` asks for."""
+    used = sorted({entry[4] for entry in decoder.log if entry[0] == "verify"} - {method})
+    if used:
+        raise Mistake(f"generate_ids(use_cache={use_cache}) verified with {used[0]}: use_cache is ignored; verify "
+                      f"with self.{method} when use_cache is {use_cache}")
+
+
 def decode_vectorized(ctx):
-    got = ctx.decode(ctx.decoder(), ctx.world.prompts[1], 20, use_cache=False)
+    decoder = ctx.decoder()
+    got = ctx.decode(decoder, ctx.world.prompts[1], 20, use_cache=False)
     expect_greedy(got, ctx.world.greedy("target", 1)[:20], "generate_ids(use_cache=False)" + EARLIER)
+    _verified_with(decoder, "verify_tokens_vectorized", False)
 
 
-@test("decode", "the target's KV cache is reused across rounds", 1)
 def decode_cache_reused(ctx):
     decoder = ctx.decoder()
     ids = ctx.world.prompts[2]
@@ -43,7 +53,6 @@ def decode_cache_reused(ctx):
                       "input_ids[:, cache_length(cache):] plus the draft")
 
 
-@test("decode", "never exceeds max_tokens", 1)
 def decode_max_tokens(ctx):
     for max_tokens in (1, 6, 13):
         got = ctx.decode(ctx.decoder(draft="same"), ctx.world.prompts[0], max_tokens)
@@ -68,7 +77,6 @@ def _eos_case(world, n: int):
     raise RuntimeError(f"grader: in world {world.seed} every prompt's greedy text repeats one token; grade again")
 
 
-@test("decode", "stops right after a generated EOS token, also when the target's own token is the EOS", 1)
 def decode_eos(ctx):
     n = 20  # the EOS comes within the n tokens decoded: else a correct decoder reaches max_tokens first
     prompt, g, i = _eos_case(ctx.world, n)
@@ -86,7 +94,6 @@ def decode_eos(ctx):
             expect_greedy(got, g[: i + 1], f"generate_ids with eos_token_id={g[i]}" + EARLIER)
 
 
-@test("decode", "one target pass per round", 1)
 def decode_one_pass(ctx):
     # the unrelated draft too: the usual one may agree with the target all the way, and never be rejected
     for use_cache, draft in ((True, "draft"), (False, "draft"), (True, "other")):
@@ -103,26 +110,51 @@ def decode_one_pass(ctx):
                           "correction or bonus token; do not run the target again after a rejection (PA3 did)")
 
 
-@test("decode", "counts proposed and accepted draft tokens correctly", 1)
 def decode_stats(ctx):
-    decoder = ctx.decoder()
-    ctx.decode(decoder, ctx.world.prompts[1], 20)
-    log = [entry for entry in decoder.log if entry[0] == "verify"]
-    proposed = sum(entry[2] for entry in log)
-    accepted = sum(unpack(entry[3], "verify")[1] for entry in log)
-    stats = decoder.stats
-    if stats.get("accepted") != accepted:
-        extra = " (it counts the target's correction/bonus tokens as accepted draft tokens)" if \
-            stats.get("accepted") == accepted + len(log) else ""
-        raise Mistake(f"stats['accepted'] = {stats.get('accepted')} but verification accepted {accepted} draft tokens"
-                      f"{extra}: only draft tokens that matched count; the token the target adds each round is not a "
-                      "draft token, and counting it inflates the acceptance rate")
-    if stats.get("proposed") != proposed:
-        raise Mistake(f"stats['proposed'] = {stats.get('proposed')} but {proposed} draft tokens were verified")
+    prompt, g, i = _eos_case(ctx.world, 20)
+    for eos, ids, what in ((None, ctx.world.prompts[1], ""), (g[i], prompt, f" with eos_token_id={g[i]}")):
+        decoder = ctx.decoder(eos=eos)
+        ctx.decode(decoder, ids, 20)
+        log = [entry for entry in decoder.log if entry[0] == "verify"]
+        proposed = sum(entry[2] for entry in log)
+        accepted = sum(unpack(entry[3], "verify")[1] for entry in log)
+        last = unpack(log[-1][3], "verify")[1] if log else 0
+        stats = decoder.stats
+        if eos is not None and log and (stats.get("proposed"), stats.get("accepted")) == (proposed - log[-1][2],
+                                                                                          accepted - last):
+            raise Mistake(f"stats{what} miss the round that ended at EOS: stats['proposed'] = {stats.get('proposed')}, "
+                          f"but {proposed} draft tokens were verified. Count each round's draft tokens right after "
+                          "verifying them, before stopping at EOS")
+        if stats.get("accepted") != accepted:
+            extra = " (it counts the target's correction/bonus tokens as accepted draft tokens)" if \
+                stats.get("accepted") == accepted + len(log) else ""
+            raise Mistake(f"stats['accepted']{what} = {stats.get('accepted')} but verification accepted {accepted} "
+                          f"draft tokens{extra}: only draft tokens that matched count; the token the target adds each "
+                          "round is not a draft token, and counting it inflates the acceptance rate")
+        if stats.get("proposed") != proposed:
+            raise Mistake(f"stats['proposed']{what} = {stats.get('proposed')} but {proposed} draft tokens were verified")
+
+
+def decode_rounds(ctx):
+    """The rounds the grader observes (`rounds.ROUND_RULE`), as in the timed runs: k tokens drafted, one
+    verification and one target pass per round, new tokens kept on the decoder's device."""
+    for draft, index, max_tokens, k in (("same", 0, 11, 4), ("draft", 1, 20, 4), ("other", 2, 13, 3)):
+        decoder = ctx.decoder(draft=draft)
+        got = ctx.decode(decoder, ctx.world.prompts[index], max_tokens, k=k)
+        expect_greedy(got, ctx.world.greedy("target", index)[:max_tokens], "generate_ids" + EARLIER)
+        log = decoder.log
+        rounds = check_rounds(ctx.world.variant(draft), ctx.world.prompts[index], got, log, k, max_tokens)
+        if rounds.problem:
+            raise Mistake(f"the grader cannot follow this decoder's rounds ({draft} draft, k = {k}, max_tokens = "
+                          f"{max_tokens}): {rounds.problem}")
+        moves = next((entry[3] for entry in log if entry[0] == "generate"), 0)
+        if rounds.rounds >= 2 and moves >= rounds.rounds:
+            raise Mistake(f"generate_ids moved tensors to the CPU {moves} times in {rounds.rounds} rounds (.cpu(), "
+                          ".numpy() or .to('cpu')): it moves the new tokens to the CPU every round, and on a GPU each "
+                          "move waits for the device. Build the new tokens on input_ids.device and keep the text there")
 
 
 ### BEGIN HIDDEN TESTS
-@test("decode", "equals greedy with drafts that always / never agree, k = 1 and 8", 2, hidden=True)
 def decode_edges(ctx):
     g = ctx.world.greedy("target", 2)
     for name, draft, k in (("always agreeing", "same", 4), ("unrelated", "other", 4), ("k = 1", "draft", 1),
@@ -131,10 +163,9 @@ def decode_edges(ctx):
         expect_greedy(got, g[:17], f"generate_ids with a {name} draft" if k == 4 else f"generate_ids, {name}")
 
 
-@test("decode", "an EOS id inside the prompt does not stop decoding", 1, hidden=True)
 def decode_eos_in_prompt(ctx):
     base = ctx.world.prompts[0]
-    for eos in range(1, VOCAB):
+    for eos in range(1, ctx.world.vocab):
         prompt = torch.cat([base, torch.tensor([[eos, 3]])], dim=1)
         want = greedy_tokens(ctx.world.target, prompt, 16)
         if eos not in want:
@@ -145,3 +176,22 @@ def decode_eos_in_prompt(ctx):
                       f"EOS: the prompt contains the EOS id ({eos}); look for EOS only among the new tokens")
     expect_greedy(got, want, "generate_ids with an EOS id in the prompt")
 ### END HIDDEN TESTS
+
+
+TESTS = (
+    TestCase("decode", "verify_tokens_cached: one pass, cache rolled back to the kept text", 2, verify_cached),
+    TestCase("decode", "equals the target's greedy output (KV cache)", 2, decode_cached),
+    TestCase("decode", "equals the target's greedy output (no cache)", 1, decode_vectorized),
+    TestCase("decode", "the target's KV cache is reused across rounds", 1, decode_cache_reused),
+    TestCase("decode", "never exceeds max_tokens", 1, decode_max_tokens),
+    TestCase("decode", "stops right after a generated EOS token, also when the target's own token is the EOS", 1,
+             decode_eos),
+    TestCase("decode", "one target pass per round", 1, decode_one_pass),
+    TestCase("decode", "counts proposed and accepted draft tokens correctly", 1, decode_stats),
+    TestCase("decode", "rounds the grader can follow: k drafted, verified once, tokens kept on the device", 1,
+             decode_rounds),
+### BEGIN HIDDEN TESTS
+    TestCase("decode", "equals greedy with drafts that always / never agree, k = 1 and 8", 2, decode_edges, hidden=True),
+    TestCase("decode", "an EOS id inside the prompt does not stop decoding", 1, decode_eos_in_prompt, hidden=True),
+### END HIDDEN TESTS
+)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import sys
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,51 +16,42 @@ from pathlib import Path
 
 import torch
 
-VOCAB = 64
-
-
 class Mistake(AssertionError):
     """A test found wrong behaviour; the message is the feedback the student sees."""
 
 
+@functools.lru_cache(maxsize=1)
+def course_pair():
+    """The course's own pair (``toy``) as plain HF models ``(target, draft, tokenizer)``, loaded once per
+    process: the world is built from it."""
+    from specdec_helpers.models.toy import load_toy
+
+    return load_toy(progress=False)
 
 
-def _tokenizer():
-    """A 64-token word-level tokenizer, built offline. Ids 17..63 decode to TWO words ("t1 t2") that
-    re-encode as two tokens, as BPE merges do: decode -> encode does not round-trip, on purpose."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+def as_timed(model):
+    """``model`` with the CPU kernels `load_pair` gives the timed pair (`use_onednn_linears`): a test
+    model's layers are of the same classes as the timed model's."""
+    from specdec_helpers.core.cpu_kernels import use_onednn_linears
 
-    vocab = {"<eos>": 0, **{f"t{i}": i for i in range(1, 17)}}
-    pairs = [(a, b) for a in range(1, 17) for b in range(1, 17)]
-    vocab.update({f"t{a} t{b}": j for j, (a, b) in enumerate(pairs[: VOCAB - 17], start=17)})
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<eos>"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<eos>")  # no pad token, like Pythia
-
-
-def _model(seed: int):
-    """A random 2-layer GPT-NeoX (the toy pair's family) with well separated logits (no argmax ties)."""
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = GPTNeoXConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=64, max_position_embeddings=256, initializer_range=0.5,
-                        bos_token_id=0, eos_token_id=None, pad_token_id=None)
-    model = GPTNeoXForCausalLM(cfg).eval()
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    return model
+    return use_onednn_linears(copy.deepcopy(model)).eval()
 
 
 def perturbed_copy(model, scale: float = 0.15, seed: int = 1):
-    """A draft that agrees with the target often but not always (the tests use it too)."""
+    """``model`` with seeded noise on every weight: a model of the same shape that behaves like it, often
+    but not always (the world's draft), or with a large scale, hardly at all."""
     torch.manual_seed(seed)
     draft = copy.deepcopy(model)
     with torch.no_grad():
         for p in draft.parameters():
             p.add_(torch.randn_like(p) * scale * p.std().clamp_min(1e-3))
     return draft.eval()
+
+
+def _quiet(model):
+    """No EOS of its own: the tests say when a decoder has one (``eos=``)."""
+    model.generation_config.eos_token_id = None
+    return model
 
 
 @dataclass
@@ -72,17 +64,23 @@ class Pair:
 
 
 class World:
-    """Tiny models (seconds to build): a target, drafts that agree often / always / rarely, prompts."""
+    """The course pair's shapes, tokenizer and config, with weights the grader perturbed at grade time:
+    a target, drafts that agree often / always / rarely, and random prompts. Nothing a decoder can read
+    (config, vocabulary, tokenizer, model classes) tells it from the pair it is timed on."""
 
     def __init__(self, seed: int = 0):
+        target, draft, tokenizer = course_pair()
         self.seed = seed
-        self.tokenizer = _tokenizer()
-        self.target = _model(seed)
-        self.draft = perturbed_copy(self.target, 0.15, seed + 1)  # agrees often, not always
-        self.same = copy.deepcopy(self.target)  # agrees always: every round ends with a bonus token
-        self.other = _model(seed + 7)  # unrelated: nearly every draft token is rejected
+        self.tokenizer = copy.deepcopy(tokenizer)
+        self.vocab = int(target.config.vocab_size)
+        self._plain = {"target": _quiet(perturbed_copy(target, 0.1, seed)),  # saved for the init tests
+                       "draft": _quiet(perturbed_copy(draft, 0.1, seed + 1))}
+        self.target = as_timed(self._plain["target"])
+        self.draft = as_timed(self._plain["draft"])  # agrees often, not always
+        self.same = as_timed(self._plain["target"])  # agrees always: every round ends with a bonus token
+        self.other = as_timed(_quiet(perturbed_copy(draft, 3.0, seed + 7)))  # unrelated: nearly every token rejected
         g = torch.Generator().manual_seed(seed + 3)
-        self.prompts = [torch.randint(1, VOCAB, (1, n), generator=g) for n in (6, 11, 32)]
+        self.prompts = [torch.randint(3, self.vocab, (1, n), generator=g) for n in (6, 11, 32)]
         self._folders = None
 
     def variant(self, name: str):
@@ -95,12 +93,15 @@ class World:
         return Pair(self.target, self.draft if draft is None else draft, self.tokenizer)
 
     def folders(self) -> tuple[str, str]:
-        """Target and draft saved with the tokenizer, as local model folders for the init exercise."""
+        """Target and draft saved with the tokenizer, as local model folders for the init exercise. The
+        tokenizer there has no pad token, as a hub base model's (Pythia's): setting one is part of it."""
         if self._folders is None:
             root = Path(tempfile.mkdtemp(prefix="specdec-grade-"))
-            for name, model in (("target", self.target), ("draft", self.draft)):
+            tokenizer = copy.deepcopy(self.tokenizer)
+            tokenizer.pad_token = None
+            for name, model in self._plain.items():
                 model.save_pretrained(root / name)
-                self.tokenizer.save_pretrained(root / name)
+                tokenizer.save_pretrained(root / name)
             self._folders = (str(root / "target"), str(root / "draft"))
         return self._folders
 
@@ -140,12 +141,14 @@ class Probe:
         self.draft_positions = 0
         self.draft_calls = 0
         self.limit = limit
-        self.handles = [target.register_forward_pre_hook(self._on_target, with_kwargs=True)]
+        # On the input embeddings: every forward pass goes through them, also one that calls the model's inner
+        # modules (model.gpt_neox(...)) to avoid a hook on the model itself.
+        self.handles = [_entry(target).register_forward_pre_hook(self._on_target, with_kwargs=True)]
         if isinstance(draft, torch.nn.Module):
-            self.handles.append(draft.register_forward_pre_hook(self._on_draft, with_kwargs=True))
+            self.handles.append(_entry(draft).register_forward_pre_hook(self._on_draft, with_kwargs=True))
 
     def _on_target(self, module, args, kwargs):
-        ids = kwargs.get("input_ids", args[0] if args else None)
+        ids = kwargs.get("input_ids", kwargs.get("input", args[0] if args else None))
         self.target_calls += 1
         self.target_positions += 0 if ids is None else int(ids.shape[-1])
         if self.target_calls > self.limit:
@@ -153,13 +156,19 @@ class Probe:
                           "must append at least one token (the target's correction/bonus token)")
 
     def _on_draft(self, module, args, kwargs):
-        ids = kwargs.get("input_ids", args[0] if args else None)
+        ids = kwargs.get("input_ids", kwargs.get("input", args[0] if args else None))
         self.draft_calls += 1
         self.draft_positions += 0 if ids is None else int(ids.shape[-1])
 
     def close(self):
         for handle in self.handles:
             handle.remove()
+
+
+def _entry(model: torch.nn.Module) -> torch.nn.Module:
+    """The module every forward pass of ``model`` starts with: its input embeddings where it has them."""
+    embeddings = getattr(model, "get_input_embeddings", lambda: None)()
+    return embeddings if isinstance(embeddings, torch.nn.Module) else model
 
 
 @contextmanager
@@ -171,8 +180,39 @@ def probe(decoder, limit: int = 400):
         p.close()
 
 
+class CpuMoves:
+    """Counts the graded code's explicit moves of tensors to the CPU (``.cpu()``, ``.numpy()``,
+    ``.to("cpu")``) while active. On a CPU they cost nothing; on a GPU each one waits for the device,
+    so a loop that moves its new tokens every round throws speculation's gain away. Patching the
+    three methods costs nothing elsewhere, so it runs in timed runs too."""
+
+    def __init__(self):
+        self.count = 0
+
+    def _wrap(self, real):
+        def counted(tensor, *args, **kwargs):
+            target = args[0] if args else kwargs.get("device")
+            if real.__name__ != "to" or (isinstance(target, str) and target.startswith("cpu")):
+                if sys._getframe(1).f_code.co_filename.startswith("<graded cell"):
+                    self.count += 1
+            return real(tensor, *args, **kwargs)
+        return counted
+
+    def __enter__(self):
+        self.saved = {name: getattr(torch.Tensor, name) for name in ("cpu", "numpy", "to")}
+        for name, real in self.saved.items():
+            setattr(torch.Tensor, name, self._wrap(real))
+        return self
+
+    def __exit__(self, *exc):
+        for name, real in self.saved.items():
+            setattr(torch.Tensor, name, real)
+
+
 def recording(cls):
-    """A subclass of the student's class that records every draft and verification (and its result)."""
+    """A subclass of the student's class that records what the grader judges rounds by: every draft,
+    every verification (method, text length, the draft verified, the result), and per decode the
+    target's and the draft's forward passes and the explicit moves to the CPU."""
     class Recorded(cls):
         def generate_draft_tokens(self, input_ids, attention_mask=None, num_speculative_tokens=5):
             out = super().generate_draft_tokens(input_ids, attention_mask, num_speculative_tokens)
@@ -181,12 +221,20 @@ def recording(cls):
 
         def verify_tokens_vectorized(self, input_ids, draft_tokens, attention_mask=None):
             out = super().verify_tokens_vectorized(input_ids, draft_tokens, attention_mask)
-            self.log.append(("verify", input_ids.shape[1], draft_tokens.shape[-1], out))
+            self.log.append(("verify", input_ids.shape[1], draft_tokens.shape[-1], out, "verify_tokens_vectorized",
+                             _as_list(draft_tokens)))
             return out
 
         def verify_tokens_cached(self, input_ids, draft_tokens, attention_mask=None):
             out = super().verify_tokens_cached(input_ids, draft_tokens, attention_mask)
-            self.log.append(("verify", input_ids.shape[1], draft_tokens.shape[-1], out))
+            self.log.append(("verify", input_ids.shape[1], draft_tokens.shape[-1], out, "verify_tokens_cached",
+                             _as_list(draft_tokens)))
+            return out
+
+        def generate_ids(self, input_ids, max_tokens=100, num_speculative_tokens=5, use_cache=True):
+            with probe(self, limit=10 * max_tokens + 50) as passes, CpuMoves() as moves:
+                out = super().generate_ids(input_ids, max_tokens, num_speculative_tokens, use_cache=use_cache)
+            self.log.append(("generate", passes.target_calls, passes.draft_calls, moves.count))
             return out
 
     Recorded.__name__ = Recorded.__qualname__ = cls.__name__

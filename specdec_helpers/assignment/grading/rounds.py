@@ -1,0 +1,106 @@
+"""The rounds of one decode, as the grader observes and replays them (the tests and the timed runs alike).
+
+The grader judges acceptance on rounds it checks itself, never on the decoder's own statistics. The
+rule a decoder must follow so that its rounds can be observed (stated in notebook 04):
+
+    ROUND_RULE
+
+Anything else about a round's structure is free: an empty draft or no draft call at all in the last
+round, fewer draft tokens when fewer new tokens remain, a draft loop inside or outside
+``generate_draft_tokens``. Because every observed draft must be the draft model's greedy proposal of
+the length the rule fixes, and the target may run only once per observed round, the observed rounds
+are exactly the rounds of speculative decoding with ``k`` draft tokens: a decoder cannot verify
+somewhere unobserved first and then report only what passes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specdec_helpers.core.drafters import ModelDrafter
+
+ROUND_RULE = (
+    "each round, verify the draft with ONE call of self.verify_tokens_cached (or self.verify_tokens_vectorized "
+    "when use_cache=False) on the text so far, and append exactly the tokens it returns (cut right after a "
+    "generated EOS); draft num_speculative_tokens tokens each round, fewer only when fewer than "
+    "num_speculative_tokens + 1 new tokens remain (an empty draft, or no draft call, in the last round is fine); "
+    "the target runs only inside those verification calls")
+__doc__ = __doc__.replace("ROUND_RULE", ROUND_RULE)
+
+
+@dataclass
+class Rounds:
+    accepted: int = 0
+    proposed: int = 0
+    rounds: int = 0
+    problem: str = ""  # empty when the rounds hold
+
+    @property
+    def speculates(self) -> bool:
+        return not self.problem and self.proposed > 0
+
+
+def _result(entry) -> tuple[list[int], int] | None:
+    try:
+        tokens, n = entry[3]
+        tokens = tokens.reshape(-1).tolist() if isinstance(tokens, torch.Tensor) else [int(t) for t in tokens]
+        return tokens, int(n)
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def check_rounds(draft_model, prompt: torch.Tensor, output: list[int], log: list, k: int, max_tokens: int,
+                 use_cache: bool = True) -> Rounds:
+    """Replay the rounds ``log`` (`world.recording`) of one ``generate_ids(prompt, max_tokens, k)`` whose
+    new tokens ``output`` the caller already found right: the counts and the first broken rule."""
+    text = prompt[0].tolist() + list(output)
+    start = position = prompt.shape[1]
+    verifies = [entry for entry in log if entry[0] == "verify"]
+    passes = next((entry[1] for entry in log if entry[0] == "generate"), None)
+    done = Rounds(rounds=len(verifies))
+    if not verifies:
+        done.problem = ("no verification was observed: generate_ids never called self.verify_tokens_cached / "
+                        "self.verify_tokens_vectorized, so the grader cannot follow its rounds (the rule: "
+                        f"{ROUND_RULE})")
+        return done
+    wanted = "verify_tokens_cached" if use_cache else "verify_tokens_vectorized"
+    drafter = ModelDrafter(draft_model)
+    for r, entry in enumerate(verifies):
+        length, proposed, method, draft = entry[1], entry[2], entry[4], list(entry[5])
+        result = _result(entry)
+        where = f"round {r + 1} (new token {position - start})"
+        if method != wanted:
+            done.problem = (f"{where}: generate_ids(use_cache={use_cache}) verified with {method}: use_cache is "
+                            f"ignored; verify with self.{wanted} when use_cache is {use_cache}")
+        elif length != position:
+            done.problem = (f"{where} verified the text up to position {length}, expected {position}: each round must "
+                            "verify the text so far and append exactly the tokens verification returned")
+        elif result is None:
+            done.problem = f"{where}: verification did not return (accepted_tokens, accepted_position)"
+        budget = max_tokens - (position - start)
+        if not done.problem and budget - 1 >= k and proposed != k:
+            done.problem = (f"{where} drafted {proposed} token(s) with num_speculative_tokens={k} and {budget} new "
+                            f"tokens still to go: draft num_speculative_tokens tokens each round (fewer only when "
+                            f"fewer than num_speculative_tokens + 1 new tokens remain)")
+        if not done.problem:
+            want = drafter.propose(torch.tensor([text[:position]]), proposed).tokens.tolist() if proposed else []
+            if draft != want:
+                done.problem = f"{where}: the verified draft {draft[:6]} is not the draft model's greedy proposal {want[:6]}"
+        if done.problem:
+            return done
+        tokens, n = result
+        matched = next((j for j, t in enumerate(draft) if position + j >= len(text) or text[position + j] != t), len(draft))
+        if n != matched:
+            done.problem = f"{where} reported {n} accepted draft tokens where {matched} matched the target"
+            return done
+        done.accepted, done.proposed = done.accepted + n, done.proposed + proposed
+        position += n + 1
+    if position < len(text):
+        done.problem = (f"new tokens {position - start}..{len(text) - start - 1} came from no observed verification "
+                        f"(the rule: {ROUND_RULE})")
+    elif passes is not None and passes != len(verifies):
+        done.problem = (f"the target ran {passes} times in {len(verifies)} observed rounds: it ran outside "
+                        "self.verify_tokens_cached / self.verify_tokens_vectorized (the rule: one target pass per "
+                        "round, inside the verification call)")
+    return done
