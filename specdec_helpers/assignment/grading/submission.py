@@ -43,10 +43,14 @@ def notebooks_in(path) -> list[Path]:
         raise SubmissionError(f"{path} does not exist")
     if path.suffix == ".zip":
         folder = Path(tempfile.mkdtemp(prefix="specdec-handin-"))
-        with zipfile.ZipFile(path) as archive:
-            for member in archive.namelist():
-                if member.endswith(".ipynb") and ".." not in Path(member).parts and not member.startswith("/"):
-                    archive.extract(member, folder)
+        try:
+            with zipfile.ZipFile(path) as archive:
+                for member in archive.namelist():
+                    if member.endswith(".ipynb") and ".." not in Path(member).parts and not member.startswith("/"):
+                        archive.extract(member, folder)
+        except zipfile.BadZipFile as error:
+            raise SubmissionError(f"{path.name} is not a readable zip ({error}); make it again with "
+                                  "`python -m specdec_helpers handin` and resubmit") from None
         path = folder
     found = notebook_files([path])
     if not found:
