@@ -128,17 +128,19 @@ def grade(argv=None) -> int:
     args = parser.parse_args(argv)
 
     quiet()
+    if args.is_class and classroom is None:
+        return _instructor_only("grade --class")
+    one_class = classroom is not None and (args.is_class or classroom.is_class(args.submission))
+    results_path = Path(args.results)
+    if not one_class:
+        results_path.unlink(missing_ok=True)  # a stale results.json must never pass for this grading's
     try:
         config = load_config(args.config, _pairs(args.points, "points"), _pairs(args.threshold, "threshold"), args.preset)
     except (OSError, ValueError) as error:  # a missing or invalid --config: one line, no traceback
         print(f"grade: --config {args.config}: {error}".replace("\n", " "), file=sys.stderr)
         return 2
-    if classroom is not None and (args.is_class or classroom.is_class(args.submission)):
+    if one_class:
         return _grade_class(args, config)
-    if args.is_class:
-        return _instructor_only("grade --class")
-    results_path = Path(args.results)
-    results_path.unlink(missing_ok=True)  # a stale results.json must never pass for this grading's
     try:
         paths, unreadable = readable(notebooks_in(args.submission))
     except SubmissionError as error:

@@ -127,7 +127,7 @@ class Detector:
         sources.sort(key=lambda s: -s[0])
         student_html = _highlight(cell, slices)
         other_html = "\n\n".join(_highlight(fp, compare_files(cell, fp)[2][1]) for _, _, fp in sources[:3])
-        share = covered / cell.token_coverage
+        share = float(covered / cell.token_coverage)
         return Match(part, who, "kit", "kit", share, (share, 0.0), student_html, other_html,
                      "kit: " + "; ".join(label for _, label, _ in sources[:3]))
 
