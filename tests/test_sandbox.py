@@ -224,3 +224,66 @@ def test_the_graded_cells_child_runs_as_the_student(monkeypatch):
         uid, cwd, kit = message.split("seen ", 1)[1].split()[:3]
         assert int(uid) == jail.user.pw_uid and cwd == str(jail.scratch)
         assert kit == ("False" if jail.bwrap_layer else "True")
+
+
+def sleeping(tag: str) -> list[int]:
+    """Processes whose command line holds ``tag`` (seen from here, outside any sandbox)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if tag in Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ").decode():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.fixture
+def instructor_bwrap(monkeypatch):
+    """bubblewrap alone, as when an instructor grades as a normal user (simulated as root: the grader believes
+    it is not root, so bwrap makes its own user namespace and no student user is involved)."""
+    if not (os.geteuid() == 0 and isolation.bwrap_works()):
+        pytest.skip("bubblewrap is not installed or cannot make namespaces here")
+    monkeypatch.setenv("SPECDEC_SANDBOX", "bwrap")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    made = privilege.Jail()
+    assert made.bwrap_layer and not made.user_layer and made.user is None
+    yield made
+    made.close()
+
+
+def test_bwrap_alone_shows_no_kit_no_grader_and_only_its_scratch(instructor_bwrap):
+    jail = instructor_bwrap
+    text = run(jail, f"""
+        cat {ROOT}/notebooks/01_model_init.ipynb >/dev/null 2>&1 && echo read_kit=ok || echo read_kit=denied
+        echo home="$(ls -A {Path.home()} 2>/dev/null | tr '\\n' ,)"
+        touch /usr/lib/specdec-x 2>/dev/null && echo write_system=ok || echo write_system=denied
+        kill -0 {os.getpid()} 2>/dev/null && echo signal_grader=ok || echo signal_grader=denied
+        echo x > "$HOME/mine" && echo write_scratch=ok || echo write_scratch=denied
+        echo processes=$(ls /proc | grep -c '^[0-9]')
+    """)
+    got = outcomes(text)
+    assert got.pop("write_scratch") == "ok" and int(got.pop("processes")) < 10, text
+    home = Path.home().resolve()  # only the way to Python's own files, when they live there (pyenv)
+    allowed = {r.relative_to(home).parts[0] for r in isolation.python_roots() if home in r.parents}
+    assert set(filter(None, got.pop("home").split(","))) <= allowed, text
+    assert set(got.values()) == {"denied"}, text
+
+
+def test_bwrap_alone_pauses_and_kills_the_whole_namespace(instructor_bwrap):
+    jail = instructor_bwrap
+    tag = f"sleep 31{os.getpid() % 10}.{os.getpid()}"
+    main = jail.popen(["/bin/sh", "-c", f'setsid sh -c "while :; do echo x >> $HOME/n; {tag}; sleep 0.02; done" &'
+                                        f" {tag}0"])
+    deadline = time.monotonic() + 30
+    while not (jail.scratch / "n").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    jail.pause()
+    time.sleep(0.3)
+    size = (jail.scratch / "n").stat().st_size
+    time.sleep(0.7)
+    assert (jail.scratch / "n").stat().st_size == size
+    jail.resume()
+    jail.close()
+    assert main.poll() is not None and sleeping(tag) == []

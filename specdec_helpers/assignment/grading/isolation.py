@@ -122,7 +122,7 @@ def readable_by(path: Path, uid: int, gid: int) -> bool:
 # --------------------------------------------------------------------------- bubblewrap
 
 
-def _python_roots() -> list[Path]:
+def python_roots() -> list[Path]:
     roots = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
     roots |= {Path(p).resolve() for p in site.getsitepackages() if Path(p).is_dir()}
     cache = os.environ.get("SPECDEC_CACHE_DIR")
@@ -137,7 +137,7 @@ def bwrap_args(scratch: Path, share_net: bool = False, kind: str = "child") -> l
     args += ([] if os.geteuid() == 0 else ["--unshare-user"]) + ([] if share_net else ["--unshare-net"])
     for system in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"):
         args += ["--ro-bind-try", system, system]
-    roots = _python_roots()
+    roots = python_roots()
     folder = view(kind)
     made = set()
     for target in [*roots, folder, scratch]:  # bwrap (as root) would make their parents private (0700)
