@@ -11,6 +11,7 @@ from pathlib import Path
 
 from specdec_helpers.assignment.student import check as check_module
 from specdec_helpers.assignment.grading import grader as grader_module
+from specdec_helpers.assignment.grading import privilege
 from specdec_helpers.assignment.student import handin as handin_module
 from specdec_helpers.assignment.student.cells import read_notebook
 from specdec_helpers.assignment.student.check import run_check
@@ -153,10 +154,12 @@ def grade(argv=None) -> int:
     sources, copies = graded_parts(paths)
     for note in copies:  # a passed 0-point line: the table below lists only what did not pass
         print(f"{note.name}: {note.feedback}")
-    checks = unreadable + copies + ([] if args.no_nbval else run_nbval(paths, preset=config["performance"]["preset"]))
-    report = grade_sources(sources, config, reference_sources=reference_sources(),
-                           measure_fn=None if args.no_perf else measure_speed, hidden=not args.visible_only,
-                           source=str(args.submission), checks=checks)
+    print(privilege.describe(), flush=True)
+    with privilege.student():  # every process of the student's is gone on the way out, before results.json
+        checks = unreadable + copies + ([] if args.no_nbval else run_nbval(paths, preset=config["performance"]["preset"]))
+        report = grade_sources(sources, config, reference_sources=reference_sources(),
+                               measure_fn=None if args.no_perf else measure_speed, hidden=not args.visible_only,
+                               source=str(args.submission), checks=checks)
     print(report.table())
     if report.measurement.get("detail"):
         print("\nperformance:", json.dumps(report.measurement["detail"], indent=1))
