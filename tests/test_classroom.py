@@ -183,3 +183,18 @@ def test_contain_sweeps_escaped_processes_and_stops_at_its_limit(tmp_path):
     killed = subprocess.run([sys.executable, "-I", contain.__file__, "60", "--", sys.executable, "-c",
                              "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], capture_output=True, timeout=120)
     assert killed.returncode == 128 + 9  # the command was killed by a signal: a crash, not a time-out
+
+
+def test_results_means_one_submission_whatever_the_folder_holds(tmp_path, capsys):
+    """Gradescope's run_autograder passes --results: two zips uploaded by one student are not a class."""
+    from specdec_helpers import cli
+
+    folder = tmp_path / "submission"
+    for name in ("a", "b"):
+        handins.write_handin(folder / name, None, zipped=True, notebooks=handins.GRADED_NOTEBOOKS[:1])
+    assert classroom.is_class(folder)
+    results = tmp_path / "results.json"
+    assert cli.grade([str(folder), "--no-nbval", "--no-perf", "--no-similarity", "--results", str(results)]) in (0, 1)
+    assert json.loads(results.read_text())["tests"] and not (tmp_path / "submission-grades").exists()
+    with pytest.raises(SystemExit):
+        cli.grade([str(folder), "--class", "--results", str(results)])

@@ -117,7 +117,8 @@ def grade(argv=None) -> int:
     parser.add_argument("--no-nbval", action="store_true", help="do not run the notebooks under nbval")
     parser.add_argument("--visible-only", action="store_true", help="skip the hidden tests")
     parser.add_argument("--no-similarity", action="store_true", help="do not look for copied graded cells")
-    parser.add_argument("--results", default="results.json", help="where to write Gradescope's results.json")
+    parser.add_argument("--results", help="where to write Gradescope's results.json (default: results.json); "
+                                          "means one submission: a folder is then never taken for a class")
     group = parser.add_argument_group("a class at once (a folder of hand-ins; detected, or forced with --class)")
     group.add_argument("--class", dest="is_class", action="store_true",
                        help="SUBMISSION is a class folder even if it does not look like one (e.g. one student)")
@@ -131,7 +132,11 @@ def grade(argv=None) -> int:
     quiet()
     if args.is_class and classroom is None:
         return _instructor_only("grade --class")
-    one_class = classroom is not None and (args.is_class or classroom.is_class(args.submission))
+    if args.is_class and args.results:
+        parser.error("--results is for one submission; a class's results go under --out")
+    # --results (as Gradescope's run_autograder passes it) means one submission, whatever the folder holds
+    one_class = classroom is not None and (args.is_class or (not args.results and classroom.is_class(args.submission)))
+    args.results = args.results or "results.json"
     results_path = Path(args.results)
     if not one_class:
         results_path.unlink(missing_ok=True)  # a stale results.json must never pass for this grading's
