@@ -114,3 +114,13 @@ def test_grade_config_errors_are_one_line(tmp_path, capsys):
 def test_example_points_file_gives_the_defaults():
     assert grader.load_config(autograder.EXAMPLE_CONFIG) == grader.load_config()
     assert "assignment/authoring/templates/*" in (ROOT / "pyproject.toml").read_text()  # ships as package data
+
+
+def test_the_bundle_runs_student_code_as_its_own_user(bundle):
+    """Gradescope's advice: setup.sh makes an unprivileged user for student code and locks source/ from it;
+    run_autograder locks the folders again as root (a test root does not run setup.sh). The cheats
+    themselves are tried in tests/test_sandbox_cheats.py."""
+    setup, run = (bundle / "setup.sh").read_text(), (bundle / "run_autograder").read_text()
+    assert "useradd --system" in setup and "specdec-student" in setup and "bubblewrap" in setup
+    assert "chmod -R go-rwx /autograder/source" in setup
+    assert 'chmod -R go-rwx "$SOURCE" "$ROOT/submission" "$ROOT/results"' in run

@@ -32,7 +32,7 @@ COMMANDS = {
     "train-toy": (train_toy, "maintainer: retrain the toy pair with its recipe and rewrite the shipped files"),
     "report": (report, "build report/build/report.md, report.html (and a PDF with Chromium)"),
     "release": (release, "instructor: write the student repository (--repo-url: its badges, no solutions)"),
-    "grade": (grade, "instructor: grade a submission, write Gradescope results.json"),
+    "grade": (grade, "instructor: grade a submission (results.json) or a class folder (gradebook, similarity report)"),
     "autograder": (autograder, "instructor: a Gradescope autograder (setup.sh, run_autograder, the kit, the toy pair)"),
     "mistakes": (mistakes, "instructor: the known-mistake catalog, each graded (exit 1 if one goes uncaught)"),
     "check": (check, "student: run the visible tests on your exercises"),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from specdec_helpers.assignment.student import check as check_module
 from specdec_helpers.assignment.grading import grader as grader_module
+from specdec_helpers.assignment.grading import privilege
 from specdec_helpers.assignment.student import handin as handin_module
 from specdec_helpers.assignment.student.cells import read_notebook
 from specdec_helpers.assignment.student.check import run_check
@@ -33,17 +34,19 @@ from specdec_helpers.assignment.grading.submission import (
     reference_sources,
     run_nbval,
 )
+from specdec_helpers.cli.args import positive_int
 from specdec_helpers.present.notebook import REPO_BRANCH, quiet
 
 try:  # instructor-only modules: the student kit leaves them out (release.INSTRUCTOR_ONLY)
     import specdec_helpers.assignment.authoring.autograder as autograder_module
     import specdec_helpers.assignment.authoring.notebook_sync as notebook_sync
     import specdec_helpers.assignment.authoring.release as release_module
+    from specdec_helpers.assignment.grading import classroom, similarity
     from specdec_helpers.assignment.grading.mutations import grade_all
 except ModuleNotFoundError as error:
     if not (error.name or "").startswith("specdec_helpers."):
         raise  # a missing dependency, not the student kit
-    autograder_module = notebook_sync = release_module = grade_all = None
+    autograder_module = notebook_sync = release_module = grade_all = classroom = similarity = None
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -102,7 +105,8 @@ def _code(path: Path) -> list[str]:
 def grade(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specdec_helpers grade", description=grader_module.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("submission", help="a folder or a zip of notebooks (or one .ipynb)")
+    parser.add_argument("submission", help="a folder or a zip of notebooks (or one .ipynb); or a class: a folder "
+                                           "holding one zip or folder per student")
     parser.add_argument("--config", help="points/thresholds/performance settings (.toml or .json)")
     parser.add_argument("--points", action="append", metavar="ITEM=N", help=f"override points ({', '.join(LABELS)})")
     parser.add_argument("--threshold", action="append", metavar="NAME=X",
@@ -112,38 +116,111 @@ def grade(argv=None) -> int:
     parser.add_argument("--no-perf", action="store_true", help="skip the performance items")
     parser.add_argument("--no-nbval", action="store_true", help="do not run the notebooks under nbval")
     parser.add_argument("--visible-only", action="store_true", help="skip the hidden tests")
-    parser.add_argument("--results", default="results.json", help="where to write Gradescope's results.json")
+    parser.add_argument("--no-similarity", action="store_true", help="do not look for copied graded cells")
+    parser.add_argument("--results", help="where to write Gradescope's results.json (default: results.json); "
+                                          "means one submission: a folder is then never taken for a class")
+    group = parser.add_argument_group("a class at once (a folder of hand-ins; detected, or forced with --class)")
+    group.add_argument("--class", dest="is_class", action="store_true",
+                       help="SUBMISSION is a class folder even if it does not look like one (e.g. one student)")
+    group.add_argument("--out", help="folder for the gradebook, histogram, similarity report and each student's "
+                                     "results.json (default: CLASS_FOLDER-grades beside it)")
+    group.add_argument("--jobs", type=positive_int, help="students graded at once (default: the machine's cores)")
+    group.add_argument("--timeout", type=positive_int, default=1200,
+                       help="seconds one student's grading may take before it is stopped with 0 points (default 1200)")
     args = parser.parse_args(argv)
 
     quiet()
+    if args.is_class and classroom is None:
+        return _instructor_only("grade --class")
+    if args.is_class and args.results:
+        parser.error("--results is for one submission; a class's results go under --out")
+    # --results (as Gradescope's run_autograder passes it) means one submission, whatever the folder holds
+    one_class = classroom is not None and (args.is_class or (not args.results and classroom.is_class(args.submission)))
+    args.results = args.results or "results.json"
     results_path = Path(args.results)
-    results_path.unlink(missing_ok=True)  # a stale results.json must never pass for this grading's
+    if not one_class:
+        results_path.unlink(missing_ok=True)  # a stale results.json must never pass for this grading's
     try:
         config = load_config(args.config, _pairs(args.points, "points"), _pairs(args.threshold, "threshold"), args.preset)
     except (OSError, ValueError) as error:  # a missing or invalid --config: one line, no traceback
         print(f"grade: --config {args.config}: {error}".replace("\n", " "), file=sys.stderr)
         return 2
+    if one_class:
+        return _grade_class(args, config)
     try:
         paths, unreadable = readable(notebooks_in(args.submission))
     except SubmissionError as error:
         report = Report([Result("load", "submission loads", 0.0, 0.0, "error", str(error))], args.submission)
-        results_path.write_text(json.dumps({**report.gradescope(), "max_score": sum(
-            v for k, v in config["points"].items() if k not in EXTRA_CREDIT), "output": str(error)}, indent=2))
+        results_path.write_text(json.dumps({**report.gradescope(), "max_score": _max_score(config),
+                                            "output": str(error)}, indent=2))
         print(f"❌ {error}", file=sys.stderr)
         return 1
     print(f"grading {len(paths)} notebook(s) from {args.submission} ...", flush=True)
     sources, copies = graded_parts(paths)
     for note in copies:  # a passed 0-point line: the table below lists only what did not pass
         print(f"{note.name}: {note.feedback}")
-    checks = unreadable + copies + ([] if args.no_nbval else run_nbval(paths, preset=config["performance"]["preset"]))
-    report = grade_sources(sources, config, reference_sources=reference_sources(),
-                           measure_fn=None if args.no_perf else measure_speed, hidden=not args.visible_only,
-                           source=str(args.submission), checks=checks)
+    print(privilege.describe(), flush=True)
+    with privilege.student():  # every process of the student's is gone on the way out, before results.json
+        checks = unreadable + copies + ([] if args.no_nbval else run_nbval(paths, preset=config["performance"]["preset"]))
+        report = grade_sources(sources, config, reference_sources=reference_sources(),
+                               measure_fn=None if args.no_perf else measure_speed, hidden=not args.visible_only,
+                               source=str(args.submission), checks=checks)
     print(report.table())
     if report.measurement.get("detail"):
         print("\nperformance:", json.dumps(report.measurement["detail"], indent=1))
+    data = report.gradescope()
+    if similarity is not None and not args.no_similarity:
+        data["extra_data"] = {"similarity": _flag_copies(sources, results_path)}
     print(f"\ngraded in {report.seconds:.1f} s; wrote {args.results}")
-    results_path.write_text(json.dumps(report.gradescope(), indent=2))
+    results_path.write_text(json.dumps(data, indent=2))
+    return 0
+
+
+def _max_score(config: dict) -> float:
+    return sum(v for k, v in config["points"].items() if k not in EXTRA_CREDIT)
+
+
+def _flag_copies(sources: dict, results_path: Path) -> list[str]:
+    """One submission's cells against the reference and the kit: printed for the instructor (not in the
+    results' output, which students see), kept in results.json's extra_data, shown in an HTML report."""
+    matches = similarity.Detector(reference_sources()).compare({"this submission": sources}, cross=False)
+    for m in matches:
+        print(f"⚑ similarity: the {m.part} cell is {m.similarity:.0%} like {m.other_label} (a flag for the "
+              "instructor; no points taken)")
+    if matches:
+        report = similarity.write_report(matches, results_path.with_name("similarity.html"))
+        print(f"⚑ side by side: {report}")
+    return [f"{m.part}≈{m.other} {m.similarity:.2f}" for m in matches]
+
+
+def _grade_class(args, config: dict) -> int:
+    folder = Path(args.submission)
+    if not folder.is_dir():
+        print(f"grade --class: {folder} is not a folder of hand-ins", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else folder.resolve().with_name(folder.resolve().name + "-grades")
+    passed = [flag for flag, on in (("--no-perf", args.no_perf), ("--no-nbval", args.no_nbval),
+                                    ("--visible-only", args.visible_only)) if on]
+    passed += ["--config", str(Path(args.config).resolve())] if args.config else []
+    passed += ["--preset", args.preset] if args.preset else []
+    passed += [x for p in args.points or [] for x in ("--points", p)]
+    passed += [x for t in args.threshold or [] for x in ("--threshold", t)]
+    try:
+        students = classroom.grade_class(folder, out, passed, jobs=args.jobs, timeout=args.timeout,
+                                         reference=None if args.no_similarity else reference_sources(),
+                                         max_score=_max_score(config))
+    except ValueError as error:
+        print(f"grade: {error}", file=sys.stderr)
+        return 2
+    statuses = {}
+    for s in students:
+        statuses[s.status] = statuses.get(s.status, 0) + 1
+    flagged = sum(bool(s.flags) for s in students)
+    print(f"graded {len(students)} students ({', '.join(f'{n} {k}' for k, n in sorted(statuses.items()))}); "
+          f"{flagged} with similarity flags")
+    for name in ("gradebook.csv", "histogram.png", "similarity.html", "students/"):
+        if (out / name).exists():
+            print(f"  {out / name}")
     return 0
 
 

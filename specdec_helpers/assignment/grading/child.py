@@ -1,11 +1,13 @@
-"""The child process that runs a student's graded cells: ``python -m specdec_helpers.assignment.grading.child SOURCES FD``.
+"""The child process that runs a student's graded cells: ``python -m specdec_helpers.assignment.grading.child FD``.
 
-Student code never runs in the grader's process. This child execs the graded cells (``SOURCES``: a
-JSON file ``{part: source}``), builds the decoder class, then answers the grader's requests, one
+Student code never runs in the grader's process. This child reads the graded cells (the first line on
+stdin: JSON ``{part: source}``), execs them, builds the decoder class, then answers the grader's requests, one
 JSON line each way: requests on stdin, answers on file descriptor ``FD`` (stdout goes to stderr, so
 a student's prints cannot be mistaken for answers). It answers with raw observations only (tokens,
 counters, cache lengths); every verdict is the grader's. Whatever the student's code does here
-(patch timers, exit, loop forever) stays here: the grader times from outside and kills on time-out.
+(patch timers, exit, loop forever) stays here: the grader times from outside and kills on time-out,
+and the child runs in the student's `privilege.Jail` (no rights on the grader, its files or the
+reference's process).
 
 Before the cells run, the kit's own implementations of the graded steps are poisoned: a graded part
 that calls them records a delegation, which the grader turns into a failed test.
@@ -191,9 +193,9 @@ class Server:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    sources_path, fd = argv[0], int(argv[1])
-    answers = os.fdopen(fd, "w", buffering=1)
+    answers = os.fdopen(int(argv[0]), "w", buffering=1)
     requests = sys.stdin
+    sources = json.loads(requests.readline() or "{}")
     sys.stdout = sys.stderr  # prints of student code never reach the answer channel
     torch.set_num_threads(int(os.environ.get("SPECDEC_THREADS", "1")))
 
@@ -201,9 +203,6 @@ def main(argv=None) -> int:
         answers.write(json.dumps(message) + "\n")
         answers.flush()
 
-    with open(sources_path) as file:
-        sources = json.load(file)
-    os.unlink(sources_path)
     real = poison()
     status, functions = {}, {}
     for part, source in sources.items():

@@ -1,6 +1,8 @@
 """The grader's side of `child`: start a child on some graded cells, send it requests with a
 deadline, pause it (SIGSTOP) while another child is timed, and turn its death into a message.
 
+One protocol (`Runner`) for the ways student code is answered: `Child` (a process in the student's
+`privilege.Jail`: another user and/or a bubblewrap sandbox) for grading, `InProcess` for trusted code.
 Nothing the child sends is executed or unpickled here: answers are JSON, decoded into tensors, lists
 and numbers only.
 """
@@ -14,7 +16,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Protocol
 
+from specdec_helpers.assignment.grading import privilege
 from specdec_helpers.assignment.grading.child import decode
 
 
@@ -34,24 +38,45 @@ class Delegated(Exception):
     """A graded part called the kit's own implementation of itself."""
 
 
-class Child:
-    """One child process running ``sources`` (``{part: cell source}``)."""
+class Runner(Protocol):
+    """What the suites need from whatever runs the student's code."""
 
-    def __init__(self, sources: dict, ready_timeout: float = 120, env: dict | None = None):
+    ready: dict  # per part: "ok", "not implemented" or "error: ..." (loading the graded cells)
+
+    def request(self, op: str, timeout: float = 60, **kwargs): ...
+
+    def alive(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class Child:
+    """One child process running ``sources`` (``{part: cell source}``) in ``jail``: the student's by
+    default (`privilege.current`, else a jail of its own, closed with the child); ``trusted=True`` for
+    the reference solution, which runs as the grader (another user than the student's)."""
+
+    def __init__(self, sources: dict, ready_timeout: float = 120, env: dict | None = None,
+                 jail: privilege.Jail | None = None, trusted: bool = False):
         self.log_file = tempfile.TemporaryFile()
-        fd, path = tempfile.mkstemp(prefix="specdec-cells-", suffix=".json")
-        with os.fdopen(fd, "w") as file:
-            json.dump(sources, file)
         read_end, write_end = os.pipe()
-        environment = {**os.environ, **(env or {})}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "specdec_helpers.assignment.grading.child", path, str(write_end)],
-            stdin=subprocess.PIPE, stdout=self.log_file, stderr=self.log_file, pass_fds=(write_end,),
-            start_new_session=True, env=environment, cwd=tempfile.mkdtemp(prefix="specdec-child-"), text=True)
+        self.own_jail = None
+        if jail is None:
+            jail = privilege.current() if not trusted else None
+            if jail is None:
+                jail = self.own_jail = privilege.Jail(trusted=trusted)
+        self.jail = jail
+        self.process = jail.popen(
+            [sys.executable, "-m", "specdec_helpers.assignment.grading.child", str(write_end)], env=env,
+            stdin=subprocess.PIPE, stdout=self.log_file, stderr=self.log_file, pass_fds=(write_end,), text=True)
         os.close(write_end)
         self.answers = os.fdopen(read_end, "r")
         self.buffer = ""
         self.ready = None
+        try:  # the cells go over the pipe, never through a file another user could read
+            self.process.stdin.write(json.dumps(sources) + "\n")
+            self.process.stdin.flush()
+        except OSError:
+            pass  # the child died at once: _receive says so
         first = self._receive(ready_timeout, "loading your notebook's graded cells")
         self.ready = first.get("ready", {})
 
@@ -60,20 +85,24 @@ class Child:
         return self.process.poll() is None
 
     def pause(self) -> None:
+        """Stop the child and every process of its jail (so nothing of theirs runs while another is timed)."""
         if self.alive():
-            os.killpg(self.process.pid, signal.SIGSTOP)
+            self.jail.pause() if self.jail.user_layer or self.jail.bwrap_layer else os.killpg(self.process.pid, signal.SIGSTOP)
 
     def resume(self) -> None:
         if self.alive():
-            os.killpg(self.process.pid, signal.SIGCONT)
+            self.jail.resume() if self.jail.user_layer or self.jail.bwrap_layer else os.killpg(self.process.pid, signal.SIGCONT)
 
     def kill(self) -> None:
+        """Kill the child and everything it started (in a student's jail: every process of the student)."""
         if self.alive():
             try:
                 os.killpg(self.process.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         self.process.wait()
+        if not self.jail.trusted:
+            self.jail.kill()
 
     def output_tail(self, chars: int = 600) -> str:
         self.log_file.seek(0)
@@ -120,6 +149,8 @@ class Child:
         self.kill()
         self.answers.close()
         self.log_file.close()
+        if self.own_jail is not None:
+            self.own_jail.close()
 
 
 class InProcess:
@@ -132,6 +163,9 @@ class InProcess:
 
         self.server = Server(functions, dict(STANDINS))
         self.ready = {}
+
+    def alive(self) -> bool:
+        return True
 
     def request(self, op: str, timeout: float = 60, **kwargs):
         try:  # the same JSON round trip as the child's answers

@@ -2,7 +2,8 @@
 hidden tests; the notebooks themselves run under nbval, each in its own kernel, after every locked
 cell (check cells and their saved outputs) is replaced by the instructor's version, matched by
 nbgrader ``grade_id``. nbval's lines are reported with 0 points: a student cell that prints a
-check's verdict earns nothing.
+check's verdict earns nothing. pytest and nbval run as the grader; each notebook's kernel runs in the
+student's `privilege.Jail`.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from specdec_helpers.assignment.student.cells import (
     notebook_files,
     read_notebook,
 )
+from specdec_helpers.assignment.grading import privilege
 from specdec_helpers.assignment.grading.grader import Result
 
 ROOT = Path(__file__).resolve().parents[3]  # the kit's top folder (release.py is instructor-only: not imported)
@@ -43,10 +45,14 @@ def notebooks_in(path) -> list[Path]:
         raise SubmissionError(f"{path} does not exist")
     if path.suffix == ".zip":
         folder = Path(tempfile.mkdtemp(prefix="specdec-handin-"))
-        with zipfile.ZipFile(path) as archive:
-            for member in archive.namelist():
-                if member.endswith(".ipynb") and ".." not in Path(member).parts and not member.startswith("/"):
-                    archive.extract(member, folder)
+        try:
+            with zipfile.ZipFile(path) as archive:
+                for member in archive.namelist():
+                    if member.endswith(".ipynb") and ".." not in Path(member).parts and not member.startswith("/"):
+                        archive.extract(member, folder)
+        except zipfile.BadZipFile as error:
+            raise SubmissionError(f"{path.name} is not a readable zip ({error}); make it again with "
+                                  "`python -m specdec_helpers handin` and resubmit") from None
         path = folder
     found = notebook_files([path])
     if not found:
@@ -128,20 +134,31 @@ def run_nbval(paths: list[Path], instructor_dir=INSTRUCTOR_NOTEBOOKS, timeout: f
             nb = with_instructor_cells(nb, read_notebook(reference))
         nbformat.write(nb, str(work / path.name))
         copies.append((work / path.name, nb))
+    # pytest and nbval run here, as the grader; only the kernels (the student's code) run in the student's jail
+    own = privilege.current() is None
+    jail = privilege.Jail() if own else privilege.current()
+    kernel_env = {"SPECDEC_PRESET": preset, "SPECDEC_THREADS": "1", "SPECDEC_EXPORT_DIR": str(jail.scratch / "export")}
+    kernel = jail.kernel_spec(work / "jupyter", kernel_env)
     env = {**os.environ, "SPECDEC_PRESET": preset, "SPECDEC_THREADS": "1", "PYTHONPATH": os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p), "SPECDEC_EXPORT_DIR": str(work / "export")}
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p), "JUPYTER_PATH": str(work / "jupyter")}
     results = []
-    for copy, nb in copies:
-        junit = work / (copy.stem + ".xml")
-        try:
-            subprocess.run([sys.executable, "-m", "pytest", "-q", "--nbval-lax", "--nbval-current-env", "-p",
-                            "no:cacheprovider", f"--junitxml={junit}", "--rootdir", str(work), str(copy)],
-                           cwd=work, env=env, timeout=timeout, capture_output=True, start_new_session=True)
-        except subprocess.TimeoutExpired:
-            results.append(Result("checks", f"{copy.name} runs", 0.0, 0.0, "failed", f"did not finish in {timeout:g} s",
-                                  test_id=f"nbval.{copy.stem}"))
-            continue
-        results += _check_lines(copy.name, nb, junit)
+    try:
+        for copy, nb in copies:
+            junit = work / (copy.stem + ".xml")
+            try:
+                subprocess.run([sys.executable, "-m", "pytest", "-q", "--nbval-lax", f"--nbval-kernel-name={kernel}",
+                                "-p", "no:cacheprovider", f"--junitxml={junit}", "--rootdir", str(work), str(copy)],
+                               cwd=work, env=env, timeout=timeout, capture_output=True, start_new_session=True)
+            except subprocess.TimeoutExpired:
+                results.append(Result("checks", f"{copy.name} runs", 0.0, 0.0, "failed",
+                                      f"did not finish in {timeout:g} s", test_id=f"nbval.{copy.stem}"))
+                continue
+            finally:
+                jail.kill()  # its kernel and whatever that left behind
+            results += _check_lines(copy.name, nb, junit)
+    finally:
+        if own:
+            jail.close()
     return results
 
 

@@ -3,6 +3,9 @@
 # virtual environment in /autograder/venv with the versions the instructor graded with
 # (constraints.txt), the CPU build of torch first. The kit is used from source/kit and the toy
 # pair's weights ship in the bundle: nothing is downloaded or trained at grading time.
+# Student code never runs as root: it runs as the unprivileged user made here (Gradescope's advice),
+# which cannot read source/ (the solutions, the hidden tests, the grader), write outside its scratch
+# folder, or signal the grader. bubblewrap adds a sandbox where the image allows namespaces.
 set -euxo pipefail
 cd /autograder/source
 if ! python3 -m venv --help > /dev/null 2>&1 || ! python3 -c "import ensurepip" 2> /dev/null; then
@@ -12,3 +15,8 @@ python3 -m venv /autograder/venv
 /autograder/venv/bin/pip install --upgrade pip
 /autograder/venv/bin/pip install -c constraints.txt torch --index-url https://download.pytorch.org/whl/cpu
 /autograder/venv/bin/pip install -c constraints.txt -r requirements.txt
+id -u specdec-student > /dev/null 2>&1 || useradd --system --user-group --no-create-home \
+  --home-dir /nonexistent --shell /usr/sbin/nologin specdec-student
+apt-get install -y bubblewrap || (apt-get update && apt-get install -y bubblewrap) || true
+chmod -R a+rX,go-w /autograder/venv   # the student's user runs Python and torch from here
+chmod -R go-rwx /autograder/source     # ... but reads nothing of the kit, its solutions or its tests

@@ -1,0 +1,200 @@
+"""Grade a class at once: ``python -m specdec_helpers grade CLASS_FOLDER`` (one zip or folder per student).
+
+Each student is graded by today's single-submission ``grade``, in its own process, under `contain`
+(nothing the student's code starts outlives that student's grading; a per-student wall-clock limit),
+on a pool of ``jobs`` workers (default: the machine's cores). A student whose grading crashes, hangs
+or spawns a storm of processes loses that student's points, with the reason in the gradebook; the
+run goes on. Then, in ``out``:
+
+- ``students/NAME/results.json`` (Gradescope's format; the class run adds the similarity flags under
+  ``extra_data``) and ``students/NAME/grade.log`` (what grading printed);
+- ``gradebook.csv``: student, points per part, total, max, status, flags;
+- ``histogram.png``: the totals;
+- ``similarity.html`` / ``similarity.json``: near-copies among the graded cells (`similarity`),
+  between students, with the reference and with the kit, side by side. Flags are for the instructor
+  to judge: no points are taken.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specdec_helpers.assignment.grading import similarity
+from specdec_helpers.assignment.grading import contain
+from specdec_helpers.assignment.grading.grader import LABELS
+from specdec_helpers.assignment.grading.submission import SubmissionError, graded_parts, notebooks_in, readable
+
+SKIP = {"__MACOSX", ".ipynb_checkpoints", "__pycache__"}
+GRACE_S = 60  # beyond the per-student limit, for the wrapper's own sweep, before it is killed too
+
+
+@dataclass
+class Student:
+    name: str
+    path: Path
+    status: str = ""  # graded | timed out | crashed | no submission
+    seconds: float = 0.0
+    results: dict = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)
+
+    def points(self) -> dict[str, float]:
+        """Points per graded item (label in results.json -> item), from the grader's tests."""
+        items = {label: item for item, label in LABELS.items()}
+        got = dict.fromkeys(LABELS, 0.0)
+        for test in self.results.get("tests", []):
+            item = items.get(test["name"].split(": ", 1)[0])
+            if item:
+                got[item] += test["score"]
+        return {item: round(value, 2) for item, value in got.items()}
+
+
+def students_in(folder) -> list[Student]:
+    """One student per zip or sub-folder of ``folder``, named after it (sorted; hidden entries skipped)."""
+    folder = Path(folder)
+    found = []
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith(".") or entry.name in SKIP:
+            continue
+        if entry.is_dir() or entry.suffix.lower() == ".zip":
+            found.append(Student(re.sub(r"[^\w.@+-]", "_", entry.stem if entry.is_file() else entry.name), entry))
+    names = [s.name for s in found]
+    for student in found:  # "ana/" and "ana.zip" both there: keep both, told apart
+        if names.count(student.name) > 1:
+            student.name += "_zip" if student.path.is_file() else ""
+    return found
+
+
+def is_class(folder) -> bool:
+    """A folder of hand-ins rather than one hand-in: no notebook at its top, and at least one zip or two
+    sub-folders that hold notebooks (one student's unzipped hand-in has one ``notebooks/`` folder)."""
+    folder = Path(folder)
+    if not folder.is_dir() or any(folder.glob("*.ipynb")):
+        return False
+    entries = students_in(folder)
+    zips = [s for s in entries if s.path.is_file()]
+    with_notebooks = [s for s in entries if s.path.is_dir() and any(s.path.rglob("*.ipynb"))]
+    return bool(zips) or len(with_notebooks) >= 2
+
+
+def grade_one(student: Student, out: Path, grade_args: list[str], timeout: float, max_score: float = 0.0) -> Student:
+    """Run ``grade`` on one student under `contain`; read its results.json, or write one that says why not."""
+    folder = out / "students" / student.name
+    folder.mkdir(parents=True, exist_ok=True)
+    results = folder / "results.json"
+    results.unlink(missing_ok=True)
+    # contain.py runs as a script: as a module it would import the package, torch with it (seconds per student)
+    command = [sys.executable, "-I", contain.__file__, f"{timeout:g}", "--",
+               sys.executable, "-m", "specdec_helpers", "grade", str(student.path), "--results", str(results),
+               "--no-similarity", *grade_args]
+    start = time.perf_counter()
+    with open(folder / "grade.log", "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   start_new_session=True)
+        try:
+            status = process.wait(timeout=timeout + GRACE_S)
+        except subprocess.TimeoutExpired:  # the wrapper itself is stuck: kill its whole session
+            os.killpg(process.pid, 9)
+            status = process.wait()
+    student.seconds = time.perf_counter() - start
+    if status in (0, 1) and results.is_file():
+        student.results = json.loads(results.read_text())
+        student.status = "graded" if status == 0 else "no submission"
+        return student
+    student.status = "timed out" if status in (contain.TIMED_OUT, -9) else "crashed"
+    why = (f"grading did not finish within {timeout:g} s (your code hung or started processes that did "
+           "not end); everything it started was stopped" if student.status == "timed out" else
+           f"grading crashed (exit status {status}); the instructor has the log")
+    student.results = {"score": 0.0, "max_score": max_score, "execution_time": round(student.seconds, 1),
+                       "output": why, "tests": []}
+    results.write_text(json.dumps(student.results, indent=2))
+    return student
+
+
+def graded_sources(student: Student) -> dict[str, str]:
+    """The student's graded cells, read here (no code runs): ``{}`` when nothing can be read."""
+    try:
+        paths, _ = readable(notebooks_in(student.path))
+        return graded_parts(paths)[0]
+    except (SubmissionError, OSError, ValueError):
+        return {}
+
+
+def grade_class(folder, out, grade_args: list[str], *, jobs: int | None = None, timeout: float = 1200,
+                reference: dict | None = None, max_score: float = 0.0, progress: bool = True) -> list[Student]:
+    """Grade every student of ``folder`` into ``out``; returns the students with their results and flags."""
+    from tqdm.auto import tqdm
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    students = students_in(folder)
+    if not students:
+        raise ValueError(f"{folder}: no student hand-ins (a zip or a folder per student) found")
+    jobs = jobs or os.cpu_count() or 1
+    with ThreadPoolExecutor(max_workers=jobs) as pool, \
+            tqdm(total=len(students), desc=f"grading ({jobs} at a time)", unit="student", disable=not progress) as bar:
+        futures = [pool.submit(grade_one, s, out, grade_args, timeout, max_score) for s in students]
+        for future in as_completed(futures):
+            student = future.result()
+            bar.set_postfix_str(f"{student.name}: {student.status}", refresh=False)
+            bar.update()
+    if reference is not None:
+        flag_copies(students, reference, out)
+    write_gradebook(students, out / "gradebook.csv")
+    write_histogram(students, out / "histogram.png")
+    return students
+
+
+def flag_copies(students: list[Student], reference: dict, out: Path) -> list:
+    """Compare every student's cells with the reference, the kit and each other; report and note the flags."""
+    detector = similarity.Detector(reference)
+    matches = detector.compare({s.name: graded_sources(s) for s in students})
+    by_name = {s.name: s for s in students}
+    for m in matches:
+        by_name[m.student].flags.append(f"{m.part}≈{m.other} {m.similarity:.2f}")
+        if m.kind == "student":
+            by_name[m.other].flags.append(f"{m.part}≈{m.student} {m.similarity:.2f}")
+    for student in students:
+        path = out / "students" / student.name / "results.json"
+        student.results.setdefault("extra_data", {})["similarity"] = student.flags
+        path.write_text(json.dumps(student.results, indent=2))
+    (out / "similarity.json").write_text(json.dumps([m.brief() for m in matches], indent=2))
+    similarity.write_report(matches, out / "similarity.html", title=f"Similar graded cells: {len(students)} students",
+                            note=f"{len(matches)} flagged pair(s)")
+    return matches
+
+
+def write_gradebook(students: list[Student], path: Path) -> None:
+    items = list(LABELS)
+    with open(path, "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["student", *items, "total", "max_score", "status", "seconds", "flags"])
+        for s in students:
+            points = s.points()
+            writer.writerow([s.name, *(points[i] for i in items), round(float(s.results.get("score", 0.0)), 2),
+                             s.results.get("max_score", ""), s.status, round(s.seconds), "; ".join(s.flags)])
+
+
+def write_histogram(students: list[Student], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    totals = [float(s.results.get("score", 0.0)) for s in students]
+    best = max([float(s.results.get("max_score") or 0) for s in students] + totals + [1.0])
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.hist(totals, bins=min(20, max(5, len(set(totals)))), range=(0, best), color="#4c72b0", edgecolor="white")
+    ax.set_xlabel(f"total points (maximum {best:g}; extra credit on top)")
+    ax.set_ylabel("students")
+    ax.set_title(f"{len(students)} students")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

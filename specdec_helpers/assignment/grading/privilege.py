@@ -1,0 +1,311 @@
+"""Who runs student code, with which rights: one `Jail` per student, used for every process that runs
+their code (the graded cells' child, the notebooks' kernels under nbval).
+
+Layers, chosen once per process (``$SPECDEC_SANDBOX``: ``auto`` (default), ``user``, ``bwrap``, ``none``):
+
+- **user** (the grader runs as root: Gradescope, CI): the student's processes run as an unprivileged
+  user of their own (``specdec-student``, then ``specdec-student1``, ... one per student graded at the
+  same time, claimed with a lock; created with ``useradd --system`` when missing), under resource
+  limits (`Limits`), with a private scratch folder as HOME, TMPDIR and working directory. They cannot
+  signal the grader or the reference solution (other users), nor write the kit, the results or
+  anything root owns. When the student is done, every process of that user is killed (a ``kill(-1)``
+  run as that user: ``setsid`` cannot escape it) and its files in /tmp, /var/tmp, /dev/shm removed.
+- **bwrap** (bubblewrap installed and usable): a mount namespace showing only the system, Python's
+  environment, `view` (the kit's student-facing modules, read-only) and the scratch folder, and a pid
+  namespace: the student's processes see and signal only each other and die with the sandbox.
+  Combined with **user** when both work (bwrap sets up the mounts as root, then ``setpriv`` becomes
+  the student user with no capabilities); alone when the grader is not root.
+- **none**: student code runs with the grader's rights; `warn` says so once.
+
+The reference solution is the instructor's code: `Jail(trusted=True)` runs it as the grader, which (as root) is
+another user than the student's. Only the grader writes results.json, after `Jail.close`.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdec_helpers.assignment.grading.isolation import (  # noqa: F401 - USER, processes_of: for callers
+    USER,
+    apply_limits,
+    bwrap_args,
+    bwrap_works,
+    claim_user,
+    ensure_user,
+    namespace_members,
+    processes_of,
+    readable_by,
+    remove_files_of,
+    secrets,
+    signal_user,
+    view,
+)
+
+SWITCH_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")  # what setpriv needs in bwrap to become the student
+PASS_ENV = ("SPECDEC_PRESET", "SPECDEC_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "LANG", "LC_ALL",
+            "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM", "CUDA_VISIBLE_DEVICES")
+_current: contextvars.ContextVar = contextvars.ContextVar("specdec_jail", default=None)
+_warned: list = []
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-process limits on a student's code (``processes`` counts all of the student user's)."""
+
+    processes: int = 256  # RLIMIT_NPROC (threads count too)
+    memory: int | None = None  # RLIMIT_AS in bytes; None: half the machine's memory, unlimited when CUDA is used
+    cpu_seconds: int = 3600  # RLIMIT_CPU: a process left spinning dies even if the grader never comes back
+    file_bytes: int = 1 << 30  # RLIMIT_FSIZE
+
+    def resolved(self) -> dict:
+        memory = self.memory
+        if memory is None and not _cuda():  # CUDA reserves far more address space than memory: no limit there
+            memory = max(4 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2)
+        return {"NPROC": self.processes, "AS": memory, "CPU": self.cpu_seconds, "FSIZE": self.file_bytes}
+
+
+def _cuda() -> bool:
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_available())
+
+
+# --------------------------------------------------------------------------- which layers
+
+
+def layers() -> tuple[bool, bool]:
+    """``(user, bwrap)``: which layers this process uses (see the module's doc)."""
+    choice = os.environ.get("SPECDEC_SANDBOX", "auto")
+    if choice not in ("auto", "user", "bwrap", "none"):
+        raise ValueError(f"SPECDEC_SANDBOX must be auto, user, bwrap or none, got {choice!r}")
+    root = os.geteuid() == 0
+    if choice == "none":
+        return False, False
+    if choice == "user" and not root:
+        raise ValueError("SPECDEC_SANDBOX=user needs the grader to run as root")
+    if root:
+        ensure_user(USER)
+    if choice == "bwrap" and not bwrap_works():
+        raise ValueError("SPECDEC_SANDBOX=bwrap, but bubblewrap is not installed or cannot make namespaces here")
+    return root, choice != "user" and bwrap_works()
+
+
+def warn(stream=None) -> None:
+    """Say once, plainly, that student code runs with the grader's rights."""
+    if not _warned:
+        _warned.append(True)
+        print("⚠️  student code runs with YOUR rights here (not root, no usable bubblewrap): it can read and "
+              "change what you can. Install bubblewrap (apt-get install bubblewrap) or grade as root (Gradescope, "
+              "a container) for a sandbox.", file=stream or sys.stderr, flush=True)
+
+
+def describe() -> str:
+    user, bwrap = layers()
+    parts = (["as an unprivileged user"] if user else []) + (["in a bubblewrap sandbox"] if bwrap else [])
+    return "student code runs " + (" and ".join(parts) if parts else "with the grader's rights")
+
+
+# --------------------------------------------------------------------------- the jail
+
+
+class Jail:
+    """How one student's code runs: `popen` starts a process, `pause`/`resume`/`kill` act on all of the
+    student's processes, `close` kills them, removes their files and frees the user."""
+
+    def __init__(self, limits: Limits | None = None, trusted: bool = False):
+        self.trusted = trusted
+        self.user_layer, self.bwrap_layer = (False, False) if trusted else layers()
+        if not trusted and not (self.user_layer or self.bwrap_layer):
+            warn()
+        self.limits = (limits or Limits()).resolved()
+        self.lock, self.user = (claim_user() if self.user_layer else (None, None))
+        self.processes: list[subprocess.Popen] = []
+        self.scratch = Path(tempfile.mkdtemp(prefix="specdec-scratch-"))
+        if self.user:
+            os.chown(self.scratch, self.user.pw_uid, self.user.pw_gid)
+            self.kill()  # a previous grading's leftovers of this user
+            self.problems = [str(p) for p in secrets() if not self.bwrap_layer and
+                             readable_by(p, self.user.pw_uid, self.user.pw_gid)]
+            if self.problems:
+                print(f"⚠️  student code (user {self.user.pw_name}) can read {', '.join(self.problems)}: make them "
+                      "unreadable to other users (chmod -R o-rwx) or install bubblewrap", file=sys.stderr, flush=True)
+
+    # -- starting
+    def env(self, extra: dict | None = None, kind: str = "child") -> dict:
+        base = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
+        if not self.trusted and (self.user_layer or self.bwrap_layer):
+            base |= {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(self.scratch),
+                     "TMPDIR": str(self.scratch), "PYTHONPATH": str(view(kind)), "PYTHONDONTWRITEBYTECODE": "1",
+                     "MPLCONFIGDIR": str(self.scratch / ".matplotlib"), "USER": self.name, "LOGNAME": self.name}
+            if os.environ.get("SPECDEC_CACHE_DIR"):
+                base["SPECDEC_CACHE_DIR"] = os.environ["SPECDEC_CACHE_DIR"]
+        else:
+            base = {**os.environ}
+        return {**base, **(extra or {})}
+
+    @property
+    def name(self) -> str:
+        return self.user.pw_name if self.user else pwd.getpwuid(os.getuid()).pw_name
+
+    def argv(self, argv: list[str], kind: str = "child") -> list[str]:
+        """``argv`` wrapped in this jail's limits and sandbox (the user switch is `popen`'s)."""
+        if self.trusted:
+            return list(argv)
+        wrapped = list(argv)
+        if self.bwrap_layer and self.user:  # bwrap mounts as root, then the student user, no capabilities
+            wrapped = ["setpriv", f"--reuid={self.user.pw_uid}", f"--regid={self.user.pw_gid}", "--clear-groups",
+                       "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
+                       "env", "-C", str(self.scratch), *wrapped]
+        if self.bwrap_layer:
+            switch = ([a for cap in SWITCH_CAPS for a in ("--cap-add", cap)] if self.user else
+                      ["--chdir", str(self.scratch)])
+            wrapped = bwrap_args(self.scratch, kind == "kernel", kind) + switch + ["--"] + wrapped
+        limits = {k: v for k, v in self.limits.items() if v is not None and (k != "NPROC" or self.user_layer)}
+        if shutil.which("prlimit"):
+            return ["prlimit", *[f"--{k.lower()}={v}" for k, v in limits.items()], "--", *wrapped]
+        return [sys.executable, "-m", __name__, "limits", json.dumps(limits), *wrapped]
+
+    def runnable(self, program: str) -> None:
+        """Raise if the student's user cannot reach ``program`` (without bwrap, a private folder on its path
+        such as /root stops it)."""
+        if self.user and not self.bwrap_layer:
+            path = Path(shutil.which(program) or program).resolve()
+            if not readable_by(path, self.user.pw_uid, self.user.pw_gid):
+                raise RuntimeError(f"the user {self.user.pw_name} that runs student code cannot run {path} (a folder "
+                                   "on its path is private): use a Python all users can run, or install bubblewrap")
+
+    def popen(self, argv: list[str], env: dict | None = None, **kwargs) -> subprocess.Popen:
+        self.runnable(argv[0])
+        if self.user and not self.bwrap_layer:
+            kwargs.update(user=self.user.pw_uid, group=self.user.pw_gid, extra_groups=[])
+        process = subprocess.Popen(self.argv(argv), env=self.env(env), cwd=self.scratch, start_new_session=True, **kwargs)
+        self.processes.append(process)
+        return process
+
+    def kernel_spec(self, folder: Path, env: dict | None = None) -> str:
+        """Write a Jupyter kernelspec under ``folder`` (put it on ``JUPYTER_PATH``) whose kernels run in this
+        jail; returns its name (nbval's ``--nbval-kernel-name``)."""
+        name = "specdec-student"
+        self.runnable(sys.executable)
+        spec = folder / "kernels" / name
+        spec.mkdir(parents=True, exist_ok=True)
+        plan = {"argv": self.argv([sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"], "kernel"),
+                "env": self.env(env, "kernel"), "scratch": str(self.scratch),
+                "user": [self.user.pw_uid, self.user.pw_gid] if self.user else None,
+                "switch": bool(self.user and not self.bwrap_layer)}
+        (folder / "plan.json").write_text(json.dumps(plan))
+        os.chmod(folder / "plan.json", 0o600)
+        (spec / "kernel.json").write_text(json.dumps({
+            "argv": [sys.executable, "-m", __name__, "kernel", str(folder / "plan.json"), "{connection_file}"],
+            "display_name": "student (sandboxed)", "language": "python"}))
+        return name
+
+    # -- control
+    def pause(self) -> None:
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, sig) -> None:
+        if self.user:
+            signal_user(self.user.pw_uid, self.user.pw_gid, sig)
+            return
+        for process in self.processes:
+            if process.poll() is None:
+                for pid in namespace_members(process.pid) if self.bwrap_layer else [process.pid]:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, sig) if self.bwrap_layer else os.killpg(pid, sig)
+
+    def kill(self) -> None:
+        """Kill every process of this student (its user's, or its sandboxes' namespaces, or process groups)."""
+        for process in self.processes:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+        if self.user:
+            for _ in range(50):
+                signal_user(self.user.pw_uid, self.user.pw_gid, signal.SIGCONT)  # a stopped process dies too
+                signal_user(self.user.pw_uid, self.user.pw_gid, signal.SIGKILL)
+                if not processes_of(self.user.pw_uid):
+                    break
+                time.sleep(0.05)
+        for process in self.processes:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=10)
+        self.processes = [p for p in self.processes if p.poll() is None]
+
+    def close(self) -> None:
+        """Kill the student's processes, remove their files, free the user: after this, results.json."""
+        self.kill()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        if self.user:
+            remove_files_of(self.user.pw_uid)
+            os.close(self.lock)
+            self.lock, self.user = None, None
+
+
+@contextlib.contextmanager
+def student(limits: Limits | None = None):
+    """The jail of the student being graded in this context: every child and kernel started inside uses
+    it, and it is closed (all the student's processes killed) on the way out."""
+    jail = Jail(limits)
+    token = _current.set(jail)
+    try:
+        yield jail
+    finally:
+        _current.reset(token)
+        jail.close()
+
+
+def current() -> Jail | None:
+    return _current.get()
+
+
+# --------------------------------------------------------------------------- helpers run as programs
+
+
+def _kernel(plan_path: str, connection_file: str) -> None:
+    """A kernel's launcher (run by Jupyter as the grader): hand the connection file to the student, then
+    become the student and start the kernel in the jail."""
+    plan = json.loads(Path(plan_path).read_text())
+    scratch = Path(plan["scratch"])
+    mine = scratch / "kernel-connection.json"
+    shutil.copyfile(connection_file, mine)
+    if plan["user"]:
+        os.chown(mine, *plan["user"])
+    if plan["switch"]:
+        uid, gid = plan["user"]
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+    os.chdir(scratch)
+    argv = [str(mine) if a == "{connection_file}" else a for a in plan["argv"]]
+    with contextlib.suppress(OSError):
+        os.setsid()
+    os.execvpe(argv[0], argv, plan["env"])
+
+
+def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[0] == "kernel":
+        _kernel(argv[1], argv[2])
+    elif argv[0] == "limits":
+        apply_limits(json.loads(argv[1]))
+        os.execvp(argv[2], argv[2:])
+    else:
+        raise SystemExit(f"usage: python -m {__name__} kernel PLAN CONNECTION_FILE | limits JSON COMMAND...")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""A class graded at once: ``grade CLASS_FOLDER`` on 30 synthetic hand-ins (`classroom_handins.build_class`):
+the reference, disguised copies of it, three independent authors and two classmates who copied them, a
+paste of the kit's code, released stubs (folders, zips, Colab copies), a crasher, a sleeper, a bounded
+fork storm, cheats (a fake verdict, a forged results.json that kills the grader, calls of the kit) and
+broken uploads. The gradebook must be exact, the flagged pairs exactly the copies, and nothing a
+student started may survive the run.
+
+The class run uses --no-nbval and no points for speed (config below): performance is measured per
+student by timing the reference beside the student, which this test does not need to show. Hangs are
+left to the per-student limit (the config's per-test limit is an hour).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import classroom_handins as handins
+from specdec_helpers.assignment.grading import classroom, contain
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = "test_timeout_s = 3600\n[points]\nspeedup = 0\nacceptance = 0\nbonus = 0\n"
+PER_STUDENT_S = 240  # a legitimate student took 17 s idle and up to 97 s at load 12 on the 2-core machine
+
+
+def command(*args, timeout=1800, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "specdec_helpers", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("class")
+    expected = handins.build_class(tmp / "class")
+    (tmp / "class.toml").write_text(CONFIG)
+    start = time.perf_counter()
+    # 4 at a time on 2 cores: the sleeper and the fork storm hold a worker each while sleeping
+    done = command("grade", str(tmp / "class"), "--no-nbval", "--no-perf", "--config", str(tmp / "class.toml"),
+                   "--timeout", str(PER_STUDENT_S), "--jobs", "4", "--out", str(tmp / "out"))
+    seconds = time.perf_counter() - start
+    print(f"graded {len(expected)} students in {seconds:.0f} s (load {os.getloadavg()[0]:.1f})")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with open(tmp / "out" / "gradebook.csv") as file:
+        rows = {row["student"]: row for row in csv.DictReader(file)}
+    return expected, rows, tmp / "out", done
+
+
+@pytest.mark.slow
+def test_the_class_has_thirty_students_and_each_is_in_the_gradebook(graded):
+    expected, rows, out, done = graded
+    assert len(expected) >= 30 and set(rows) == set(expected)
+    assert f"graded {len(expected)} students" in done.stdout
+    assert f"{len(expected)}/{len(expected)}" in done.stderr  # tqdm's progress bar
+
+
+@pytest.mark.slow
+def test_the_gradebook_is_exact(graded):
+    expected, rows, out, _ = graded
+    wrong = {}
+    for name, want in expected.items():
+        row = rows[name]
+        got = {part: float(row[part]) for part in want["points"]}
+        total = float(row["total"])
+        if got != want["points"] or total != sum(want["points"].values()) or row["status"] not in want["status"]:
+            wrong[name] = (got, total, row["status"], want)
+    assert not wrong, wrong
+    assert {float(row["max_score"]) for row in rows.values()} == {25.0}
+
+
+@pytest.mark.slow
+def test_the_flagged_pairs_are_exactly_the_copies(graded):
+    expected, rows, out, _ = graded
+    got = {name: set() for name in expected}
+    for m in json.loads((out / "similarity.json").read_text()):
+        got[m["student"]].add((m["part"], m["other"]))
+        if m["kind"] == "student":
+            got[m["other"]].add((m["part"], m["student"]))
+    assert got == {name: want["flags"] for name, want in expected.items()}
+    assert {name for name, row in rows.items() if row["flags"]} == {name for name, w in expected.items() if w["flags"]}
+    html = (out / "similarity.html").read_text()
+    assert html.count("<section") == len(json.loads((out / "similarity.json").read_text()))
+
+
+@pytest.mark.slow
+def test_each_student_has_the_graders_results_json(graded):
+    expected, rows, out, _ = graded
+    for name in expected:
+        data = json.loads((out / "students" / name / "results.json").read_text())
+        assert data["score"] == float(rows[name]["total"]), name
+        assert "similarity" in data["extra_data"]
+    forged = json.loads((out / "students" / "cheat_forges_results" / "results.json").read_text())
+    assert forged["score"] == 0 and forged["max_score"] == 25  # the grader's (or the run's) file, not the forgery
+    late = json.loads((out / "students" / "sleeper" / "results.json").read_text())
+    assert f"within {PER_STUDENT_S} s" in late["output"]
+
+
+@pytest.mark.slow
+def test_nothing_a_student_started_outlives_the_run(graded):
+    *_, out, _ = graded
+    left = [p.pid for p in psutil.process_iter(["cmdline"]) if handins.STORM_MARK in (p.info["cmdline"] or [])]
+    assert left == []
+    log = (out / "students" / "fork_storm" / "grade.log").read_text()
+    killed = int(log.split("contain: killed ")[1].split()[0])
+    assert killed >= 200, log[-500:]
+
+
+@pytest.mark.slow
+def test_the_histogram_is_a_png(graded):
+    *_, out, _ = graded
+    assert (out / "histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_one_submission_is_still_graded_alone_and_flagged(tmp_path):
+    folder = handins.write_handin(tmp_path / "copier", handins.copied_sources("renamed"))
+    results = tmp_path / "out" / "results.json"
+    results.parent.mkdir()
+    done = command("grade", str(folder), "--no-nbval", "--no-perf", "--visible-only", "--results", str(results),
+                   timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(results.read_text())
+    assert data["score"] == 25.0 and "similarity" not in data["output"]  # students read the output
+    flags = sorted(flag.split()[0] for flag in data["extra_data"]["similarity"])
+    assert flags == ["decode≈reference", "draft≈reference", "verify≈reference"], flags
+    assert "⚑ similarity" in done.stdout and (tmp_path / "out" / "similarity.html").is_file()
+
+
+# --------------------------------------------------------------------------- fast: no grading
+
+
+def test_a_class_folder_is_told_from_one_hand_in(tmp_path):
+    one = handins.write_handin(tmp_path / "one" / "notebooks", None).parent
+    (one / "report").mkdir()
+    (one / "report" / "REPORT.md").write_text("mine\n")
+    assert not classroom.is_class(one)  # an unzipped hand-in: notebooks/ and report/
+    assert not classroom.is_class(one / "notebooks")  # notebooks at the top
+    two = tmp_path / "two"
+    for name in ("ana", "ben"):
+        handins.write_handin(two / name, None, notebooks=handins.GRADED_NOTEBOOKS[:1])
+    assert classroom.is_class(two)
+    zipped = tmp_path / "zipped"
+    handins.write_handin(zipped / "ana", None, zipped=True, notebooks=handins.GRADED_NOTEBOOKS[:1])
+    assert classroom.is_class(zipped)  # a class of one zip
+    (two / ".DS_Store").write_text("")
+    (two / "__MACOSX").mkdir()
+    assert [s.name for s in classroom.students_in(two)] == ["ana", "ben"]
+
+
+def test_a_class_folder_with_no_hand_in_is_refused(tmp_path, capsys):
+    from specdec_helpers import cli
+
+    (tmp_path / "empty").mkdir()
+    assert cli.grade([str(tmp_path / "empty"), "--class", "--no-nbval", "--no-perf"]) == 2
+    assert "no student hand-ins" in capsys.readouterr().err
+
+
+def _marked(mark: str) -> list[int]:
+    return [p.pid for p in psutil.process_iter(["cmdline"]) if mark in (p.info["cmdline"] or [])]
+
+
+def test_contain_sweeps_escaped_processes_and_stops_at_its_limit(tmp_path):
+    mark = f"{3000 + os.getpid() % 500}.5"
+    spawner = ("import os, subprocess\n"
+               f"for _ in range(20): subprocess.Popen(['sleep', '{mark}'], start_new_session=True)\n"
+               "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+               f"        os.execvp('sleep', ['sleep', '{mark}'])\n    os._exit(0)\n")
+    done = subprocess.run([sys.executable, "-I", contain.__file__, "60", "--", sys.executable, "-c", spawner],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and int(done.stderr.split("killed ")[1].split()[0]) >= 21, done.stderr
+    assert _marked(mark) == []
+    start = time.perf_counter()
+    late = subprocess.run([sys.executable, "-I", contain.__file__, "1", "--", "sleep", mark], capture_output=True,
+                          text=True, timeout=120)
+    assert late.returncode == contain.TIMED_OUT and time.perf_counter() - start < 60 and _marked(mark) == []
+    killed = subprocess.run([sys.executable, "-I", contain.__file__, "60", "--", sys.executable, "-c",
+                             "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], capture_output=True, timeout=120)
+    assert killed.returncode == 128 + 9  # the command was killed by a signal: a crash, not a time-out
+
+
+def test_results_means_one_submission_whatever_the_folder_holds(tmp_path, capsys):
+    """Gradescope's run_autograder passes --results: two zips uploaded by one student are not a class."""
+    from specdec_helpers import cli
+
+    folder = tmp_path / "submission"
+    for name in ("a", "b"):
+        handins.write_handin(folder / name, None, zipped=True, notebooks=handins.GRADED_NOTEBOOKS[:1])
+    assert classroom.is_class(folder)
+    results = tmp_path / "results.json"
+    assert cli.grade([str(folder), "--no-nbval", "--no-perf", "--no-similarity", "--results", str(results)]) in (0, 1)
+    assert json.loads(results.read_text())["tests"] and not (tmp_path / "submission-grades").exists()
+    with pytest.raises(SystemExit):
+        cli.grade([str(folder), "--class", "--results", str(results)])

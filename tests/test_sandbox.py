@@ -1,0 +1,289 @@
+"""Student code without the grader's rights (`grading.privilege`): each layer that can run here, tried
+with shell commands a student could run (fast), and the graded cells' child in its jail.
+
+As root the student's processes run as an unprivileged user (``user``), inside bubblewrap too where it
+can make namespaces (``user+bwrap``); CI and Gradescope run as root.
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from specdec_helpers.assignment.grading import isolation, privilege
+from specdec_helpers.assignment.grading.sandbox import Child
+
+ROOT = Path(__file__).resolve().parent.parent
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="the user layer needs the grader to run as root")
+
+
+def modes() -> list:
+    bwrap = pytest.mark.skipif(not (os.geteuid() == 0 and isolation.bwrap_works()),
+                               reason="bubblewrap is not installed or cannot make namespaces here")
+    return [pytest.param("user", marks=root_only), pytest.param("auto", id="user+bwrap", marks=[root_only, bwrap])]
+
+
+@pytest.fixture
+def jail(request, monkeypatch):
+    monkeypatch.setenv("SPECDEC_SANDBOX", request.param)
+    made = privilege.Jail(privilege.Limits(processes=40))
+    yield made
+    made.close()
+
+
+def run(jail, script: str, timeout: float = 60, **env) -> str:
+    process = jail.popen(["/bin/sh", "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    out, _ = process.communicate(timeout=timeout)
+    return out
+
+
+def outcomes(text: str) -> dict:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and " " not in line.split("=")[0])
+
+
+def private_secret(tmp_path_factory) -> Path:
+    """A file only root can read, in a folder anyone can reach (the Gradescope layout after setup.sh)."""
+    folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"specdec-test-secret-{os.getpid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    (folder / "solution.py").write_text("answer = 42\n")
+    return folder
+
+
+@pytest.mark.parametrize("jail", modes(), indirect=True)
+def test_the_student_user_has_no_rights_on_the_grader(jail, tmp_path_factory):
+    secret = private_secret(tmp_path_factory)
+    reference = privilege.Jail(trusted=True)
+    sleeper = reference.popen(["sleep", "60"])
+    try:
+        text = run(jail, f"""
+            echo uid=$(id -u)
+            cat {secret}/solution.py >/dev/null 2>&1 && echo read_secret=ok || echo read_secret=denied
+            touch {secret}/new 2>/dev/null && echo write_secret=ok || echo write_secret=denied
+            touch /usr/lib/specdec-x 2>/dev/null && echo write_system=ok || echo write_system=denied
+            touch {ROOT}/specdec-x 2>/dev/null && echo write_kit=ok || echo write_kit=denied
+            kill -0 {os.getpid()} 2>/dev/null && echo signal_grader=ok || echo signal_grader=denied
+            kill -STOP {sleeper.pid} 2>/dev/null && echo stop_reference=ok || echo stop_reference=denied
+            echo x > "$HOME/mine" && echo write_scratch=ok || echo write_scratch=denied
+            echo cwd=$(pwd)
+        """)
+        got = outcomes(text)
+        assert int(got["uid"]) == jail.user.pw_uid != 0, text
+        assert got["cwd"] == str(jail.scratch) and got["write_scratch"] == "ok", text
+        assert {k: v for k, v in got.items() if k not in ("uid", "cwd", "write_scratch")} == {
+            name: "denied" for name in ("read_secret", "write_secret", "write_system", "write_kit", "signal_grader",
+                                        "stop_reference")}, text
+        state = Path(f"/proc/{sleeper.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert state != "T"  # the reference was not stopped
+        assert not (ROOT / "specdec-x").exists()
+    finally:
+        reference.close()
+        (secret / "solution.py").unlink()
+        secret.rmdir()
+
+
+@pytest.mark.parametrize("jail", modes(), indirect=True)
+def test_the_kit_and_its_solutions_are_out_of_sight(jail):
+    """With bubblewrap the kit is not even there; with the user alone, the grader says what the user can read."""
+    text = run(jail, f"cat {ROOT}/notebooks/01_model_init.ipynb >/dev/null 2>&1 && echo read=ok || echo read=denied")
+    if jail.bwrap_layer:
+        assert outcomes(text)["read"] == "denied" and jail.problems == []
+    else:  # this checkout is world-readable: said plainly (Gradescope's run_autograder locks source/)
+        assert outcomes(text)["read"] == "ok" and str(ROOT / "notebooks") in jail.problems
+
+
+@pytest.mark.parametrize("jail", modes(), indirect=True)
+def test_processes_left_behind_are_killed_setsid_or_not(jail):
+    quiet = ">/dev/null 2>&1"
+    main = jail.popen(["/bin/sh", "-c", f"setsid sleep 313 {quiet} & (sleep 314 {quiet} &) ; nohup sleep 315 {quiet} &"
+                                        " exec sleep 316"])
+    uid = jail.user.pw_uid
+    deadline = time.monotonic() + 30
+    while len(isolation.processes_of(uid)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(isolation.processes_of(uid)) >= 4
+    jail.close()
+    assert main.poll() is not None
+    assert isolation.processes_of(uid) == []
+
+
+@pytest.mark.parametrize("jail", modes(), indirect=True)
+def test_pause_stops_every_process_of_the_student(jail):
+    process = jail.popen(["/bin/sh", "-c", 'setsid sh -c "while :; do echo x >> \\"$HOME/n\\"; sleep 0.02; done" &'
+                                           ' while :; do echo y >> "$HOME/m"; sleep 0.02; done'])
+    counter = [jail.scratch / "n", jail.scratch / "m"]
+    deadline = time.monotonic() + 30
+    while not all(c.exists() for c in counter) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    jail.pause()
+    time.sleep(0.3)  # a write under way when the signal came lands now
+    sizes = [c.stat().st_size for c in counter]
+    time.sleep(0.7)
+    assert [c.stat().st_size for c in counter] == sizes
+    states = {Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+              for pid in isolation.processes_of(jail.user.pw_uid)}
+    assert states == {"T"}
+    jail.resume()
+    deadline = time.monotonic() + 30
+    while [c.stat().st_size for c in counter] == sizes and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(c.stat().st_size > s for c, s in zip(counter, sizes))
+    process.kill()
+
+
+@pytest.mark.parametrize("jail", modes(), indirect=True)
+def test_a_fork_bomb_is_bounded_and_ends_with_the_student(jail):
+    process = jail.popen(["/bin/bash", "-c", "while :; do sleep 100 & done"],  # bash retries a failed fork
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    uid = jail.user.pw_uid
+    counts = []
+    for _ in range(30):  # however the shell fares once fork fails, the user never holds more than the limit
+        counts.append(len(isolation.processes_of(uid)))
+        time.sleep(0.1)
+    assert 30 < max(counts) <= 40, counts  # Limits(processes=40)
+    jail.close()
+    assert isolation.processes_of(uid) == [] and process.poll() is not None
+
+
+@root_only
+def test_students_graded_at_once_get_users_of_their_own(monkeypatch):
+    monkeypatch.setenv("SPECDEC_SANDBOX", "user")
+    first, second = privilege.Jail(), privilege.Jail()
+    try:
+        assert first.user.pw_uid != second.user.pw_uid
+        assert {first.user.pw_name, second.user.pw_name} <= {u.pw_name for u in pwd.getpwall()}
+        sleeper = second.popen(["sleep", "60"])
+        first.close()  # the first student's end leaves the second's processes alone
+        assert sleeper.poll() is None
+    finally:
+        first.close()
+        second.close()
+
+
+def test_without_a_sandbox_it_says_so_once(monkeypatch, capsys):
+    monkeypatch.setenv("SPECDEC_SANDBOX", "none")
+    monkeypatch.setattr(privilege, "_warned", [])
+    for _ in range(2):
+        privilege.Jail().close()
+    err = capsys.readouterr().err
+    assert err.count("student code runs with YOUR rights") == 1
+    assert "with the grader's rights" in privilege.describe()
+
+
+def test_bad_choice_is_named(monkeypatch):
+    monkeypatch.setenv("SPECDEC_SANDBOX", "docker")
+    with pytest.raises(ValueError, match="SPECDEC_SANDBOX must be auto, user, bwrap or none"):
+        privilege.layers()
+
+
+def test_the_students_view_holds_no_hidden_test_and_no_instructor_tool():
+    child, kernel = isolation.view("child"), isolation.view("kernel")
+    grading = lambda v: {p.name for p in (v / "specdec_helpers/assignment/grading").glob("*.py")}  # noqa: E731
+    assert grading(child) == set(isolation.CHILD_NEEDS)
+    assert grading(kernel) == set(isolation.KERNEL_NEEDS)
+    for folder in (child, kernel):
+        assert not (folder / "specdec_helpers/assignment/authoring").exists()
+        assert all(oct(p.stat().st_mode)[-3:] in ("755", "644") for p in folder.rglob("*"))
+    suite = (kernel / "specdec_helpers/assignment/grading/suite.py").read_text()
+    original = (ROOT / "specdec_helpers/assignment/grading/suite.py").read_text()
+    assert "BEGIN HIDDEN TESTS" in original and "BEGIN HIDDEN TESTS" not in suite
+
+
+def test_readable_by_follows_every_folder_on_the_path(tmp_path):
+    folder = tmp_path / "kit"
+    folder.mkdir()
+    (folder / "f").write_text("x")
+    os.chmod(tmp_path, 0o755)
+    os.chmod(folder, 0o755)
+    os.chmod(folder / "f", 0o644)
+    nobody = 65534
+    open_path = all(isolation.readable_by(p, nobody, nobody) for p in tmp_path.parents)
+    assert isolation.readable_by(folder / "f", nobody, nobody) == open_path
+    os.chmod(folder, 0o700)
+    assert not isolation.readable_by(folder / "f", nobody, nobody)
+
+
+@root_only
+@pytest.mark.slow
+def test_the_graded_cells_child_runs_as_the_student(monkeypatch):
+    """The real child (torch, the kit's view): the student's user, its scratch folder, no kit in sight."""
+    monkeypatch.setenv("SPECDEC_SANDBOX", "auto")
+    source = ("import os\n"
+              "SEEN = (os.getuid(), os.getcwd(), os.path.exists(%r))\n"
+              "raise RuntimeError('seen %%s %%s %%s' %% SEEN)\n") % str(ROOT / "notebooks")
+    with privilege.student() as jail:
+        child = Child({"init": source})
+        try:
+            message = child.ready["init"]
+        finally:
+            child.close()
+        uid, cwd, kit = message.split("seen ", 1)[1].split()[:3]
+        assert int(uid) == jail.user.pw_uid and cwd == str(jail.scratch)
+        assert kit == ("False" if jail.bwrap_layer else "True")
+
+
+def sleeping(tag: str) -> list[int]:
+    """Processes whose command line holds ``tag`` (seen from here, outside any sandbox)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if tag in Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ").decode():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.fixture
+def instructor_bwrap(monkeypatch):
+    """bubblewrap alone, as when an instructor grades as a normal user (simulated as root: the grader believes
+    it is not root, so bwrap makes its own user namespace and no student user is involved)."""
+    if not (os.geteuid() == 0 and isolation.bwrap_works()):
+        pytest.skip("bubblewrap is not installed or cannot make namespaces here")
+    monkeypatch.setenv("SPECDEC_SANDBOX", "bwrap")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    made = privilege.Jail()
+    assert made.bwrap_layer and not made.user_layer and made.user is None
+    yield made
+    made.close()
+
+
+def test_bwrap_alone_shows_no_kit_no_grader_and_only_its_scratch(instructor_bwrap):
+    jail = instructor_bwrap
+    text = run(jail, f"""
+        cat {ROOT}/notebooks/01_model_init.ipynb >/dev/null 2>&1 && echo read_kit=ok || echo read_kit=denied
+        echo home="$(ls -A {Path.home()} 2>/dev/null | tr '\\n' ,)"
+        touch /usr/lib/specdec-x 2>/dev/null && echo write_system=ok || echo write_system=denied
+        kill -0 {os.getpid()} 2>/dev/null && echo signal_grader=ok || echo signal_grader=denied
+        echo x > "$HOME/mine" && echo write_scratch=ok || echo write_scratch=denied
+        echo processes=$(ls /proc | grep -c '^[0-9]')
+    """)
+    got = outcomes(text)
+    assert got.pop("write_scratch") == "ok" and int(got.pop("processes")) < 10, text
+    home = Path.home().resolve()  # only the way to Python's own files, when they live there (pyenv)
+    allowed = {r.relative_to(home).parts[0] for r in isolation.python_roots() if home in r.parents}
+    assert set(filter(None, got.pop("home").split(","))) <= allowed, text
+    assert set(got.values()) == {"denied"}, text
+
+
+def test_bwrap_alone_pauses_and_kills_the_whole_namespace(instructor_bwrap):
+    jail = instructor_bwrap
+    tag = f"sleep 31{os.getpid() % 10}.{os.getpid()}"
+    main = jail.popen(["/bin/sh", "-c", f'setsid sh -c "while :; do echo x >> $HOME/n; {tag}; sleep 0.02; done" &'
+                                        f" {tag}0"])
+    deadline = time.monotonic() + 30
+    while not (jail.scratch / "n").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    jail.pause()
+    time.sleep(0.3)
+    size = (jail.scratch / "n").stat().st_size
+    time.sleep(0.7)
+    assert (jail.scratch / "n").stat().st_size == size
+    jail.resume()
+    jail.close()
+    assert main.poll() is not None and sleeping(tag) == []
