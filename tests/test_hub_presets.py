@@ -145,3 +145,20 @@ def test_environment_alone_points_at_the_cache(hub_cache_dir):
             "o = sd.speculative_decode(p.target, p.draft, p.encode('Hello'), max_new_tokens=8); print('ok', o.stats.new_tokens)")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "ok 8" in done.stdout, done.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_selfcheck_at_a_hub_preset(offline_hub, tmp_path):
+    """`selfcheck --preset pythia-1.4b/160m` (what an instructor runs on a Colab GPU) on the synthesized cache:
+    greedy, tree and ours-vs-HF sections pass, in fp32 and in bf16 (near-ties allowed there)."""
+    import json
+
+    from specdec_helpers.cli import main
+
+    for dtype in ("fp32", "bf16"):
+        out = tmp_path / f"{dtype}.json"
+        code = main(["selfcheck", "--preset", "pythia-1.4b/160m", "--device", "cpu", "--dtype", dtype, "--no-progress",
+                     "--skip", "sampling,notebooks,grader", "--prompts", "1", "--repeats", "1", "--json", str(out)])
+        result = json.loads(out.read_text())
+        assert code == 0 and result["passed"], [r for r in result["rows"] if r["status"] == "FAIL"]
+        assert {r["section"] for r in result["rows"]} == {"greedy", "tree", "ours vs HF"}

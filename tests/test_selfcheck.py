@@ -159,3 +159,18 @@ def test_selfcheck_end_to_end_on_cpu_toy(tmp_path):
     assert 0 < bound["values"]["alpha"] <= 1 and bound["values"]["bound"] > 0
     assert "PASSED" in done.stdout and "section" in done.stdout  # the table and the verdict line
     assert np.isfinite(result["seconds"])
+
+
+@pytest.mark.slow
+def test_pythia_random_timing_runs_on_the_cpu(tmp_path):
+    """benchmarks/pythia_random_timing.py, the GPU readiness timing, kept working on a CPU at a small scale."""
+    from pathlib import Path
+
+    out = tmp_path / "pythia.json"
+    script = Path(__file__).parents[1] / "benchmarks" / "pythia_random_timing.py"
+    done = subprocess.run([sys.executable, str(script), "--device", "cpu", "--scale", "0.0625", "--max-new-tokens", "4",
+                           "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["target_step_ms"] > 0 and 0 < result["c"] and result["syncs_per_round"] is None
+    assert set(result["bound_at_alpha"]) == {"0.85", "0.9", "0.94"}
