@@ -57,7 +57,7 @@ class VerifyResult:
     tokens: torch.Tensor  # LongTensor [num_accepted + 1]
     num_accepted: int
     num_proposed: int
-    token_list: list[int] | None = field(default=None, repr=False)  # ``tokens`` on the host, when already read
+    token_list: list[int] | None = field(default=None, repr=False, compare=False)  # ``tokens`` on the host, when already read
 
     @property
     def next_token(self) -> int:
