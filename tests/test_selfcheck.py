@@ -73,6 +73,13 @@ def test_headless_reads_each_check_cell(tmp_path, condition, passed):
 
 
 def test_notebook_selection():
+    from specdec_helpers.assignment.authoring.selfcheck import Options, notebook_choice, plan
+
+    assert notebook_choice("auto", "cpu") == "01,03" and notebook_choice("auto", "cuda") == "all"
+    assert notebook_choice("02", "cuda") == "02"
+    steps = plan(Options(device="cpu", skip=("grader",)))
+    assert [s for s, _ in steps] == ["greedy", "sampling", "tree", "hf", "notebooks", "notebooks"]
+    assert plan(Options(device="cpu", notebooks="all"))[-1] == ("grader", "grader")
     assert [p.name[:2] for p in notebook_paths("01,03")] == ["01", "03"]
     assert len(notebook_paths("all")) >= 7
     with pytest.raises(ValueError, match="no notebook"):

@@ -19,7 +19,8 @@ def selfcheck(argv=None) -> int:
     parser.add_argument("--dtype", default="auto", choices=list(DTYPES),
                         help="model dtype for the device checks (auto: fp16 on a GPU, fp32 on the CPU)")
     parser.add_argument("--skip", default="", help=f"comma-separated sections to skip: {', '.join(SECTIONS)}")
-    parser.add_argument("--notebooks", default="all", help="which notebooks to run headless: all, or e.g. 01,03")
+    parser.add_argument("--notebooks", default="auto",
+                        help="notebooks to run headless: all, e.g. 01,03, or auto (all on a GPU; 01,03 on a CPU)")
     parser.add_argument("--prompts", type=at_least(1), default=2, help="prompts per check (default 2)")
     parser.add_argument("--max-new-tokens", type=at_least(2), default=32, help="tokens per greedy check (default 32)")
     parser.add_argument("--samples", type=at_least(100), default=2000,

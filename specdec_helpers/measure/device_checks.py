@@ -87,17 +87,19 @@ def greedy_rows(pair, prompts, max_new_tokens: int = 32, ks=(1, 4, 8)) -> list[R
     rows = []
     for name, run in variants.items():
         def check(run=run):
-            statuses, notes, accepted, proposed = [], [], 0, 0
+            statuses, notes, accepted, proposed, calls = [], [], 0, 0, [0, 0]
             for x, want in zip(ids, wants):
                 out = run(x)
                 accepted, proposed = accepted + out.stats.accepted, proposed + out.stats.proposed
+                calls = [calls[0] + out.stats.target_calls, calls[1] + out.stats.draft_calls]
                 status, message = _verdict(pair.target, x, _new(out.sequences, x), want)
                 statuses.append(status)
                 if status != PASS:
                     notes.append(message)
             status = FAIL if FAIL in statuses else NEAR_TIE if NEAR_TIE in statuses else PASS
             return Row("", "", status, "; ".join(notes) or f"{len(ids)} prompts identical to HF greedy",
-                       values=dict(prompts=len(ids), acceptance=round(accepted / proposed, 4) if proposed else None))
+                       values=dict(prompts=len(ids), acceptance=round(accepted / proposed, 4) if proposed else None,
+                                   target_calls=calls[0], draft_calls=calls[1]))
         rows.append(_timed_row("greedy", name, check))
     return rows
 
