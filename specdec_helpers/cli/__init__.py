@@ -19,9 +19,10 @@ from specdec_helpers.cli.course import (
     release,
 )
 from specdec_helpers.cli.run import bench, demo, distill, perf, report, train_toy
+from specdec_helpers.cli.selfcheck import selfcheck
 
 __all__ = ["COMMANDS", "main", "autograder", "bench", "check", "demo", "distill", "grade", "handin", "mistakes",
-           "perf", "release", "report", "train_toy"]
+           "perf", "release", "report", "selfcheck", "train_toy"]
 
 
 COMMANDS = {
@@ -35,6 +36,7 @@ COMMANDS = {
     "grade": (grade, "instructor: grade a submission (results.json) or a class folder (gradebook, similarity report)"),
     "autograder": (autograder, "instructor: a Gradescope autograder (setup.sh, run_autograder, the kit, the toy pair)"),
     "mistakes": (mistakes, "instructor: the known-mistake catalog, each graded (exit 1 if one goes uncaught)"),
+    "selfcheck": (selfcheck, "instructor: check the kit on this machine's GPU/CPU and dtype before a course; writes a JSON"),
     "check": (check, "student: run the visible tests on your exercises"),
     "handin": (handin, "student: bundle notebooks and report/ into a zip; refuses unfinished work (--force)"),
 }

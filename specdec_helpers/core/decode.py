@@ -156,7 +156,7 @@ def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: 
                 logits = score_draft(target, context, proposal.tokens, cache)
         with record_function("specdec::accept"):
             result = verify(logits, proposal.tokens, proposal.probs, sampler)
-            emitted = text.append(result.tokens)
+            emitted = text.append(result.tokens, result.token_list)
         # Kept: the old text plus the accepted draft tokens; the new last token is fed next round.
         with record_function("specdec::rollback"):
             ### BEGIN INSTRUCTOR ONLY
@@ -167,7 +167,7 @@ def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: 
             ### END INSTRUCTOR ONLY
             drafter.rollback(length + result.num_accepted)
         schedule.update(result.num_accepted, result.num_proposed)
-        text.record(Step(proposal.tokens.tolist(), result.num_accepted, emitted), result.num_proposed,
+        text.record(Step(proposal.tokens, result.num_accepted, emitted), result.num_proposed,
                     proposal.forward_calls)
 
     return run_rounds(input_ids, max_new_tokens, eos, one_round)

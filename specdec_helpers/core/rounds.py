@@ -14,7 +14,7 @@ from specdec_helpers.core.timing import sync_device
 class Step:
     """One round: what the draft proposed, how many the target accepted, what was appended."""
 
-    draft: list[int]
+    draft: list[int]  # a device tensor while the loop runs (no read per round); `run_rounds` makes it a list
     accepted: int
     emitted: list[int]  # tokens appended this round (accepted draft + correction/bonus, cut at EOS/limit)
 
@@ -124,12 +124,12 @@ class Text:
     def done(self) -> bool:
         return self.ended or self.length >= self.end
 
-    def append(self, tokens) -> list[int]:
+    def append(self, tokens, token_list: list[int] | None = None) -> list[int]:
         """Append a round's tokens (kept draft tokens + the target's own), cut after the first EOS and at
         ``max_new_tokens`` (a loop that drafts at most ``room`` tokens never reaches that cut); returns
-        what was appended."""
+        what was appended. ``token_list``: the same tokens already read to the host (saves a device read)."""
         tokens = torch.as_tensor(tokens)
-        emitted = cut_at_eos(tokens.tolist(), self.eos)[: self.end - self.length]
+        emitted = cut_at_eos(tokens.tolist() if token_list is None else token_list, self.eos)[: self.end - self.length]
         self.buffer[0, self.length : self.length + len(emitted)] = tokens[: len(emitted)]
         self.length += len(emitted)
         self.ended = emitted[-1] in self.eos
@@ -150,5 +150,16 @@ def run_rounds(input_ids: torch.Tensor, max_new_tokens: int, eos, one_round) -> 
         one_round(text)
     sync_device(input_ids.device)
     text.stats.wall_time_s = time.perf_counter() - start
+    _drafts_to_lists(text.steps)
     text.stats.new_tokens = text.length - text.prompt_length
     return DecodeOutput(text.context.clone(), text.stats, text.steps)
+
+
+def _drafts_to_lists(steps: list[Step]) -> None:
+    """Each step's draft tokens as a list, read from the device in one go once the loop is over."""
+    held = [step for step in steps if isinstance(step.draft, torch.Tensor)]
+    if held:
+        flat = torch.cat([step.draft.reshape(-1) for step in held]).tolist()
+        for step in held:
+            n = step.draft.numel()
+            step.draft, flat = flat[:n], flat[n:]

@@ -9,7 +9,7 @@ token, and acceptance collapses to about 1/vocabulary (PA3 students saw ~1/k).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -58,6 +58,7 @@ class VerifyResult:
     tokens: torch.Tensor  # LongTensor [num_accepted + 1]
     num_accepted: int
     num_proposed: int
+    token_list: list[int] | None = field(default=None, repr=False, compare=False)  # ``tokens`` on the host, when already read
 
     @property
     def next_token(self) -> int:
@@ -83,9 +84,11 @@ def accept_greedy(logits: torch.Tensor, draft_tokens: torch.Tensor) -> VerifyRes
     choices = logits.argmax(-1)  # [k + 1]
     k = draft_tokens.numel()
     matches = (choices[:k] == draft_tokens.to(choices.device)).int()
-    n = int(matches.cumprod(0).sum()) if k else 0
+    # The round's one host-device synchronisation: the accepted count and the target's choices come back
+    # together (tests/test_sync_count.py); the count decides everything after it.
+    n, *host = torch.cat([matches.cumprod(0).sum().view(1), choices]).tolist()
     # draft[:n] == choices[:n], so the kept tokens are simply choices[: n + 1].
-    return VerifyResult(choices[: n + 1], n, k)
+    return VerifyResult(choices[: n + 1], n, k, host[: n + 1])
     ### STUDENT EDITION
     # raise student_edition("greedy acceptance (accept_greedy)", "03", "accept_draft")
     ### END INSTRUCTOR ONLY
@@ -113,16 +116,16 @@ def accept_sampled(
     q_x = q[rows, x]
     # Accept iff u < p/q, written as u * q < p so q == 0 cannot divide by zero.
     accepted = sampler.uniform(k, p.device) * q_x < p_x
-    n = int(accepted.int().cumprod(0).sum()) if k else 0
-    if n < k:
-        residual = (p[n] - q[n]).clamp_min(0)
-        total = residual.sum()
-        # total == 0 only if p == q up to rounding, where rejection has ~zero probability anyway.
-        dist = residual / total if total > 0 else p[n]
-    else:
-        dist = p[k]
-    last = sampler.sample(dist.unsqueeze(0))
-    return VerifyResult(torch.cat([x[:n], last]), n, k)
+    n = accepted.int().cumprod(0).sum().view(1)  # stays on the device until the one read below
+    # Row n: the residual max(p_n - q_n, 0) after a rejection at n, or p_k (the bonus) when all k passed;
+    # picked on the device, so the round reads the host once (tests/test_sync_count.py).
+    row = torch.cat([(p[:k] - q).clamp_min(0), p[k:]]).index_select(0, n)
+    total = row.sum(-1, keepdim=True)
+    # total == 0 only if p == q up to rounding, where rejection has ~zero probability anyway: then p_n itself.
+    dist = torch.where(total > 0, row / total.clamp_min(torch.finfo(row.dtype).tiny), p.index_select(0, n))
+    last = sampler.sample(dist)
+    n, *host = torch.cat([n, x, last]).tolist()
+    return VerifyResult(torch.cat([x[:n], last]), n, k, host[:n] + host[k:])
 
 
 def _match_vocab(probs: torch.Tensor, vocab: int) -> torch.Tensor:

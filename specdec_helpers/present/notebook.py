@@ -80,9 +80,20 @@ def stale_modules() -> list[str]:
         except metadata.PackageNotFoundError:
             continue
         loaded = getattr(module, "__version__", None)
-        if loaded and loaded != installed:
+        if loaded and _public(loaded) != _public(installed):
             stale.append(f"{name} {loaded} is loaded, {installed} installed")
     return stale
+
+
+def _public(version: str) -> str:
+    """The version without its local label: Colab's torch says ``2.13.0+cu130`` where its metadata says
+    ``2.13.0``, and that is one install, not a stale one."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(str(version)).public
+    except InvalidVersion:
+        return str(version).split("+")[0]
 
 
 def show_pair(pair) -> None:

@@ -7,11 +7,17 @@
 # which cannot read source/ (the solutions, the hidden tests, the grader), write outside its scratch
 # folder, or signal the grader. bubblewrap adds a sandbox where the image allows namespaces.
 set -euxo pipefail
+# Python first: transformers 5.x and the pinned numpy need 3.11 or newer; Ubuntu 22.04 images have 3.10.
+PY=python3
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  PY=python3.11 && { apt-get update && apt-get install -y python3.11 python3.11-venv; } || {
+    echo "setup.sh: this image's python3 is older than 3.11 and python3.11 cannot be installed: choose a base image with Python 3.11 or newer (Ubuntu 24.04) in the autograder settings" >&2; exit 1; }
+fi
 cd /autograder/source
-if ! python3 -m venv --help > /dev/null 2>&1 || ! python3 -c "import ensurepip" 2> /dev/null; then
+if ! "$PY" -m venv --help > /dev/null 2>&1 || ! "$PY" -c "import ensurepip" 2> /dev/null; then
   apt-get update && apt-get install -y python3-venv python3-pip
 fi
-python3 -m venv /autograder/venv
+"$PY" -m venv /autograder/venv
 /autograder/venv/bin/pip install --upgrade pip
 /autograder/venv/bin/pip install -c constraints.txt torch --index-url https://download.pytorch.org/whl/cpu
 /autograder/venv/bin/pip install -c constraints.txt -r requirements.txt

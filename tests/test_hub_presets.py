@@ -1,0 +1,164 @@
+"""Every hub preset's load path, run offline on a synthesized Hugging Face cache (issue 26, item 2).
+
+`hub_cache.build_hub_cache` writes tiny random models under the presets' real repository ids, laid out
+as the hub client lays out its cache; with ``HF_HUB_OFFLINE=1`` and ``HF_HUB_CACHE`` pointing there, each
+path a student or grader takes loads them as it would load a download: `load_pair`, the notebooks'
+set-up cell, ``SpeculativeDecoder(target_name, draft_name)`` (stand-ins and the reference solution), and
+the grader's child processes. Each decodes equal to the target's greedy decoding.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import specdec_helpers as sd
+from hub_cache import build_hub_cache, family_of
+from specdec_helpers.models.pairs import get_preset
+
+HUB_PRESETS = [row["name"] for row in sd.list_presets() if not row["offline"]]
+N_NEW = 24
+
+
+@pytest.fixture(scope="session")
+def hub_cache_dir(tmp_path_factory) -> Path:
+    """The synthesized cache, built once per test session (about 5-10 s)."""
+    home = tmp_path_factory.mktemp("hf_home")
+    repo_ids = {x for name in HUB_PRESETS for x in (get_preset(name).target, get_preset(name).draft)}
+    build_hub_cache(home / "hub", repo_ids)
+    return home / "hub"
+
+
+@pytest.fixture
+def offline_hub(hub_cache_dir, monkeypatch) -> Path:
+    """HF_HUB_OFFLINE=1 and HF_HOME/HF_HUB_CACHE on the synthesized cache, for this process (huggingface_hub
+    read its settings at import: patched there too) and for child processes (the environment)."""
+    import huggingface_hub.constants as constants
+
+    home = hub_cache_dir.parent
+    for name, value in {"HF_HUB_OFFLINE": "1", "HF_HOME": str(home), "HF_HUB_CACHE": str(hub_cache_dir)}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HOME", str(home))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub_cache_dir))
+    return hub_cache_dir
+
+
+def _greedy(model, ids, n=N_NEW):
+    return model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
+                          pad_token_id=model.generation_config.pad_token_id)
+
+
+def test_the_cache_reads_back_as_a_hub_cache(offline_hub):
+    """huggingface_hub's own cache scanner sees every repository with a `main` revision and its files."""
+    from huggingface_hub import scan_cache_dir
+
+    info = scan_cache_dir(offline_hub)
+    assert not info.warnings, info.warnings
+    repos = {r.repo_id: r for r in info.repos}
+    for name in HUB_PRESETS:
+        for repo_id in (get_preset(name).target, get_preset(name).draft):
+            revision = next(iter(repos[repo_id].revisions))
+            assert "main" in revision.refs
+            assert {"config.json", "model.safetensors", "tokenizer_config.json"} <= {f.file_name for f in revision.files}
+
+
+def test_every_hub_preset_has_a_family():
+    assert HUB_PRESETS, "list_presets() lists no hub preset"
+    for name in HUB_PRESETS:
+        family_of(get_preset(name).target), family_of(get_preset(name).draft)
+
+
+@pytest.mark.parametrize("preset", HUB_PRESETS)
+def test_load_pair_decodes_equal_to_greedy(offline_hub, preset):
+    pair = sd.load_pair(preset, device="cpu", progress=False)
+    assert pair.preset == preset and isinstance(pair.draft, torch.nn.Module)
+    ids = pair.encode("The quick brown fox")
+    out = sd.speculative_decode(pair.target, pair.draft, ids, max_new_tokens=N_NEW,
+                                num_speculative_tokens=pair.num_speculative_tokens, eos_token_id=[])
+    assert out.sequences.tolist() == _greedy(pair.target, ids).tolist()
+    assert out.stats.new_tokens == N_NEW and out.stats.target_calls < N_NEW + 1  # it drafted, and some were taken
+    greedy = sd.greedy_decode(pair.target, ids, max_new_tokens=N_NEW, eos_token_id=[])
+    assert torch.equal(greedy.sequences, out.sequences)
+
+
+@pytest.mark.parametrize("preset", HUB_PRESETS)
+def test_notebook_setup_cell_path(offline_hub, preset, capsys):
+    """What the notebooks' set-up and load cells do with ``PRESET``: set up, load, pick prompts, encode."""
+    from specdec_helpers.present import notebook as nb
+
+    nb.setup()
+    pair = sd.load_pair(preset)  # as the load cell calls it: default device and dtype (CPU, fp32 here)
+    nb.show_pair(pair)
+    assert preset in capsys.readouterr().out
+    for prompt in nb.prompts_for(pair):
+        ids = pair.encode(prompt)
+        assert ids.shape[0] == 1 and ids.shape[1] > 1
+        assert pair.decode(ids).strip()[:5] == prompt.strip()[:5]
+
+
+@pytest.mark.parametrize("preset", ["pythia-1.4b/160m", "opt-350m/125m", "gpt2-large/gpt2", "llama-3.2-3b/1b"])
+@pytest.mark.parametrize("solution", ["kit stand-ins", "reference solution"])
+def test_speculative_decoder_by_hub_name(offline_hub, preset, solution):
+    """PA3's constructor: ``SpeculativeDecoder(target_name, draft_name)`` loads both by hub id, with the kit's
+    stand-ins and with the instructor's own graded cells (what the notebooks teach students to write)."""
+    from specdec_helpers.assignment.student.cells import load_functions
+    from specdec_helpers.assignment.student.decoder import build_decoder
+
+    functions = {}
+    if solution == "reference solution":
+        from specdec_helpers.assignment.grading.submission import reference_sources
+
+        functions = load_functions(reference_sources())
+    row = get_preset(preset)
+    decoder = build_decoder(**functions)(row.target, row.draft, device="cpu")
+    ids = decoder.encode("Once upon a time")
+    got = decoder.generate_ids(ids, N_NEW, row.num_speculative_tokens)
+    want = decoder.greedy_ids(ids, N_NEW)
+    assert got.tolist() == want.tolist()
+
+
+@pytest.mark.slow
+def test_grader_measures_a_hub_preset(offline_hub):
+    """The grader's speed measurement loads its pair by preset in the grader and in each child process
+    (which inherit the environment): on the PA3 pair the reference is graded identical to greedy."""
+    from specdec_helpers.assignment.grading.speed import measure
+    from specdec_helpers.assignment.grading.submission import reference_sources
+
+    ref = reference_sources()
+    perf = {"preset": "pythia-1.4b/160m", "max_new_tokens": 16, "repeats": 2, "warmup": 0, "baseline": "auto"}
+    m = measure(ref, ref, perf, seed=0)
+    assert m.error == "" and m.identical and m.speculates, m
+    assert m.detail["preset"] == "pythia-1.4b/160m" and m.detail["device"] == "cpu"
+
+
+@pytest.mark.slow
+def test_environment_alone_points_at_the_cache(hub_cache_dir):
+    """A fresh process with only the environment variables set (as a student's shell would have) loads a preset."""
+    home = hub_cache_dir.parent
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(home), "HF_HUB_CACHE": str(hub_cache_dir)}
+    code = ("import specdec_helpers as sd; p = sd.load_pair('pythia-1.4b/160m', device='cpu', progress=False); "
+            "o = sd.speculative_decode(p.target, p.draft, p.encode('Hello'), max_new_tokens=8); print('ok', o.stats.new_tokens)")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "ok 8" in done.stdout, done.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_selfcheck_at_a_hub_preset(offline_hub, tmp_path):
+    """`selfcheck --preset pythia-1.4b/160m` (what an instructor runs on a Colab GPU) on the synthesized cache:
+    greedy, tree and ours-vs-HF sections pass, in fp32 and in bf16 (near-ties allowed there)."""
+    import json
+
+    from specdec_helpers.cli import main
+
+    for dtype in ("fp32", "bf16"):
+        out = tmp_path / f"{dtype}.json"
+        code = main(["selfcheck", "--preset", "pythia-1.4b/160m", "--device", "cpu", "--dtype", dtype, "--no-progress",
+                     "--skip", "sampling,notebooks,grader", "--prompts", "1", "--repeats", "1", "--json", str(out)])
+        result = json.loads(out.read_text())
+        assert code == 0 and result["passed"], [r for r in result["rows"] if r["status"] == "FAIL"]
+        assert {r["section"] for r in result["rows"]} == {"greedy", "tree", "ours vs HF"}
