@@ -1,1 +1,1 @@
-"""Instructor-side grading: the grader, the test suites, the tiny test worlds, the child-process sandbox, speed measurement, the mistake catalog."""
+"""Instructor-side grading: the grader, the test suites, the tiny test worlds, the child-process sandbox, who runs student code with which rights (privilege, isolation), speed measurement, the mistake catalog."""

@@ -131,6 +131,7 @@ class Jail:
         self.lock, self.user = (claim_user() if self.user_layer else (None, None))
         self.processes: list[subprocess.Popen] = []
         self.scratch = Path(tempfile.mkdtemp(prefix="specdec-scratch-"))
+        self.problems: list[str] = []  # kit paths the student's user could read (user layer without bwrap)
         if self.user:
             os.chown(self.scratch, self.user.pw_uid, self.user.pw_gid)
             self.kill()  # a previous grading's leftovers of this user
@@ -229,10 +230,20 @@ class Jail:
 
     def kill(self) -> None:
         """Kill every process of this student (its user's, or its sandboxes' namespaces, or process groups)."""
+        members = [pid for process in self.processes if process.poll() is None and self.bwrap_layer and not self.user
+                   for pid in namespace_members(process.pid)]
         for process in self.processes:
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(process.pid, signal.SIGKILL)
+        for _ in range(200):  # the namespace dies with its init, not at once: kill its members and wait
+            members = [pid for pid in members if _alive(pid)]
+            for pid in members:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            if not members:
+                break
+            time.sleep(0.05)
         if self.user:
             for _ in range(50):
                 signal_user(self.user.pw_uid, self.user.pw_gid, signal.SIGCONT)  # a stopped process dies too
@@ -253,6 +264,13 @@ class Jail:
             remove_files_of(self.user.pw_uid)
             os.close(self.lock)
             self.lock, self.user = None, None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 @contextlib.contextmanager
