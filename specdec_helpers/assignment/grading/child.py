@@ -49,12 +49,14 @@ def poison() -> dict:
     """Guard the kit's implementations of the graded steps against direct calls from graded cells;
     returns the real stand-ins (for the parts the student did not write)."""
     import specdec_helpers
-    from specdec_helpers.core import decode, drafters, verify
+    from specdec_helpers.core import batch, decode, drafters, tree, verify
 
     real = dict(decoder_module.STANDINS)
     targets = [(verify, "accept_greedy"), (verify, "score_draft"), (verify, "verify_tokens_vectorized"),
                (decode, "speculative_decode"), (decode, "greedy_decode"), (drafters.ModelDrafter, "propose"),
-               (specdec_helpers, "speculative_decode"), (specdec_helpers, "greedy_decode")]
+               (tree, "tree_speculative_decode"), (batch, "batch_speculative_decode"),
+               (specdec_helpers, "speculative_decode"), (specdec_helpers, "greedy_decode"),
+               (specdec_helpers, "tree_speculative_decode")]
     for owner, name in targets:
         if hasattr(owner, name):
             setattr(owner, name, _poisoned(f"{getattr(owner, '__name__', owner)}.{name}", getattr(owner, name)))
