@@ -244,8 +244,8 @@ def _tree_loop(target, parts: _DraftParts, input_ids, max_new_tokens, widths, lo
 
     def draft(context, room):
         """(tree, its draws when sampling, nodes in the draft model's cache, draft passes)"""
-        if not room:
-            return TokenTree(), None, 0, 0
+        if not room:  # only the target's own token this round (greedy: its argmax; sampling: a draw from p)
+            return TokenTree(), (None if sampler.greedy else SampledTree()), 0, 0
         if drafter is not None:
             chains = 1 if sampler.greedy else widths[0]
             sampled, calls = draft_chains(drafter, context, chains, min(len(widths), room), sampler, rule)
