@@ -289,3 +289,40 @@ def test_same_seed_same_output_and_stats_add_up():
         assert out.stats.accepted == sum(s.accepted for s in out.steps) <= out.stats.proposed
         for step in out.steps:  # the kept branch is a branch of the round's tree
             assert step.emitted[: step.accepted] == step.draft[: step.accepted]
+
+
+# ----------------------------------------------------------------------------- notebook 07's exercise check
+
+def swapped(p, q):
+    """WRONG: what q has and p lacks."""
+    r = (q - p).clamp_min(0)
+    return r / r.sum()
+
+
+def unclamped(p, q):
+    """WRONG: p - q without clamping: negative 'probabilities'."""
+    return (p - q) / (p - q).sum()
+
+
+@pytest.mark.parametrize("wrong", [unnormalised, pytest.param(swapped, marks=slow),
+                                   pytest.param(unclamped, marks=slow), pytest.param(lambda p, q: p, marks=slow)])
+def test_notebook_check_fails_a_wrong_residual(wrong):
+    from specdec_helpers.present.trees import check_tree_residual
+
+    ok, message = check_tree_residual(wrong)
+    assert not ok and "p = " in message, message
+
+
+@pytest.mark.slow
+def test_notebook_check_passes_the_right_residual_and_says_unfinished():
+    from specdec_helpers.present import notebook as nb
+    from specdec_helpers.present.trees import check_tree_residual
+
+    ok, message = check_tree_residual(residual_distribution)
+    assert ok, message
+
+    def unfinished(p, q):
+        raise NotImplementedError
+
+    with pytest.raises(nb.CheckFailed, match="Not done yet"):
+        nb.check(lambda: check_tree_residual(unfinished)[0], "fine")

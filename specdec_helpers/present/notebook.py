@@ -15,6 +15,7 @@ import sys
 import warnings
 
 from specdec_helpers.measure.bench import PA3_PROMPTS
+from specdec_helpers.present import trees  # noqa: F401 - notebook 07 reaches its tree helpers as nb.trees
 from specdec_helpers.present.hints import HINTS, hint_text
 from specdec_helpers.models.toy import TOY_PROMPTS
 
