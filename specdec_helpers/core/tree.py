@@ -17,7 +17,9 @@ and the kept branch, which is exactly the cache a chain over the kept text would
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
+import time
 import weakref
 from dataclasses import dataclass
 
@@ -33,8 +35,9 @@ from specdec_helpers.core.drafters import (
     as_drafter,
     exclusive,
 )
-from specdec_helpers.core.rounds import DecodeOutput, Text, run_rounds
+from specdec_helpers.core.rounds import DecodeOutput, Text
 from specdec_helpers.core.sampling import Sampler
+from specdec_helpers.core.timing import sync_device
 from specdec_helpers.core.tree_sampling import (
     SampledTree,
     add_lookup_branch,
@@ -235,67 +238,79 @@ def tree_speculative_decode(
 
 
 def _tree_loop(target, parts: _DraftParts, input_ids, max_new_tokens, widths, lookup_tokens, eos, sampler, rule):
+    """The rounds, written out: draft a tree, one target pass, walk it, append, keep the branch in the caches.
+    The bookkeeping lines are those of `rounds.run_rounds`, repeated here so the whole round reads in one place."""
     target_cache = new_cache(target)
     model, drafter = parts.model, parts.chains
     draft_cache = new_cache(model) if model is not None else None
     features = drafter is not None and drafter.needs_target_features
-    if drafter is not None:
-        drafter.reset()
-
-    def draft(context, room):
-        """(tree, its draws when sampling, nodes in the draft model's cache, draft passes)"""
-        if not room:  # only the target's own token this round (greedy: its argmax; sampling: a draw from p)
-            return TokenTree(), (None if sampler.greedy else SampledTree()), 0, 0
+    text = Text(input_ids, max_new_tokens, eos)
+    sync_device(input_ids.device)
+    start = time.perf_counter()
+    with exclusive(drafter) if drafter is not None else contextlib.nullcontext():  # a drafter keeps state
         if drafter is not None:
-            chains = 1 if sampler.greedy else widths[0]
-            sampled, calls = draft_chains(drafter, context, chains, min(len(widths), room), sampler, rule)
-            return sampled.tree, (None if sampler.greedy else sampled), 0, calls
-        if sampler.greedy:
-            tree, in_cache, calls = TokenTree(), 0, 0
-            if model is not None:
-                tree, in_cache, calls = draft_tree(model, draft_cache, context, widths[:room], parts.vocab_limit)
-            if parts.lookup is not None:
-                tree.add_branch(parts.lookup.propose(context, min(lookup_tokens, room)).tokens.tolist())
-            return tree, None, in_cache, calls
-        sampled, in_cache, calls = SampledTree(), 0, 0
-        if model is not None:
-            sampled, in_cache, calls = draft_sampled_tree(model, draft_cache, context, widths[:room], parts.vocab_limit,
-                                                          sampler, rule)
-        if parts.lookup is not None:
-            add_lookup_branch(sampled, parts.lookup.propose(context, min(lookup_tokens, room)).tokens)
-        return sampled.tree, sampled, in_cache, calls
+            drafter.reset()
+        while not text.done:
+            context, length = text.context, text.length
+            tree, sampled, in_draft_cache, calls = _draft(parts, draft_cache, context, text.room, widths,
+                                                          lookup_tokens, sampler, rule)
 
-    def one_round(text: Text) -> None:
-        context, length = text.context, text.length
-        tree, sampled, in_draft_cache, calls = draft(context, text.room)
+            # One target pass: row 0 judges depth-1 nodes, row 1 + i judges node i's children.
+            logits = tree_forward(target, target_cache, context, tree, logits_to_keep=len(tree) + 1, features=features)
+            logits, hidden = logits if features else (logits, None)
+            if sampled is None:
+                path, last = greedy_walk(tree, logits)
+            else:
+                path, last = sampled_walk(sampled, logits, rule, sampler)
+            emitted = text.append([tree.tokens[i] for i in path] + [last])
 
-        # One target pass: row 0 judges depth-1 nodes, row 1 + i judges node i's children.
-        logits = tree_forward(target, target_cache, context, tree, logits_to_keep=len(tree) + 1, features=features)
-        logits, hidden = logits if features else (logits, None)
-        if sampled is None:
-            path, last = greedy_walk(tree, logits)
-        else:
-            path, last = sampled_walk(sampled, logits, rule, sampler)
-        emitted = text.append([tree.tokens[i] for i in path] + [last])
+            # Keep the text plus the kept branch; the new last token is fed next round, as in the chain loop.
+            prefix = list(range(length))
+            keep_cache_positions(target_cache, prefix + [length + i for i in path])
+            if model is not None and calls:  # the draft fed the text this round; only non-leaf nodes are in its cache
+                cached = itertools.takewhile(lambda i: i < in_draft_cache, path)
+                keep_cache_positions(draft_cache, prefix + [length + i for i in cached])
+            if drafter is not None:
+                if hidden is not None:  # the target's features of the fed text and of the kept branch
+                    tail = hidden.shape[0] - len(tree)
+                    kept = hidden[list(range(tail)) + [tail + i for i in path]]
+                    drafter.observe_target(kept.unsqueeze(0), length - tail)
+                drafter.rollback(length + len(path))
+            node = path[-1] if path else -1
+            text.record(TreeStep(tree.branch_from(node), len(path), emitted, tree), len(tree), calls)
+    sync_device(input_ids.device)
+    text.stats.wall_time_s = time.perf_counter() - start
+    text.stats.new_tokens = text.length - text.prompt_length
+    return DecodeOutput(text.context.clone(), text.stats, text.steps)
 
-        # Keep the text plus the kept branch; the new last token is fed next round, as in the chain loop.
-        prefix = list(range(length))
-        keep_cache_positions(target_cache, prefix + [length + i for i in path])
-        if model is not None and calls:  # the draft fed the text this round; only non-leaf nodes are in its cache
-            cached = itertools.takewhile(lambda i: i < in_draft_cache, path)
-            keep_cache_positions(draft_cache, prefix + [length + i for i in cached])
-        if drafter is not None:
-            if hidden is not None:  # the target's features of the fed text and of the kept branch
-                tail = hidden.shape[0] - len(tree)
-                drafter.observe_target(hidden[list(range(tail)) + [tail + i for i in path]].unsqueeze(0), length - tail)
-            drafter.rollback(length + len(path))
-        node = path[-1] if path else -1
-        text.record(TreeStep(tree.branch_from(node), len(path), emitted, tree), len(tree), calls)
 
-    if drafter is None:
-        return run_rounds(input_ids, max_new_tokens, eos, one_round)
-    with exclusive(drafter):  # stateful: one decode at a time per drafter (see `exclusive`)
-        return run_rounds(input_ids, max_new_tokens, eos, one_round)
+def _draft(parts: _DraftParts, draft_cache, context, room, widths, lookup_tokens, sampler, rule):
+    """This round's tree: ``(tree, its draws when sampling else None, nodes in the draft model's cache, passes)``."""
+    if not room:  # only the target's own token this round (greedy: its argmax; sampling: a draw from p)
+        return TokenTree(), (None if sampler.greedy else SampledTree()), 0, 0
+    if parts.chains is not None:
+        chains = 1 if sampler.greedy else widths[0]
+        sampled, calls = draft_chains(parts.chains, context, chains, min(len(widths), room), sampler, rule)
+        return sampled.tree, (None if sampler.greedy else sampled), 0, calls
+    if not sampler.greedy:
+        return _draft_sampled(parts, draft_cache, context, room, widths, lookup_tokens, sampler, rule)
+    tree, in_cache, calls = TokenTree(), 0, 0
+    if parts.model is not None:
+        tree, in_cache, calls = draft_tree(parts.model, draft_cache, context, widths[:room], parts.vocab_limit)
+    if parts.lookup is not None:
+        tree.add_branch(parts.lookup.propose(context, min(lookup_tokens, room)).tokens.tolist())
+    return tree, None, in_cache, calls
+
+
+def _draft_sampled(parts: _DraftParts, draft_cache, context, room, widths, lookup_tokens, sampler, rule):
+    """`_draft` when sampling: children drawn from the draft model, the n-gram branch as one-hot draws."""
+    sampled, in_cache, calls = SampledTree(), 0, 0
+    if parts.model is not None:
+        sampled, in_cache, calls = draft_sampled_tree(parts.model, draft_cache, context, widths[:room],
+                                                      parts.vocab_limit, sampler, rule)
+    if parts.lookup is not None:
+        add_lookup_branch(sampled, parts.lookup.propose(context, min(lookup_tokens, room)).tokens)
+    return sampled.tree, sampled, in_cache, calls
 
 
 def greedy_walk(tree: TokenTree, logits: torch.Tensor) -> tuple[list[int], int]:
