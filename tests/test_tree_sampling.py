@@ -326,3 +326,15 @@ def test_notebook_check_passes_the_right_residual_and_says_unfinished():
 
     with pytest.raises(nb.CheckFailed, match="Not done yet"):
         nb.check(lambda: check_tree_residual(unfinished)[0], "fine")
+
+
+def test_sampling_benchmark_rows(capsys):
+    from specdec_helpers.measure.trees import compare_tree_chain_sampling
+
+    target, draft = models()["target"], models()["close"]
+    rows = compare_tree_chain_sampling(target, draft, [torch.tensor([PROMPT])], tree=(2, 1), max_new_tokens=12)
+    assert [r["method"] for r in rows] == ["chain k=2", "chain k=3", "tree [2, 1] specinfer", "tree [2, 1] sequoia"]
+    assert rows[0]["ratio"] == 1.0 and all(1.0 <= r["tokens_per_target_call"] <= 3.0 for r in rows)
+    assert "ratio" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="ModelPair"):
+        compare_tree_chain_sampling(target, draft, ["text"])
