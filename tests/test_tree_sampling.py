@@ -338,3 +338,19 @@ def test_sampling_benchmark_rows(capsys):
     assert "ratio" in capsys.readouterr().out
     with pytest.raises(ValueError, match="ModelPair"):
         compare_tree_chain_sampling(target, draft, ["text"])
+
+
+@pytest.mark.parametrize("draft_vocab", [12, 20])
+def test_draft_vocab_narrower_or_wider_than_target(draft_vocab):
+    """Hot sampling reaches the ids only one model has: the draft reads the target's extra ids as 0."""
+    target = tiny_model("gpt_neox", vocab=16)
+    draft = tiny_model("gpt_neox", seed=4, vocab=draft_vocab)
+    ids = torch.tensor([[1, 2, 3]])
+    seen = set()
+    for seed, rule in enumerate(["specinfer", "sequoia"] * 2):
+        out = tree_speculative_decode(target, draft, ids, max_new_tokens=30, temperature=3.0, tree_sampling=rule,
+                                      generator=torch.Generator().manual_seed(seed))
+        seen |= set(out.sequences[0].tolist())
+    assert max(seen) < 16 and (draft_vocab > 16 or max(seen) >= draft_vocab)  # the target's extra ids did occur
+    out = tree_speculative_decode(target, draft, ids, max_new_tokens=20, tree=(2, 2))
+    assert torch.equal(out.sequences, hf_greedy(target, ids, 20))

@@ -140,6 +140,12 @@ class _DraftParts:
     vocab_limit: int | None = None
     lookup: PromptLookupDrafter | None = None
     chains: Drafter | None = None  # proposes whole chains; reads the target's features if it says so
+    input_vocab: int | None = None  # ids the draft model can read, when the target can emit more
+
+    def draft_context(self, context: torch.Tensor) -> torch.Tensor:
+        """The text as the draft model reads it: an id beyond its embeddings (one of the target's extra ids,
+        sampled) is read as 0, as `ModelDrafter` does; the guesses get worse, nothing else changes."""
+        return context if self.input_vocab is None else torch.where(context < self.input_vocab, context, 0)
 
 
 def _draft_parts(draft, target) -> _DraftParts:
@@ -156,7 +162,8 @@ def _draft_parts(draft, target) -> _DraftParts:
         return _DraftParts(None, vocab, lookup)
     checks.check_model(model_drafter.model, "draft")
     limit = model_drafter.vocab_limit
-    return _DraftParts(model_drafter.model, vocab if limit is None else min(limit, vocab), lookup)
+    readable = model_drafter.input_vocab if model_drafter.input_vocab < vocab else None
+    return _DraftParts(model_drafter.model, vocab if limit is None else min(limit, vocab), lookup, None, readable)
 
 
 def draft_tree(model, cache, context: torch.Tensor, widths, vocab_limit: int | None = None):
@@ -296,7 +303,8 @@ def _draft(parts: _DraftParts, draft_cache, context, room, widths, lookup_tokens
         return _draft_sampled(parts, draft_cache, context, room, widths, lookup_tokens, sampler, rule)
     tree, in_cache, calls = TokenTree(), 0, 0
     if parts.model is not None:
-        tree, in_cache, calls = draft_tree(parts.model, draft_cache, context, widths[:room], parts.vocab_limit)
+        tree, in_cache, calls = draft_tree(parts.model, draft_cache, parts.draft_context(context), widths[:room],
+                                           parts.vocab_limit)
     if parts.lookup is not None:
         tree.add_branch(parts.lookup.propose(context, min(lookup_tokens, room)).tokens.tolist())
     return tree, None, in_cache, calls
@@ -306,8 +314,8 @@ def _draft_sampled(parts: _DraftParts, draft_cache, context, room, widths, looku
     """`_draft` when sampling: children drawn from the draft model, the n-gram branch as one-hot draws."""
     sampled, in_cache, calls = SampledTree(), 0, 0
     if parts.model is not None:
-        sampled, in_cache, calls = draft_sampled_tree(parts.model, draft_cache, context, widths[:room],
-                                                      parts.vocab_limit, sampler, rule)
+        sampled, in_cache, calls = draft_sampled_tree(parts.model, draft_cache, parts.draft_context(context),
+                                                      widths[:room], parts.vocab_limit, sampler, rule)
     if parts.lookup is not None:
         add_lookup_branch(sampled, parts.lookup.propose(context, min(lookup_tokens, room)).tokens)
     return sampled.tree, sampled, in_cache, calls
