@@ -25,7 +25,7 @@ from specdec_helpers.core import tree_sampling
 from specdec_helpers.core.drafters import HybridDrafter, ModelDrafter
 from specdec_helpers.core.sampling import Sampler, residual_distribution
 from specdec_helpers.core.tree import tree_speculative_decode
-from specdec_helpers.core.tree_sampling import _draw, accept_at_node
+from specdec_helpers.core.tree_sampling import accept_at_node, draw_children
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -76,7 +76,7 @@ def node_run(draw_rule, verify_rule, children, setting, runs=3000, seed=0, draft
         if lookup is not None:
             tokens.append(lookup)
             draws.append((0, None))
-        for x in _draw(q, children, draw_rule, sampler):
+        for x in draw_children(q, children, draw_rule, sampler):
             tokens.append(x)
             draws.append((len(tokens) - 1, q))
         counts[accept(p, draws, tokens, verify_rule, sampler, residual)[1]] += 1
@@ -130,9 +130,9 @@ def test_sequoia_draws_never_repeat_and_specinfer_may():
     sampler = Sampler(1.0, generator=torch.Generator().manual_seed(0))
     q = torch.tensor([0.7, 0.2, 0.1, 0.0])
     for _ in range(50):
-        drawn = _draw(q, 4, "sequoia", sampler)
+        drawn = draw_children(q, 4, "sequoia", sampler)
         assert sorted(drawn) == [0, 1, 2]  # the whole support, each once: a 0-probability token never
-    assert any(len(set(_draw(q, 3, "specinfer", sampler))) < 3 for _ in range(50))
+    assert any(len(set(draw_children(q, 3, "specinfer", sampler))) < 3 for _ in range(50))
 
 
 # ----------------------------------------------------------------------------- whole decodes: joint of the first tokens

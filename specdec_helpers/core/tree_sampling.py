@@ -111,7 +111,7 @@ def sampled_walk(sampled: SampledTree, logits: torch.Tensor, rule: str, sampler:
 # --------------------------------------------------------------------------- drafting
 
 
-def _draw(q: torch.Tensor, n: int, rule: str, sampler: Sampler) -> list[int]:
+def draw_children(q: torch.Tensor, n: int, rule: str, sampler: Sampler) -> list[int]:
     """``n`` tokens from ``q``: independent (SpecInfer), or one by one without replacement (Sequoia)."""
     if rule == "specinfer":
         return sampler.sample(q.expand(n, -1)).tolist()
@@ -153,7 +153,7 @@ def draft_sampled_tree(model, cache, context: torch.Tensor, widths, vocab_limit,
         q = sampler.probs(logits[-len(frontier):, :vocab_limit])
         first, new_scores = len(tree), {}
         for row, n in enumerate(_allocate(width, scores)):
-            for x in _draw(q[row], n, rule, sampler) if n else ():
+            for x in draw_children(q[row], n, rule, sampler) if n else ():
                 node = sampled.draw(x, frontier[row], q[row])
                 new_scores.setdefault(node, float(scores[row]) + float(q[row, x].log()))
         if len(tree) == first:

@@ -8,7 +8,7 @@ from specdec_helpers.core.cache import new_cache  # noqa: F401 - for the noteboo
 from specdec_helpers.core.checks import greedy_divergence
 from specdec_helpers.core.sampling import Sampler
 from specdec_helpers.core.tree import draft_tree, tree_attention_mask, tree_forward  # noqa: F401
-from specdec_helpers.core.tree_sampling import RULES, _draw, accept_at_node
+from specdec_helpers.core.tree_sampling import RULES, accept_at_node, draw_children
 from specdec_helpers.measure.trees import compare_tree_chain, compare_tree_chain_sampling  # noqa: F401
 
 
@@ -78,7 +78,7 @@ def check_tree_residual(residual, runs: int = 2000, children: int = 3, seed: int
         counts = torch.zeros(vocab)
         try:
             for _ in range(runs):
-                tokens = _draw(q, children, rule, sampler)
+                tokens = draw_children(q, children, rule, sampler)
                 draws = [(i, q) for i in range(len(tokens))]
                 counts[accept_at_node(p, draws, tokens, rule, sampler, residual=residual)[1]] += 1
         except NotImplementedError:
