@@ -1,4 +1,4 @@
-"""Acceptance vs temperature (speculative sampling) and tree vs chain at equal node budget, per preset.
+"""Acceptance vs temperature (speculative sampling) and tree vs chain (greedy and sampling), per preset.
 
     python benchmarks/sampling_and_trees.py --presets toy,smollm2-135m
 
@@ -12,6 +12,7 @@ import torch
 
 import specdec_helpers as sd
 from specdec_helpers.measure.bench import PA3_PROMPTS
+from specdec_helpers.measure.trees import compare_tree_chain_sampling
 
 
 def acceptance_vs_temperature(pair, prompts, temperatures, k, max_new_tokens, seed=0):
@@ -34,6 +35,7 @@ def main(argv=None) -> int:
     parser.add_argument("--temperatures", default="0,0.3,0.7,1.0,1.5")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--tree", default="3,2,2,1,1", help="nodes kept per depth")
+    parser.add_argument("--tree-temperature", type=float, default=0.8, help="for tree vs chain when sampling")
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args(argv)
     if args.threads:
@@ -44,8 +46,11 @@ def main(argv=None) -> int:
         prompts = PA3_PROMPTS
         acceptance_vs_temperature(pair, prompts, temperatures, pair.num_speculative_tokens, args.max_new_tokens)
         print(f"\n{preset}: tree vs chain")
-        sd.compare_tree_chain(pair, None, prompts, tree=tuple(int(w) for w in args.tree.split(",")),
-                              max_new_tokens=args.max_new_tokens)
+        tree = tuple(int(w) for w in args.tree.split(","))
+        sd.compare_tree_chain(pair, None, prompts, tree=tree, max_new_tokens=args.max_new_tokens)
+        print(f"\n{preset}: tree vs chain, sampling (multi-draft rejection sampling, both rules)")
+        compare_tree_chain_sampling(pair, None, prompts, tree=tree, temperature=args.tree_temperature,
+                                    max_new_tokens=args.max_new_tokens)
     return 0
 
 

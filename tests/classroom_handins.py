@@ -400,9 +400,11 @@ logits, draft_tokens = target_logits, draft
 choices = logits.argmax(-1)  # [k + 1]
 k = draft_tokens.numel()
 matches = (choices[:k] == draft_tokens.to(choices.device)).int()
-n = int(matches.cumprod(0).sum()) if k else 0
+# The round's one host-device synchronisation: the accepted count and the target's choices come back
+# together (tests/test_sync_count.py); the count decides everything after it.
+n, *host = torch.cat([matches.cumprod(0).sum().view(1), choices]).tolist()
 # draft[:n] == choices[:n], so the kept tokens are simply choices[: n + 1].
-accepted_tokens, accepted_position = choices[: n + 1].tolist(), n
+accepted_tokens, accepted_position = host[: n + 1], n
 """, """\
 k = draft_tokens.numel()
 fed = input_ids

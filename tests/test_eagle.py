@@ -274,14 +274,15 @@ def test_eagle_by_name_loads_the_cached_draft_and_hybrid_wraps_it(trained, monke
     assert isinstance(pair.with_draft(hybrid).with_draft("hybrid").draft.model_drafter, eagle.FeatureDrafter)  # no nesting
 
 
-def test_a_hybrid_needs_a_model_or_a_drafter_and_trees_need_a_model():
+def test_a_hybrid_needs_a_model_or_a_drafter_and_trees_take_feature_drafts():
     from specdec_helpers.core.tree import tree_speculative_decode
 
     target = tiny_target()
     with pytest.raises(TypeError, match="causal LM or a Drafter"):
         HybridDrafter("eagle")
-    with pytest.raises(TypeError, match="tree drafting needs a draft model"):
-        tree_speculative_decode(target, HybridDrafter(fresh_drafter(target)), torch.tensor([[5, 9, 14]]), max_new_tokens=4)
+    ids = torch.tensor([[5, 9, 14]])  # a tree of the feature draft's chains, fed the target's features of the kept branch
+    out = tree_speculative_decode(target, HybridDrafter(fresh_drafter(target)), ids, max_new_tokens=12)
+    assert torch.equal(out.sequences, hf_greedy(target, ids, 12))
 
 
 def test_load_refuses_a_draft_of_another_target(trained):

@@ -7,6 +7,7 @@ can make namespaces (``user+bwrap``); CI and Gradescope run as root.
 from __future__ import annotations
 
 import os
+import re
 import pwd
 import subprocess
 import time
@@ -191,6 +192,19 @@ def test_the_students_view_holds_no_hidden_test_and_no_instructor_tool():
     suite = (kernel / "specdec_helpers/assignment/grading/suite.py").read_text()
     original = (ROOT / "specdec_helpers/assignment/grading/suite.py").read_text()
     assert "BEGIN HIDDEN TESTS" in original and "BEGIN HIDDEN TESTS" not in suite
+
+
+def test_the_students_view_is_the_student_edition():
+    """No kit implementation of a graded part is importable from student code, so inspect.getsource + exec
+    or a module global cannot reach it: the view holds the student edition of every module."""
+    answer = "matches = (choices[:k] == draft_tokens.to(choices.device)).int()"
+    assert answer in (ROOT / "specdec_helpers/core/verify.py").read_text()  # the instructor's kit has it
+    for kind in ("child", "kernel"):
+        folder = isolation.view(kind) / "specdec_helpers"
+        assert answer not in (folder / "core/verify.py").read_text()
+        assert not [p for p in folder.rglob("*.py") if re.search(r"^\s*### BEGIN INSTRUCTOR ONLY\s*$", p.read_text(), re.M)]
+        decoder = (folder / "assignment/student/decoder.py").read_text()
+        assert "missing_part(name) for name in FUNCTIONS" in decoder and "standin_verify_tokens_cached" not in decoder
 
 
 def test_readable_by_follows_every_folder_on_the_path(tmp_path):

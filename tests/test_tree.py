@@ -224,8 +224,12 @@ def test_sliding_window_cache_gets_a_clear_error():
 
 def test_bad_arguments():
     target, draft = pair("gpt_neox")
-    with pytest.raises(ValueError, match="greedy only"):
-        tree_speculative_decode(target, draft, prompt(), temperature=0.7)
+    with pytest.raises(ValueError, match="'specinfer', 'sequoia'"):
+        tree_speculative_decode(target, draft, prompt(), temperature=0.7, tree_sampling="beam")
+    with pytest.raises(ValueError, match="temperature"):
+        tree_speculative_decode(target, draft, prompt(), temperature=-1.0)
+    with pytest.raises(ValueError, match="top_p"):
+        tree_speculative_decode(target, draft, prompt(), temperature=1.0, top_p=0.0)
     with pytest.raises(TypeError, match="widths per depth"):
         tree_speculative_decode(target, draft, prompt(), tree=4)
     with pytest.raises(ValueError, match=">= 1"):

@@ -82,3 +82,15 @@ class Sampler:
         """``n`` draws from U[0, 1) on ``device`` using this sampler's generator."""
         gen_device = self.generator.device if self.generator is not None else device
         return torch.rand(n, generator=self.generator, device=gen_device).to(device)
+
+
+def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``norm(max(p - q, 0))``: what the target still owes after a draft token drawn from ``q`` was rejected.
+
+    Rejection sampling's second half (Leviathan et al. 2023; SpecInfer applies it once per rejected
+    sibling). Its total is 0 only when ``p == q`` up to rounding, where a rejection has ~zero chance
+    anyway: then ``p`` itself is returned rather than a NaN.
+    """
+    residual = (p - q).clamp_min(0)
+    total = residual.sum(-1, keepdim=True)
+    return torch.where(total > 0, residual / total.clamp_min(torch.finfo(residual.dtype).tiny), p)

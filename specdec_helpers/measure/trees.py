@@ -65,3 +65,53 @@ def compare_tree_chain(target, draft=None, prompts=(), *, tree=DEFAULT_TREE, max
             print(f"{r['method']:<22}{r['tokens_per_target_call']:>9.2f}{r['nodes_per_target_call']:>11.2f}"
                   f"{r['draft_calls']:>12}{r['time_s']:>8.2f}{r['speedup']:>7.2f}x  {r['same']}")
     return rows
+
+
+def compare_tree_chain_sampling(target, draft=None, prompts=(), *, tree=DEFAULT_TREE, temperature: float = 0.8,
+                                top_k: int | None = None, top_p: float | None = None, max_new_tokens: int = 64,
+                                seed: int = 0, show: bool = True) -> list[dict]:
+    """Sampling: chains vs trees (both rules of `core.tree_sampling`), in tokens per target call.
+
+    The same chains as `compare_tree_chain` (as deep as the tree; with its node budget), each run once per
+    prompt with its own seeded generator. Every method samples the target's own distribution, so the
+    texts differ; what is compared is how many tokens a target pass yields. ``ratio`` is tokens per
+    call over the depth-matched chain's. Read it from one run: sampling makes it noisy on few prompts.
+    """
+    encode = None
+    if hasattr(target, "encode") and hasattr(target, "target"):  # a ModelPair
+        encode, draft, target = target.encode, (target.draft if draft is None else draft), target.target
+    widths = check_tree_shape(tree)
+    ids = [encode(p) if isinstance(p, str) and encode else p for p in prompts]
+    if not ids or any(isinstance(p, str) for p in ids):
+        raise ValueError("give prompts as token-id tensors, or strings together with a ModelPair as target")
+    depth, budget = len(widths), sum(widths)
+    warp = dict(temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens)
+    methods = {
+        f"chain k={depth}": lambda x, g: speculative_decode(target, draft, x, num_speculative_tokens=depth,
+                                                            generator=g, **warp),
+        f"chain k={budget}": lambda x, g: speculative_decode(target, draft, x, num_speculative_tokens=budget,
+                                                             generator=g, **warp),
+    }
+    for rule in ("specinfer", "sequoia"):
+        methods[f"tree {list(widths)} {rule}"] = (
+            lambda x, g, rule=rule: tree_speculative_decode(target, draft, x, tree=widths, tree_sampling=rule,
+                                                            generator=g, **warp))
+    rows = []
+    for name, run in methods.items():
+        new = calls = accepted = proposed = 0
+        for i, x in enumerate(ids):
+            stats = run(x, torch.Generator(device=x.device).manual_seed(seed + i)).stats
+            new, calls = new + stats.new_tokens, calls + stats.target_calls
+            accepted, proposed = accepted + stats.accepted, proposed + stats.proposed
+        rows.append(dict(method=name, tokens_per_target_call=new / calls if calls else 0.0,
+                         nodes_per_target_call=proposed / calls if calls else 0.0,
+                         accepted_per_target_call=accepted / calls if calls else 0.0))
+    base = rows[0]["tokens_per_target_call"] or 1.0
+    for row in rows:
+        row["ratio"] = row["tokens_per_target_call"] / base
+    if show:
+        print(f"{'method (sampling, T=' + format(temperature, 'g') + ')':<34}{'tok/call':>9}{'nodes/call':>11}{'ratio':>7}")
+        for r in rows:
+            print(f"{r['method']:<34}{r['tokens_per_target_call']:>9.2f}{r['nodes_per_target_call']:>11.2f}"
+                  f"{r['ratio']:>6.2f}x")
+    return rows

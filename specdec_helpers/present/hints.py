@@ -71,6 +71,8 @@ HINTS: dict[str, tuple[str, str]] = {
     # 07 · trees
     "ex1_ancestor_mask": ("a node attends to itself and to every ancestor; parents come before children.",
                           "start row i from its parent's row (parents come first), then set the diagonal."),
+    "ex2_tree_residual": ("after a rejected child, the target still owes what p has and q lacks, as a distribution.",
+                          "clamp p - q at 0 (clamp_min(0)) and divide by its sum; if the sum is 0 (p == q), return p."),
     # 08 · serving
     "ex1_position_ids": ("a row's first real token gets position 0, wherever its padding put it.",
                          "a cumulative sum of the mask counts each row's real tokens; subtract one and clamp the pads "

@@ -80,11 +80,18 @@ def view(kind: str = "child") -> Path:
         return skip
 
     shutil.copytree(PACKAGE, folder / "specdec_helpers", ignore=ignore)
-    if kind != "child":
-        from specdec_helpers.assignment.authoring.release import strip
+    from specdec_helpers.assignment.authoring.release import strip
 
+    if kind != "child":
         for path in (folder / "specdec_helpers" / "assignment" / "grading").glob("*.py"):
             path.write_text(strip(path.read_text(), where=path.name))
+    # The student edition of every module: the kit's own implementations of the graded parts (INSTRUCTOR
+    # ONLY regions) are not in the student's view, so no name, module global or inspect.getsource + exec
+    # reaches them from a graded cell; the stand-ins become placeholders that name the missing part.
+    for path in (folder / "specdec_helpers").rglob("*.py"):
+        source = path.read_text()
+        if "### BEGIN INSTRUCTOR ONLY" in source:
+            path.write_text(strip(source, where=path.name))
     for path in [folder, *folder.rglob("*")]:
         os.chmod(path, 0o755 if path.is_dir() else 0o644)
     _views[kind] = folder
