@@ -32,7 +32,10 @@ STEMS = {p.stem: p for p in (ROOT / "specdec_helpers").rglob("*.py") if p.stem !
 GENERATED = ("report/build", "build/", "handin.zip", "DIR", "ROOT/", "../students", "/content", "/autograder",
              "report/figures", "report/tables", ".ci-cache", "benchmarks/results", "__MACOSX",
              # written by the instructor or by a command: results, configs, the autograder bundle's files
-             "results.json", "perf.json", "points.toml", "release.toml", "setup.sh", "constraints.txt")
+             "results.json", "perf.json", "points.toml", "release.toml", "setup.sh", "constraints.txt",
+             # what `grade` writes for a class, and the folders the README's examples name
+             "submissions", "grades/", "similarity.json", "similarity.html", "gradebook.csv", "histogram.png",
+             "grade.log")
 
 
 def _spans(doc: Path):
@@ -96,7 +99,7 @@ def test_every_named_module_and_api_exists(doc):
                     except ImportError:
                         problems.append(word)
             short = SHORT.match(word)
-            if short and short[1] in STEMS and short[2] not in ("py", "md", "zip", "json", "toml", "ipynb", "txt"):
+            if short and short[1] in STEMS and short[2] not in ("py", "md", "zip", "json", "toml", "ipynb", "txt", "html", "csv", "png", "log"):
                 module = ".".join(STEMS[short[1]].relative_to(ROOT).with_suffix("").parts)
                 if not hasattr(importlib.import_module(module), short[2]):
                     problems.append(word)
