@@ -205,3 +205,12 @@ def test_the_test_world_looks_like_the_timed_pair():
         assert [type(m).__name__ for m in mine.modules()] == [type(m).__name__ for m in timed.modules()]
         assert not torch.equal(next(mine.parameters()), next(timed.parameters()))  # its weights are the grader's
     assert tiny.tokenizer.get_vocab() == pair.tokenizer.get_vocab() and tiny.vocab == len(pair.tokenizer)
+
+
+def test_an_item_not_measured_is_not_reported_as_failed_to_gradescope():
+    """The bonus on a CPU preset is skipped: Gradescope gets no 'failed' status for it, and its name says why."""
+    report = grader.Report([grader.Result("bonus", "speedup >= 1.7x", 0.0, 5.0, "skipped", "not measured on CPU"),
+                            grader.Result("speed", "speedup", 0.0, 10.0, "failed", "too slow")])
+    bonus, speed = report.gradescope()["tests"]
+    assert "status" not in bonus and "not measured" in bonus["name"] and bonus["output"] == "not measured on CPU"
+    assert speed["status"] == "failed"
