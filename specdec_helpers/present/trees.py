@@ -5,20 +5,11 @@ from __future__ import annotations
 import torch
 
 from specdec_helpers.core.cache import new_cache  # noqa: F401 - for the notebook
-from specdec_helpers.core.checks import greedy_divergence
 from specdec_helpers.core.sampling import Sampler
 from specdec_helpers.core.tree import draft_tree, tree_attention_mask, tree_forward  # noqa: F401
 from specdec_helpers.core.tree_sampling import RULES, accept_at_node, draw_children
 from specdec_helpers.measure.trees import compare_tree_chain, compare_tree_chain_sampling  # noqa: F401
-
-
-def matches_greedy(target, prompt_ids: torch.Tensor, sequences: torch.Tensor, reference: torch.Tensor) -> tuple[bool, str]:
-    """Is ``sequences`` the greedy output ``reference`` (both ``[1, prompt + new]``), token for token or up
-    to numerical near-ties (fp16/bf16 on a GPU: `core.checks.greedy_divergence`, as in 03 and 04)?"""
-    start = prompt_ids.shape[1]
-    if torch.equal(sequences, reference):
-        return True, "identical to greedy decoding"
-    return greedy_divergence(target, prompt_ids, sequences[0, start:], want=reference[0, start:].tolist())
+from specdec_helpers.present.benchmarking import matches_greedy  # noqa: F401 - the same near-tie check as 03-06
 
 
 def chi_square_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
