@@ -181,3 +181,23 @@ def test_a_student_edition_placeholder_names_its_notebook(pair):
     with pytest.raises(PartMissing, match="finish notebook 04's `generate_ids` first"):
         bench.benchmark(pair.target, pair.draft, PROMPT, num_speculative_tokens=2, max_new_tokens=4, repeats=1,
                         methods=("hf_greedy", "spec_cached"), decoder=Half(pair.target, pair.draft))
+
+
+def test_compare_tree_chain_runs_the_chains_on_the_decoder(pair):
+    """Notebooks 07/08 pass the student's decoder: its chain rows count what the kit's chains count (both greedy
+    with the same draft), and a wrong decoder shows in the ``same`` column."""
+    from specdec_helpers.measure.trees import compare_tree_chain
+
+    kit = compare_tree_chain(pair.target, pair.draft, [PROMPT], tree=(2, 1), max_new_tokens=10, show=False)
+    mine = compare_tree_chain(pair.target, pair.draft, [PROMPT], tree=(2, 1), max_new_tokens=10, show=False,
+                              decoder=PA3Decoder(pair.target, pair.draft))
+    assert [r["method"] for r in mine] == [r["method"] for r in kit] == ["greedy", "chain k=2", "chain k=3",
+                                                                          "tree [2, 1]"]
+    for a, b in zip(kit, mine):
+        assert b["same"] and (a["tokens_per_target_call"], a["nodes_per_target_call"], a["draft_calls"]) == \
+            (b["tokens_per_target_call"], b["nodes_per_target_call"], b["draft_calls"]), (a, b)
+    wrong = compare_tree_chain(pair.target, pair.draft, [PROMPT], tree=(2, 1), max_new_tokens=10, show=False,
+                               decoder=PA3Decoder(pair.target, pair.draft, drop_last=True))
+    assert [r["same"] for r in wrong] == [True, False, False, True]
+    with pytest.raises(TypeError, match="SpeculativeDecoder instance"):
+        compare_tree_chain(pair.target, pair.draft, [PROMPT], tree=(2, 1), decoder=pair.target)

@@ -224,3 +224,59 @@ def test_the_kit_has_the_students_readmes(kit):
     readme = (kit / "README.md").read_text()
     assert "YOUR ANSWER HERE" not in readme and "stand-in" not in readme
     assert "finish notebook 02's" in readme
+
+
+def test_the_released_measures_leave_out_what_the_kit_refuses(kit):
+    """Without the student's decoder, the student kit's tree-vs-chain table and batch sweep leave out the rows
+    that need greedy speculative decoding of one prompt, and say so (notebooks 07 and 08 pass a decoder)."""
+    result = run_in_kit(kit, """
+        import torch, specdec_helpers as sd
+        from transformers import GPT2Config, GPT2LMHeadModel
+        torch.manual_seed(0)
+        model = lambda layers: GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=layers, n_head=4, vocab_size=64,
+                                                          initializer_range=0.5)).eval()
+        target, draft = model(2), model(1)
+        ids = torch.tensor([[1, 2, 3, 4]])
+        rows = sd.compare_tree_chain(target, draft, [ids], tree=(2, 1), max_new_tokens=6, show=False)
+        assert [r["method"] for r in rows] == ["greedy", "tree [2, 1]"] and all(r["same"] for r in rows), rows
+        sweep = sd.batch_sweep(target, draft, [ids[0]], batch_sizes=(1, 2), num_speculative_tokens=2,
+                               max_new_tokens=4, repeats=1, show=False)
+        assert [r["batch"] for r in sweep] == [2] and sweep[0]["same"], sweep
+    """)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "chain k=2 left out" in result.stdout and "chain k=3 left out" in result.stdout, result.stdout
+    assert "batch size 1 left out" in result.stdout, result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["07_tree_speculation", "08_serving_batches_and_trees"])
+def test_released_notebooks_07_08_run_on_the_students_decoder(kit, name, tmp_path):
+    """A student who finished notebooks 01-04 (here: the instructor's copies) and this notebook's exercises
+    runs the released notebook top to bottom without an error: its chains run on their own decoder."""
+    import shutil
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    folder = tmp_path / "notebooks"  # the kit fixture's notebooks stay the released stubs
+    folder.mkdir()
+    for path in (release.ROOT / "notebooks").glob("0[1-4]_*.ipynb"):
+        shutil.copy(path, folder / path.name)
+    solved = {c.id: c.source for c in nbformat.read(str(release.ROOT / "notebooks" / f"{name}.ipynb"), 4).cells}
+    nb = nbformat.read(str(kit / "notebooks" / f"{name}.ipynb"), as_version=4)
+    for cell in nb.cells:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+            cell.source = solved[cell.id]
+    env = {"PYTHONPATH": str(kit), "SPECDEC_PRESET": "toy", "OMP_NUM_THREADS": "1"}
+    old = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:  # allow_errors=False: the first error fails the test, with its traceback
+        NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(folder)}}).execute()
+    finally:
+        for key, value in old.items():
+            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+    text = "\n".join(str(o.get("text", "")) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert "❌" not in text and "StudentEditionError" not in text, text[-3000:]
+    assert "decode  (04): yours" in text and "chain k=5 " in text and "chain k=9 " in text, text[-3000:]
+    if name.startswith("08"):
+        assert "batch size 1 left out" in text and "✅ Correct: greedy, both chains and the tree" in text

@@ -29,6 +29,7 @@ import torch
 
 from specdec_helpers.core.batch import batch_speculative_decode
 from specdec_helpers.core.cache import cache_kwargs, crop_cache, new_cache
+from specdec_helpers.core.checks import StudentEditionError
 from specdec_helpers.core.timing import interleaved_order, spread, timed
 from specdec_helpers.measure.theory import estimate_alpha, expected_tokens_per_step
 
@@ -49,43 +50,55 @@ def batch_sweep(target, draft, prompts, *, batch_sizes=BATCH_SIZES, num_speculat
     Runs interleave (greedy, speculative, greedy, ...) so that load drifts hit both alike; the ratio of
     each round's pair is kept, and ``ratio`` is their median with ``ratio_min``/``ratio_max`` its spread.
     Every speculative row is checked against the greedy row (column ``same``). One machine, one run:
-    read the ratios, not the absolute numbers.
+    read the ratios, not the absolute numbers. A batch size the kit refuses (the student edition: one
+    prompt, greedy, with a draft is notebook 04's graded decode loop) is left out, with a printed note.
     """
     rows = []
     for size in batch_sizes:
-        batch = _rows(prompts, size)
-        kw = dict(max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
-        methods = {
-            "greedy": lambda: batch_speculative_decode(target, None, batch, num_speculative_tokens=0, **kw),
-            "speculative": lambda: batch_speculative_decode(target, draft, batch,
-                                                            num_speculative_tokens=num_speculative_tokens, **kw),
-        }
-        for _ in range(warmup):
-            for run in methods.values():
-                run()
-        rates = {name: [] for name in methods}
-        outs = {}
-        accepted = proposed = 0
-        per_round, offered = [], []
-        for name in interleaved_order(list(methods), repeats):
-            out = methods[name]()
-            outs[name] = out
-            rates[name].append(out.stats.tokens_per_s)
-            if name == "speculative":
-                accepted, proposed = accepted + out.stats.accepted, proposed + out.stats.proposed
-                for s, p in zip(out.row_stats, out.row_proposed):
-                    per_round += s.accepted_per_step
-                    offered += p
-        ratios = spread([s / g for s, g in zip(rates["speculative"], rates["greedy"])])
-        same = all(torch.equal(a, b) for a, b in zip(outs["greedy"].new_tokens, outs["speculative"].new_tokens))
-        rows.append(dict(batch=size, greedy_tok_s=spread(rates["greedy"])["median"],
-                         speculative_tok_s=spread(rates["speculative"])["median"], ratio=ratios["median"],
-                         ratio_min=ratios["min"], ratio_max=ratios["max"],
-                         alpha=estimate_alpha(per_round, offered),
-                         acceptance=accepted / proposed if proposed else 0.0, same=same))
+        try:
+            rows.append(_sweep_row(target, draft, prompts, size, num_speculative_tokens, max_new_tokens, repeats,
+                                   warmup, eos_token_id))
+        except StudentEditionError:
+            print(f"batch size {size} left out: the student edition of the kit has no greedy speculative decoding of "
+                  "one prompt (that is your decoder from notebooks 02-04; notebook 05 times it).")
     if show:
         print_sweep(rows)
     return rows
+
+
+def _sweep_row(target, draft, prompts, size, num_speculative_tokens, max_new_tokens, repeats, warmup,
+               eos_token_id) -> dict:
+    """One batch size of `batch_sweep`."""
+    batch = _rows(prompts, size)
+    kw = dict(max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
+    methods = {
+        "greedy": lambda: batch_speculative_decode(target, None, batch, num_speculative_tokens=0, **kw),
+        "speculative": lambda: batch_speculative_decode(target, draft, batch,
+                                                        num_speculative_tokens=num_speculative_tokens, **kw),
+    }
+    for _ in range(warmup):
+        for run in methods.values():
+            run()
+    rates = {name: [] for name in methods}
+    outs = {}
+    accepted = proposed = 0
+    per_round, offered = [], []
+    for name in interleaved_order(list(methods), repeats):
+        out = methods[name]()
+        outs[name] = out
+        rates[name].append(out.stats.tokens_per_s)
+        if name == "speculative":
+            accepted, proposed = accepted + out.stats.accepted, proposed + out.stats.proposed
+            for s, p in zip(out.row_stats, out.row_proposed):
+                per_round += s.accepted_per_step
+                offered += p
+    ratios = spread([s / g for s, g in zip(rates["speculative"], rates["greedy"])])
+    same = all(torch.equal(a, b) for a, b in zip(outs["greedy"].new_tokens, outs["speculative"].new_tokens))
+    return dict(batch=size, greedy_tok_s=spread(rates["greedy"])["median"],
+                speculative_tok_s=spread(rates["speculative"])["median"], ratio=ratios["median"],
+                ratio_min=ratios["min"], ratio_max=ratios["max"],
+                alpha=estimate_alpha(per_round, offered),
+                acceptance=accepted / proposed if proposed else 0.0, same=same)
 
 
 def print_sweep(rows: list[dict]) -> None:
