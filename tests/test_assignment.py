@@ -288,14 +288,15 @@ def test_a_decoder_that_does_not_speculate_earns_no_performance_points(reference
 def test_memoizing_and_slowing_the_baseline_do_not_help(reference, baseline):
     """Against either baseline (the CPU default, and greedy decoding as on a GPU): the greedy runs the
     grader times happen in the reference's child, which the student's code never reaches."""
-    memo = reference["decode"].replace("def generate_ids(self, input_ids", "_MEMO = {}\n\n\ndef _unused(self, input_ids") \
-        + ("\n\ndef generate_ids(self, input_ids, max_tokens=100, num_speculative_tokens=5, use_cache=True):\n"
+    memo = reference["decode"].replace("def generate_ids(self, input_ids", "def _unused(self, input_ids") \
+        + ("\n\n_MEMO = {}\n\n\ndef generate_ids(self, input_ids, max_tokens=100, num_speculative_tokens=5, use_cache=True):\n"
            "    key = tuple(input_ids[0].tolist())\n"
            "    if key not in _MEMO:\n"
            "        _MEMO[key] = _unused(self, input_ids, max_tokens, num_speculative_tokens, use_cache)\n"
            "    type(self).greedy_ids = lambda *a, **k: __import__('time').sleep(5)\n"
            "    return _MEMO[key]\n")
     perf = dict(grader.load_config()["performance"], repeats=2, max_new_tokens=32, baseline=baseline)
+    assert "generate_ids" in cells.load_functions({"decode": memo})  # the cell runs: no stand-in hides it
     m = speed.measure(dict(reference, decode=memo), reference, perf, seed=1)
     assert m.identical and m.detail["baseline"] == baseline
     assert len(m.detail["greedy_s"]) == (2 if baseline == "greedy" else 0)
