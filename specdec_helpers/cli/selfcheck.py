@@ -5,13 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specdec_helpers.assignment.authoring import selfcheck as selfcheck_module
-from specdec_helpers.assignment.authoring.selfcheck import DTYPES, SECTIONS, Options
 from specdec_helpers.cli.args import at_least, check_device_and_out
 from specdec_helpers.present.notebook import quiet
 
 
 def selfcheck(argv=None) -> int:
+    try:  # instructor-only: the student kit leaves assignment/authoring out (release.INSTRUCTOR_ONLY)
+        from specdec_helpers.assignment.authoring import selfcheck as selfcheck_module
+        from specdec_helpers.assignment.authoring.selfcheck import DTYPES, SECTIONS, Options
+    except ModuleNotFoundError as error:
+        if not (error.name or "").startswith("specdec_helpers."):
+            raise
+        print("selfcheck: an instructor's command; the student kit does not have it", file=sys.stderr)
+        return 2
     parser = argparse.ArgumentParser(prog="python -m specdec_helpers selfcheck", description=selfcheck_module.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="toy", help="pair to check (default: toy; e.g. pythia-1.4b/160m on a GPU)")

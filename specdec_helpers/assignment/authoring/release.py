@@ -38,6 +38,9 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 INCLUDE = ["pyproject.toml", "requirements.txt", "conftest.py", "specdec_helpers", "notebooks", "report"]
 #: Never shipped: solutions, the mistake catalog, the instructor's tools and templates.
 INSTRUCTOR_ONLY = ["specdec_helpers/assignment/authoring", "specdec_helpers/assignment/grading/mutations.py",
+                   # grading a class and flagging copies: the instructor's (and the thresholds stay private)
+                   "specdec_helpers/assignment/grading/classroom.py", "specdec_helpers/assignment/grading/contain.py",
+                   "specdec_helpers/assignment/grading/similarity.py", "specdec_helpers/assignment/grading/templates",
                    "tests", "report/build"]
 SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
 #: Files the kit gets in a student version (a template here) instead of the instructor's text.
