@@ -54,7 +54,10 @@ from specdec_helpers.assignment.grading.isolation import (  # noqa: F401 - USER,
 
 SWITCH_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")  # what setpriv needs in bwrap to become the student
 PASS_ENV = ("SPECDEC_PRESET", "SPECDEC_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "LANG", "LC_ALL",
-            "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM", "CUDA_VISIBLE_DEVICES")
+            "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM", "CUDA_VISIBLE_DEVICES",
+            # where hub presets' models are: the student's user must be able to read that folder (bubblewrap
+            # does not show it yet: grading a hub preset in bubblewrap needs it bound, see the README)
+            "HF_HOME", "HF_HUB_CACHE")
 _current: contextvars.ContextVar = contextvars.ContextVar("specdec_jail", default=None)
 _warned: list = []
 
