@@ -137,8 +137,8 @@ def test_pause_stops_every_process_of_the_student(jail):
     assert states() == {"T"}
     jail.resume()
     deadline = time.monotonic() + 30
-    while [c.stat().st_size for c in counter] == sizes and time.monotonic() < deadline:
-        time.sleep(0.1)
+    while not all(c.stat().st_size > s for c, s in zip(counter, sizes)) and time.monotonic() < deadline:
+        time.sleep(0.1)  # both writers run again (the loop used to stop when the first one did)
     assert all(c.stat().st_size > s for c, s in zip(counter, sizes))
     process.kill()
 
