@@ -23,13 +23,7 @@ def compare_tree_chain(target, draft=None, prompts=(), *, tree=DEFAULT_TREE, max
     the chain rows instead of the kit's `speculative_decode` (it stops at its own tokenizer's EOS). Without
     one, a row the kit refuses (the student edition holds no greedy chain decoder) is left out, with a note.
     """
-    encode = None
-    if hasattr(target, "encode") and hasattr(target, "target"):  # a ModelPair
-        encode, draft, target = target.encode, (target.draft if draft is None else draft), target.target
-    widths = check_tree_shape(tree)
-    ids = [encode(p) if isinstance(p, str) and encode else p for p in prompts]
-    if not ids or any(isinstance(p, str) for p in ids):
-        raise ValueError("give prompts as token-id tensors, or strings together with a ModelPair as target")
+    target, draft, ids, widths = _inputs(target, draft, prompts, tree)
     depth, budget = len(widths), sum(widths)
     kwargs = dict(max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
     if decoder is not None:
@@ -102,13 +96,7 @@ def compare_tree_chain_sampling(target, draft=None, prompts=(), *, tree=DEFAULT_
     texts differ; what is compared is how many tokens a target pass yields. ``ratio`` is tokens per
     call over the depth-matched chain's. Read it from one run: sampling makes it noisy on few prompts.
     """
-    encode = None
-    if hasattr(target, "encode") and hasattr(target, "target"):  # a ModelPair
-        encode, draft, target = target.encode, (target.draft if draft is None else draft), target.target
-    widths = check_tree_shape(tree)
-    ids = [encode(p) if isinstance(p, str) and encode else p for p in prompts]
-    if not ids or any(isinstance(p, str) for p in ids):
-        raise ValueError("give prompts as token-id tensors, or strings together with a ModelPair as target")
+    target, draft, ids, widths = _inputs(target, draft, prompts, tree)
     depth, budget = len(widths), sum(widths)
     warp = dict(temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens)
     methods = {
@@ -140,3 +128,16 @@ def compare_tree_chain_sampling(target, draft=None, prompts=(), *, tree=DEFAULT_
             print(f"{r['method']:<34}{r['tokens_per_target_call']:>9.2f}{r['nodes_per_target_call']:>11.2f}"
                   f"{r['ratio']:>6.2f}x")
     return rows
+
+
+def _inputs(target, draft, prompts, tree):
+    """(target, draft, prompt ids, widths): ``target`` may be a `ModelPair` (then ``draft`` defaults to its
+    draft and string prompts go through ``pair.encode``); prompts must end up as token-id tensors."""
+    encode = None
+    if hasattr(target, "encode") and hasattr(target, "target"):  # a ModelPair
+        encode, draft, target = target.encode, (target.draft if draft is None else draft), target.target
+    widths = check_tree_shape(tree)
+    ids = [encode(p) if isinstance(p, str) and encode else p for p in prompts]
+    if not ids or any(isinstance(p, str) for p in ids):
+        raise ValueError("give prompts as token-id tensors, or strings together with a ModelPair as target")
+    return target, draft, ids, widths
