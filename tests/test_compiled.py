@@ -97,8 +97,5 @@ def test_compile_refuses_what_it_cannot_run():
     class FeatureReader(sd.PromptLookupDrafter):
         needs_target_features = True
 
-        def observe_target(self, features, position):
-            pass
-
     with pytest.raises(ValueError, match="hidden states"):
         sd.speculative_decode(target, FeatureReader(), prompt(3), max_new_tokens=4, compile=True)

@@ -64,7 +64,7 @@ def test_model_drafter_proposes_its_own_greedy_continuation_and_rolls_back():
     expected = hf_greedy(model, ids, 4)[0, 5:]
     assert torch.equal(proposal.tokens, expected) and proposal.forward_calls == 4
     assert cache_length(drafter.cache) == 5 + 3  # the last draft token has not been fed
-    drafter.rollback(6)
+    drafter.update(6)
     assert cache_length(drafter.cache) == 6
     # Continue from a text that keeps one draft token and adds a different one: still exact.
     text = torch.cat([ids, expected[:1].view(1, 1), torch.tensor([[9]])], dim=1)
@@ -86,10 +86,9 @@ def test_drafters_declare_what_they_need():
 
 
 def test_an_undeclared_drafter_is_told_how_to_declare():
-    class Undeclared:  # the three methods, but none of the declarations the loops read
-        def reset(self): ...
-        def rollback(self, n_kept): ...
+    class Undeclared:  # the two methods, but none of the declarations the loops read
         def propose(self, input_ids, k, sampler=None): ...
+        def update(self, n_kept, target_features=None): ...
 
     with pytest.raises(TypeError, match="subclass of specdec_helpers.Drafter"):
         sd.speculative_decode(tiny_model("opt"), Undeclared(), torch.tensor([[1, 2, 3]]), max_new_tokens=2)

@@ -70,7 +70,7 @@ def per_round(monkeypatch, decode) -> float:
 def test_greedy_speculative_round_reads_the_device_once(monkeypatch):
     """ONE read per round: accepted count and the target's tokens come back to the host in a single
     ``.tolist()`` (`verify.accept_greedy`); the round's trace keeps the draft tokens on the device until the
-    loop ends (`rounds.run_rounds` reads them all at once). Before this, a round read three times:
+    loop ends (`Text.finish` reads them all at once). Before this, a round read three times:
     the accepted count, the appended tokens, the drafted tokens."""
     target, draft = _pair()
     prompt = torch.arange(1, 9).view(1, -1)

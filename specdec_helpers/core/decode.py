@@ -14,7 +14,7 @@ from specdec_helpers.core.batch import batch_speculative_decode, is_batch
 from specdec_helpers.core.cache import crop_cache, new_cache
 from specdec_helpers.core.compiled import compiled_forward
 from specdec_helpers.core.drafters import Drafter, Proposal, as_drafter, exclusive
-from specdec_helpers.core.rounds import DecodeOutput, DecodeStats, Step, Text, cut_at_eos, run_rounds
+from specdec_helpers.core.rounds import DecodeOutput, DecodeStats, Step, Text, cut_at_eos
 from specdec_helpers.core.sampling import Sampler
 from specdec_helpers.core.timing import sync_device
 from specdec_helpers.core.verify import score_draft, verify
@@ -29,14 +29,11 @@ __all__ = ["DecodeOutput", "DecodeStats", "Step", "cut_at_eos", "greedy_decode",
 class _NoDraft(Drafter):
     """Proposes nothing: every round is one ordinary target step (plain greedy decoding)."""
 
-    def reset(self) -> None:
-        pass
-
-    def rollback(self, n_kept: int) -> None:
-        pass
-
     def propose(self, input_ids, k, sampler=None) -> Proposal:
         return Proposal(input_ids.new_empty(0))
+
+    def update(self, n_kept, target_features=None) -> None:
+        pass
 
 
 @torch.inference_mode()
@@ -126,13 +123,12 @@ def generate_greedy(target, input_ids, *, max_new_tokens: int = 100, eos_token_i
     for token in out[0, input_ids.shape[1]:].tolist():  # one target pass per token
         if not text.done:
             text.record(Step([], 0, text.append([token])), 0, 0)
-    text.stats.wall_time_s = time.perf_counter() - start
-    text.stats.new_tokens = text.length - text.prompt_length
-    return DecodeOutput(text.context.clone(), text.stats, text.steps)
+    return text.finish(time.perf_counter() - start)
 
 
 def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: KSchedule, sampler, eos, use_cache,
                  compile=False):
+    """The rounds, written out: draft, one target pass, verify, append, roll both back to the kept text."""
     ### BEGIN INSTRUCTOR ONLY
     if compile:  # the same loop, with the target's compiled forward over a static cache
         target = compiled_forward(target)
@@ -142,18 +138,19 @@ def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: 
     ### STUDENT EDITION
     # cache = None  # no cached verification here (notebook 04's exercise): the target re-reads the text
     ### END INSTRUCTOR ONLY
-    drafter.reset()
-
-    def one_round(text: Text) -> None:
+    text = Text(input_ids, max_new_tokens, eos)
+    drafter.update(0)  # a new text
+    sync_device(input_ids.device)
+    start = time.perf_counter()
+    while not text.done:
         context, length = text.context, text.length
         with record_function("specdec::draft"):
             proposal = drafter.propose(context, min(schedule.current, text.room), sampler)
-        with record_function("specdec::target_forward"):
+        with record_function("specdec::target_forward"):  # the positions the cache lacks, then the draft
             if drafter.needs_target_features:  # e.g. `eagle`: it reads what the target computed
                 logits, features = score_draft(target, context, proposal.tokens, cache, features=True)
-                drafter.observe_target(features, length + proposal.tokens.numel() - features.shape[1])
             else:
-                logits = score_draft(target, context, proposal.tokens, cache)
+                logits, features = score_draft(target, context, proposal.tokens, cache), None
         with record_function("specdec::accept"):
             result = verify(logits, proposal.tokens, proposal.probs, sampler)
             emitted = text.append(result.tokens, result.token_list)
@@ -165,9 +162,11 @@ def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: 
             ### STUDENT EDITION
             # pass  # nothing to roll back: no target cache in the student edition
             ### END INSTRUCTOR ONLY
-            drafter.rollback(length + result.num_accepted)
+            if features is not None:  # the rejected draft tokens' features go too
+                features = features[:, : features.shape[1] - (result.num_proposed - result.num_accepted)]
+            drafter.update(length + result.num_accepted, features)
         schedule.update(result.num_accepted, result.num_proposed)
         text.record(Step(proposal.tokens, result.num_accepted, emitted), result.num_proposed,
                     proposal.forward_calls)
-
-    return run_rounds(input_ids, max_new_tokens, eos, one_round)
+    sync_device(input_ids.device)
+    return text.finish(time.perf_counter() - start)

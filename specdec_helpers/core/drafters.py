@@ -30,13 +30,16 @@ class Proposal:
 
 @runtime_checkable
 class Drafter(Protocol):
-    """What the decode loops need from a draft source: three methods and two declarations.
+    """What the decode loops need from a draft source: two methods and three declarations (HF's candidate
+    generator in miniature: ``get_candidates`` is `propose`, ``update_candidate_strategy`` is `update`).
 
+    A round: ``propose`` on the text, one target pass, then ``update(n_kept)``: the loop's only word on what
+    survived. A drafter with state (a KV cache) rolls it back there and nowhere else; ``propose`` trusts it.
     Subclass it for the declarations' defaults (a plain draft: no target features, no HF model), or
     declare them yourself; the loops read them and never guess from attributes.
     """
 
-    # Reads the target's hidden states: the loop hands over each target pass's features (`observe_target`).
+    # Reads the target's hidden states: the loop passes them to every `update` (``target_features``).
     needs_target_features: bool = False
     # The HF causal LM that drafts, or None: checked against the target's vocabulary and context,
     # grown into trees, timed by the benchmark.
@@ -44,18 +47,15 @@ class Drafter(Protocol):
     # A short name for tables, or None: named after its model.
     label: str | None = None
 
-    def reset(self) -> None:
-        """Forget everything: a new text starts."""
-
     def propose(self, input_ids: torch.Tensor, k: int, sampler: Sampler = GREEDY) -> Proposal:
-        """Up to ``k`` tokens continuing ``input_ids`` ``[1, L]``."""
+        """Up to ``k`` tokens continuing ``input_ids`` ``[1, L]`` (the text the last `update` left, plus the
+        tokens appended since)."""
 
-    def rollback(self, n_kept: int) -> None:
-        """Only the first ``n_kept`` tokens of the last context are still valid."""
-
-    def observe_target(self, features: torch.Tensor, start: int) -> None:
-        """The target's features for positions ``start ..`` (called only when ``needs_target_features``)."""
-        raise NotImplementedError(f"{type(self).__name__} does not read the target's features")
+    def update(self, n_kept: int, target_features: torch.Tensor | None = None) -> None:
+        """Learn from the round: only the first ``n_kept`` tokens of the text are valid now (the next text has
+        one more: the target's own token, never seen by the draft). ``update(0)``: a new text starts.
+        ``target_features`` (only when ``needs_target_features``): ``[1, F, H]``, the target's features of
+        positions ``n_kept - F .. n_kept - 1``."""
 
 
 def check_threshold(threshold: float | None) -> float | None:
@@ -95,15 +95,14 @@ class ModelDrafter(Drafter):
         self.input_vocab = getattr(embeddings, "num_embeddings", None) or vocab_size(model)
         self.cache = new_cache(model)
 
-    def reset(self) -> None:
-        self.cache = new_cache(self.model)
-
-    def rollback(self, n_kept: int) -> None:
+    def update(self, n_kept: int, target_features=None) -> None:
         ### BEGIN INSTRUCTOR ONLY
-        if cache_length(self.cache) > n_kept:
+        if n_kept == 0:
+            self.cache = new_cache(self.model)
+        elif cache_length(self.cache) > n_kept:  # drop the rejected draft tokens (and the last, never fed back)
             crop_cache(self.cache, n_kept)
         ### STUDENT EDITION
-        # self.reset()  # no draft-cache rollback here (notebook 02's exercise): each round re-reads the text
+        # self.cache = new_cache(self.model)  # no draft-cache rollback here (notebook 02's exercise): each round re-reads the text
         ### END INSTRUCTOR ONLY
 
     @torch.inference_mode()
@@ -114,9 +113,14 @@ class ModelDrafter(Drafter):
         # if sampler.greedy:
         #     raise student_edition("greedy drafting (ModelDrafter)", "02", "generate_draft_tokens")
         ### END INSTRUCTOR ONLY
-        # The last context token is always fed, so its logits give the first draft token.
-        self.rollback(input_ids.shape[1] - 1)
-        fed = input_ids[:, cache_length(self.cache):]
+        # Feed what the cache has not seen; the last context token is always among it: its logits give the
+        # first draft token. `update` left the cache at the kept text, which is shorter than this one.
+        cached = cache_length(self.cache)
+        if cached >= input_ids.shape[1]:
+            raise ValueError(f"the draft's cache holds {cached} positions but the text has only {input_ids.shape[1]}: "
+                             "propose was called again without update in between; call drafter.update(n_kept) "
+                             "after each round (update(0) for a new text)")
+        fed = input_ids[:, cached:]
         # A token the draft cannot read (one of the target's padding ids, sampled) is read as id 0: the
         # guesses get worse, but q is still what the draft tokens were drawn from, so nothing else changes.
         fed = torch.where(fed < self.input_vocab, fed, 0)
@@ -159,11 +163,8 @@ class PromptLookupDrafter(Drafter):
             return f"prompt-lookup:{self.min_ngram}"
         return "prompt-lookup" if self.min_ngram == 1 else f"prompt-lookup (min_ngram={self.min_ngram})"
 
-    def reset(self) -> None:
-        pass
-
-    def rollback(self, n_kept: int) -> None:
-        pass
+    def update(self, n_kept: int, target_features=None) -> None:
+        pass  # stateless: each proposal looks up in the text it is given
 
     def propose(self, input_ids: torch.Tensor, k: int, sampler: Sampler = GREEDY) -> Proposal:
         ids = input_ids[0]
@@ -236,8 +237,8 @@ class HybridDrafter(Drafter):
     """N-gram lookup first, the draft model (or another drafter, e.g. a feature drafter) only where no n-gram matches.
 
     Where text repeats (code, quotes, lists) the lookup's proposals are free and long; elsewhere the
-    model drafts as usual. The model's KV cache stays consistent either way: `ModelDrafter.propose`
-    crops its cache to the text and feeds whatever tokens it has not seen, however many rounds the
+    model drafts as usual. The model's KV cache stays consistent either way: it hears every round's
+    `update`, and `ModelDrafter.propose` feeds whatever tokens it has not seen, however many rounds the
     lookup answered in between. ``min_ngram`` defaults to 2 because single-token matches are nearly
     always found in long text and would crowd out the (usually better) model draft. The lookup grows
     its proposals with the match (`PromptLookupDrafter`'s ``grow_with_match``), so a large k pays
@@ -263,7 +264,6 @@ class HybridDrafter(Drafter):
         self.last_source: str | None = None
         # What the model's drafter needs, this hybrid needs: the target's features go straight to it.
         self.needs_target_features = model.needs_target_features
-        self.observe_target = model.observe_target
 
     label = "hybrid"
 
@@ -272,14 +272,10 @@ class HybridDrafter(Drafter):
         """The draft model, if any (the decode loop checks its vocabulary and context through this)."""
         return self.model_drafter.model
 
-    def reset(self) -> None:
-        self.model_drafter.reset()
-        self.lookup.reset()
-        self.last_source = None
-
-    def rollback(self, n_kept: int) -> None:
-        self.model_drafter.rollback(n_kept)
-        self.lookup.rollback(n_kept)
+    def update(self, n_kept: int, target_features=None) -> None:
+        self.model_drafter.update(n_kept, target_features)  # every round, whoever proposed: its state stays the text's
+        if n_kept == 0:
+            self.last_source = None
 
     def propose(self, input_ids: torch.Tensor, k: int, sampler: Sampler = GREEDY) -> Proposal:
         # Lookup proposals are deterministic (probs=None, a one-hot q), which rejection sampling

@@ -1,20 +1,17 @@
 """What every decode loop (chain or tree) does with a round's result: append the kept tokens, cut at EOS
-and at max_new_tokens, count, trace and time. Each loop keeps only how it drafts and verifies."""
+and at max_new_tokens, count and trace (`Text`). Each loop writes its own rounds out around it."""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import torch
-
-from specdec_helpers.core.timing import sync_device
 
 
 @dataclass
 class Step:
     """One round: what the draft proposed, how many the target accepted, what was appended."""
 
-    draft: list[int]  # a device tensor while the loop runs (no read per round); `run_rounds` makes it a list
+    draft: list[int]  # a device tensor while the loop runs (no read per round); `Text.finish` makes it a list
     accepted: int
     emitted: list[int]  # tokens appended this round (accepted draft + correction/bonus, cut at EOS/limit)
 
@@ -140,19 +137,12 @@ class Text:
         self.stats.record_round(proposed, step.accepted, draft_calls)
         self.steps.append(step)
 
-
-def run_rounds(input_ids: torch.Tensor, max_new_tokens: int, eos, one_round) -> DecodeOutput:
-    """Call ``one_round(text)`` until EOS or ``max_new_tokens``; time the whole loop (device synced)."""
-    text = Text(input_ids, max_new_tokens, eos)
-    sync_device(input_ids.device)
-    start = time.perf_counter()
-    while not text.done:
-        one_round(text)
-    sync_device(input_ids.device)
-    text.stats.wall_time_s = time.perf_counter() - start
-    _drafts_to_lists(text.steps)
-    text.stats.new_tokens = text.length - text.prompt_length
-    return DecodeOutput(text.context.clone(), text.stats, text.steps)
+    def finish(self, wall_time_s: float) -> DecodeOutput:
+        """The loop is over: the output, with the drafts read from the device in one go and the time taken."""
+        _drafts_to_lists(self.steps)
+        self.stats.wall_time_s = wall_time_s
+        self.stats.new_tokens = self.length - self.prompt_length
+        return DecodeOutput(self.context.clone(), self.stats, self.steps)
 
 
 def _drafts_to_lists(steps: list[Step]) -> None:

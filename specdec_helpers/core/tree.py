@@ -253,7 +253,7 @@ def tree_speculative_decode(
 
 def _tree_loop(target, parts: _DraftParts, input_ids, max_new_tokens, widths, lookup_tokens, eos, sampler, rule):
     """The rounds, written out: draft a tree, one target pass, walk it, append, keep the branch in the caches.
-    The bookkeeping lines are those of `rounds.run_rounds`, repeated here so the whole round reads in one place."""
+    The timing and bookkeeping lines repeat `decode._decode_loop`'s, so the whole round reads in one place."""
     target_cache = new_cache(target)
     model, drafter = parts.model, parts.chains
     draft_cache = new_cache(model) if model is not None else None
@@ -263,7 +263,7 @@ def _tree_loop(target, parts: _DraftParts, input_ids, max_new_tokens, widths, lo
     start = time.perf_counter()
     with exclusive(drafter) if drafter is not None else contextlib.nullcontext():  # a drafter keeps state
         if drafter is not None:
-            drafter.reset()
+            drafter.update(0)  # a new text
         while not text.done:
             context, length = text.context, text.length
             tree, sampled, in_draft_cache, calls = _draft(parts, draft_cache, context, text.room, widths,
@@ -287,15 +287,12 @@ def _tree_loop(target, parts: _DraftParts, input_ids, max_new_tokens, widths, lo
             if drafter is not None:
                 if hidden is not None:  # the target's features of the fed text and of the kept branch
                     tail = hidden.shape[0] - len(tree)
-                    kept = hidden[list(range(tail)) + [tail + i for i in path]]
-                    drafter.observe_target(kept.unsqueeze(0), length - tail)
-                drafter.rollback(length + len(path))
+                    hidden = hidden[list(range(tail)) + [tail + i for i in path]].unsqueeze(0)
+                drafter.update(length + len(path), hidden)
             node = path[-1] if path else -1
             text.record(TreeStep(tree.branch_from(node), len(path), emitted, tree), len(tree), calls)
     sync_device(input_ids.device)
-    text.stats.wall_time_s = time.perf_counter() - start
-    text.stats.new_tokens = text.length - text.prompt_length
-    return DecodeOutput(text.context.clone(), text.stats, text.steps)
+    return text.finish(time.perf_counter() - start)
 
 
 def _draft(parts: _DraftParts, draft_cache, context, room, widths, lookup_tokens, sampler, rule):

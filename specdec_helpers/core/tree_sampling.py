@@ -184,8 +184,8 @@ def draft_chains(drafter, context: torch.Tensor, chains: int, depth: int, sample
     tries = 0
     while len(seen) < chains and tries < 4 * chains:
         tries += 1
-        if tries > 1:
-            drafter.rollback(length)
+        if tries > 1:  # forget the last proposal: as after a round that kept the text but its last token
+            drafter.update(length - 1)
         proposal = drafter.propose(context, depth, sampler)
         calls += proposal.forward_calls
         tokens = proposal.tokens.tolist()

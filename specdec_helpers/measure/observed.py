@@ -3,8 +3,8 @@
 The harness times plain functions ``fn(input_ids, max_new_tokens) -> MethodOutput``. `observed_decode`
 turns ``decoder.generate_ids`` into one, and reads the rounds from the outside: for the duration of
 one call it wraps the instance's ``verify_tokens_cached`` / ``verify_tokens_vectorized`` (one call =
-one round: the draft it judged, how many it accepted, the tokens it returned) and counts
-``generate_draft_tokens`` calls. Nothing of the decoder's own counters is trusted, and nothing here
+one round: the draft it judged, how many it accepted, the tokens it returned) and counts the tokens
+``generate_draft_tokens`` returned: one draft pass each, as the kit's own loop counts ``draft_calls``. Nothing of the decoder's own counters is trusted, and nothing here
 knows how the decoder is built (duck typing: this layer may not import the assignment layer).
 """
 from __future__ import annotations
@@ -36,6 +36,14 @@ def _ids(tokens) -> list[int]:
     return [int(t) for t in tokens]
 
 
+def _count(tokens) -> int:
+    """How many token ids ``tokens`` holds; 0 for anything else (the checks of the output say what is wrong)."""
+    try:
+        return len(_ids(tokens))
+    except (TypeError, ValueError):
+        return 0
+
+
 class _Recorder:
     """Wraps a decoder's round methods on the instance for one call, restoring them afterwards."""
 
@@ -53,8 +61,9 @@ class _Recorder:
             return run
 
         def draft(*args, **kwargs):
-            self.draft_calls += 1
-            return type(d).generate_draft_tokens(d, *args, **kwargs)
+            tokens = type(d).generate_draft_tokens(d, *args, **kwargs)
+            self.draft_calls += _count(tokens)  # one pass per drafted token
+            return tokens
 
         d.verify_tokens_cached = verify(getattr(type(d), "verify_tokens_cached").__get__(d))
         d.verify_tokens_vectorized = verify(getattr(type(d), "verify_tokens_vectorized").__get__(d))

@@ -75,15 +75,10 @@ def compare_tree_chain(target, draft=None, prompts=(), *, tree=DEFAULT_TREE, max
 
 def _chain(target, draft, decoder, k: int):
     """The chain row's ``fn(x, max_new_tokens=, eos_token_id=)``: the kit's `speculative_decode`, or ``decoder``
-    observed from outside (one draft pass per drafted token, as the kit counts them)."""
+    observed from outside (`observed_decode` counts one draft pass per drafted token, as the kit does)."""
     if decoder is None:
         return lambda x, **kw: speculative_decode(target, draft, x, num_speculative_tokens=k, **kw)
-
-    def run(x, max_new_tokens, eos_token_id=None):
-        out = observed_decode(decoder, x, max_new_tokens, k)
-        out.stats.draft_calls = out.stats.proposed
-        return out
-    return run
+    return lambda x, max_new_tokens, eos_token_id=None: observed_decode(decoder, x, max_new_tokens, k)
 
 
 def compare_tree_chain_sampling(target, draft=None, prompts=(), *, tree=DEFAULT_TREE, temperature: float = 0.8,

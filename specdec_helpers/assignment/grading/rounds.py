@@ -84,6 +84,7 @@ def check_rounds(draft_model, prompt: torch.Tensor, output: list[int], log: list
                             f"tokens still to go: draft num_speculative_tokens tokens each round (fewer only when "
                             f"fewer than num_speculative_tokens + 1 new tokens remain)")
         if not done.problem:
+            drafter.update(position - 1)  # the text up to here was kept: only its last token is new to the draft
             want = drafter.propose(torch.tensor([text[:position]]), proposed).tokens.tolist() if proposed else []
             if draft != want:
                 done.problem = f"{where}: the verified draft {draft[:6]} is not the draft model's greedy proposal {want[:6]}"

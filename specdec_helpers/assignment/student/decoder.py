@@ -193,6 +193,8 @@ def standin_generate_draft_tokens(self, input_ids, attention_mask=None, num_spec
         self._standin_drafter = ModelDrafter(self.draft_model)
     if num_speculative_tokens <= 0:
         return input_ids.new_empty(1, 0)
+    # The calls come one round apart: all the text but its last token was kept (what the loop's update says).
+    self._standin_drafter.update(input_ids.shape[1] - 1)
     return self._standin_drafter.propose(input_ids, num_speculative_tokens).tokens.view(1, -1)
 
 

@@ -14,6 +14,7 @@ from specdec_helpers.assignment.student.decoder import PartMissing  # noqa: F401
 from specdec_helpers.core.checks import NEAR_TIE, greedy_divergence  # noqa: F401
 from specdec_helpers.core.drafters import Drafter, Proposal
 from specdec_helpers.core.timing import timed  # noqa: F401
+from specdec_helpers.measure.observed import observed_decode
 from specdec_helpers.models.pairs import load_pair
 from specdec_helpers.present.notebook import *  # noqa: F401,F403 - setup, check, prompts_for, ...
 from specdec_helpers.present.widgets import render_html, token_explorer  # noqa: F401
@@ -41,17 +42,16 @@ def near_tie(logits: torch.Tensor, dtype=None) -> torch.Tensor:
 
 class YourDrafter(Drafter):
     """Your ``generate_draft_tokens`` (notebook 02) as a drafter, for the practice loops of 03 and 04: it keeps
-    its own draft cache (``decoder.draft_cache``) and crops it itself, so ``rollback`` has nothing to do."""
+    its own draft cache (``decoder.draft_cache``) and crops it itself, so ``update`` only forgets it when a new
+    text starts (``update(0)``)."""
 
     def __init__(self, decoder):
         self.decoder = decoder
         self.model = decoder.draft_model
 
-    def reset(self) -> None:
-        self.decoder.draft_cache = None
-
-    def rollback(self, n_kept: int) -> None:
-        pass
+    def update(self, n_kept: int, target_features=None) -> None:
+        if n_kept == 0:
+            self.decoder.draft_cache = None
 
     def propose(self, input_ids, k, sampler=None) -> Proposal:
         if k <= 0:
@@ -68,45 +68,10 @@ def your_decoder(notebook: str, pair, verbose: bool = True, **functions):
 
 
 def traced(decoder, input_ids, max_tokens: int = 40, num_speculative_tokens: int = 4, use_cache: bool = True):
-    """Run your ``decoder.generate_ids`` and record its rounds (what each draft call proposed, what each
-    verification kept) as a `DecodeOutput`, so `render_html` can colour your decoder's text. The recording
-    wraps your methods on this one decoder object for the call, then removes the wrappers."""
-    from specdec_helpers.core.rounds import DecodeOutput, DecodeStats, Step
-
-    events = []
-
-    def wrap(name, kind):
-        method = getattr(decoder, name)
-
-        def recorded(*args, **kwargs):
-            out = method(*args, **kwargs)
-            events.append((kind, out))
-            return out
-        setattr(decoder, name, recorded)  # an instance attribute shadows the class's method
-
-    names = {"generate_draft_tokens": "draft", "verify_tokens_cached": "verify", "verify_tokens_vectorized": "verify"}
-    for name, kind in names.items():
-        wrap(name, kind)
-    try:
-        ids, seconds = timed(lambda: decoder.generate_ids(input_ids, max_tokens, num_speculative_tokens, use_cache),
-                             decoder.device)
-    finally:
-        for name in names:
-            decoder.__dict__.pop(name, None)
-    new = ids.shape[1] - input_ids.shape[1]
-    stats, steps, draft, emitted_total = DecodeStats(new_tokens=new, wall_time_s=seconds), [], [], 0
-    for kind, out in events:
-        if kind == "draft":
-            draft = [int(t) for t in out.reshape(-1).tolist()]
-            stats.draft_calls += len(draft)
-            continue
-        tokens, n = out
-        emitted = [int(t) for t in tokens][: new - emitted_total]
-        emitted_total += len(emitted)
-        steps.append(Step(draft, int(n), emitted))
-        stats.record_round(len(draft), int(n), 0)
-        draft = []
-    return DecodeOutput(ids, stats, steps)
+    """Run your ``decoder.generate_ids`` and record its rounds (what each verification judged and kept) as a
+    `DecodeOutput`, so `render_html` can colour your decoder's text: `measure.observed.observed_decode`, with
+    notebook-sized defaults."""
+    return observed_decode(decoder, input_ids, max_tokens, num_speculative_tokens, use_cache)
 
 
 from specdec_helpers.core.cache import cache_length, crop_cache, new_cache  # noqa: E402,F401 - cache bookkeeping
