@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import hf_greedy, tiny_model
+from tiny_models import VOCAB, hf_greedy, perturbed_copy, tiny_model
 
 import specdec_helpers as sd
 from specdec_helpers.core.cache import cache_length
@@ -69,6 +69,60 @@ def test_model_drafter_proposes_its_own_greedy_continuation_and_rolls_back():
     # Continue from a text that keeps one draft token and adds a different one: still exact.
     text = torch.cat([ids, expected[:1].view(1, 1), torch.tensor([[9]])], dim=1)
     assert torch.equal(drafter.propose(text, 3).tokens, hf_greedy(model, text, 3)[0, 7:])
+
+
+def test_model_drafter_rolls_back_only_in_update():
+    model = tiny_model("gpt2")
+    drafter = sd.ModelDrafter(model)
+    ids = torch.tensor([[3, 1, 4, 1, 5]])
+    drafter.propose(ids, 3)
+    # A second proposal on the same text without an update would read a cache that is not the text's.
+    with pytest.raises(ValueError, match=r"without update.*drafter.update\(n_kept\)"):
+        drafter.propose(ids, 3)
+    drafter.update(4)  # all but the last token kept: as the loop says after a round
+    assert torch.equal(drafter.propose(ids, 3).tokens, hf_greedy(model, ids, 3)[0, 5:])
+    drafter.update(0)  # a new text starts: nothing of the old one is left
+    assert cache_length(drafter.cache) == 0
+    other = torch.tensor([[9, 2, 6]])
+    assert torch.equal(drafter.propose(other, 2).tokens, hf_greedy(model, other, 2)[0, 3:])
+
+
+def test_hybrid_passes_every_update_to_its_model_drafter():
+    model = tiny_model("gpt2")
+    hybrid = sd.HybridDrafter(model)
+    ids = torch.tensor([[3, 1, 4, 1, 5]])
+    assert hybrid.propose(ids, 4).tokens.numel() == 4 and hybrid.last_source == "model"
+    hybrid.update(6)
+    assert cache_length(hybrid.model_drafter.cache) == 6
+    hybrid.update(0)
+    assert cache_length(hybrid.model_drafter.cache) == 0 and hybrid.last_source is None
+
+
+def test_the_loop_tells_the_drafter_what_was_kept_with_the_features_of_those_positions():
+    """The contract of `update`: n_kept = the text before the round + its accepted draft tokens, and
+    the target's features of positions n_kept - F .. n_kept - 1, with no gap between rounds."""
+    target = tiny_model("llama")
+    draft = perturbed_copy(target, scale=0.05)
+
+    class Recording(sd.ModelDrafter):
+        needs_target_features = True
+
+        def update(self, n_kept, target_features=None):
+            updates.append((n_kept, target_features))
+            super().update(n_kept)
+
+    updates, ids = [], torch.randint(1, VOCAB, (1, 6), generator=torch.Generator().manual_seed(3))
+    out = sd.speculative_decode(target, Recording(draft), ids, max_new_tokens=20, num_speculative_tokens=3)
+    assert updates[0] == (0, None)  # a new text
+    with torch.inference_mode():
+        hidden = target(out.sequences, output_hidden_states=True).hidden_states[-1]
+    length, known = ids.shape[1], 0
+    for (n_kept, features), step in zip(updates[1:], out.steps):
+        assert n_kept == length + step.accepted
+        assert n_kept - features.shape[1] == known  # picks up where the last update ended
+        assert torch.allclose(features, hidden[:, known:n_kept], atol=1e-4)
+        length, known = length + len(step.emitted), n_kept
+    assert len(updates) == 1 + len(out.steps) and any(step.accepted < len(step.draft) for step in out.steps)
 
 
 def test_drafter_protocol():
