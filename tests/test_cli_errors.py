@@ -1,6 +1,7 @@
 """A user's mistake on the command line ends in one line naming it and a non-zero exit, never a
 traceback, and never a silent fallback (each case below once did one or the other)."""
 import os
+import re
 import zipfile
 
 import pytest
@@ -115,3 +116,31 @@ def test_grade_missing_or_invalid_config(config, phrase, tmp_path, capsys):
 
 def test_grade_unknown_points_item(tmp_path, capsys):
     assert_one_line_error(["grade", str(tmp_path), "--points", "bogus=3"], "unknown point items ['bogus']", capsys)
+
+
+def test_grade_without_the_graders_extra_says_what_to_install(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nbval" else real(name, *a))
+    code, err = run(["grade", str(tmp_path), "--results", str(tmp_path / "r.json")], capsys)
+    assert code == 2 and "missing: nbval" in err and "pip install -e '.[grade]'" in err, err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_students_install_no_grader_packages():
+    """pyproject's dependencies are what a student's `pip install` gets; the grader's packages are its extra,
+    which the test extra and requirements.txt (the autograder's image) carry too."""
+    import tomllib
+    from pathlib import Path
+
+    from specdec_helpers.cli.course import GRADE_EXTRA
+
+    root = Path(__file__).resolve().parent.parent
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    names = lambda specs: {re.split(r"[<>=\[ ]", s, maxsplit=1)[0] for s in specs}  # noqa: E731
+    assert not names(project["dependencies"]) & set(GRADE_EXTRA)
+    extras = project["optional-dependencies"]
+    assert set(GRADE_EXTRA) <= names(extras["grade"]) and set(GRADE_EXTRA) <= names(extras["test"])
+    requirements = [line for line in (root / "requirements.txt").read_text().splitlines() if line and line[0] != "#"]
+    assert set(GRADE_EXTRA) <= names(requirements)

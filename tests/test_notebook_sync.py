@@ -54,3 +54,20 @@ def test_real_notebooks_point_at_a_new_repository(tmp_path):
     assert len(changed) == 2 and notebook_sync.check(tmp_path, URL, branch="2027") == []
     first = nbformat.read(str(changed[0]), as_version=4)
     assert nbh.colab_badge(changed[0].name, URL, "2027") in first.cells[0].source
+
+
+def test_outputs_nbval_never_compares_are_named_and_cleared(tmp_path):
+    from nbformat.v4 import new_code_cell, new_output
+
+    path = tmp_path / "01_x.ipynb"
+    nb = contract_notebook(path.name, "x")
+    stale = new_code_cell("print('plot')", outputs=[new_output("stream", name="stdout", text="plot\n")], id="stale-cell")
+    kept = new_code_cell("# NBVAL_CHECK_OUTPUT\nprint(2)", outputs=[new_output("stream", name="stdout", text="2\n")])
+    nb.cells += [stale, kept]
+    nbformat.write(nb, str(path))
+    problems = notebook_sync.check(path)
+    assert len(problems) == 1 and "1 cell(s) keep saved outputs" in problems[0] and "stale-cell" in problems[0], problems
+    assert notebook_sync.fix(path) == [path]
+    after = nbformat.read(str(path), as_version=4)
+    assert after.cells[-2].outputs == [] and after.cells[-1].outputs[0]["text"] == "2\n"
+    assert notebook_sync.check(path) == []

@@ -3,6 +3,7 @@ say so in the student kit, which leaves their modules out)."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import sys
@@ -37,16 +38,30 @@ from specdec_helpers.assignment.grading.submission import (
 from specdec_helpers.cli.args import positive_int
 from specdec_helpers.present.notebook import REPO_BRANCH, quiet
 
+# What `grade` needs beyond the kit (pyproject's `grade` extra): students never install it.
+GRADE_EXTRA = ("pytest", "nbval", "copydetect", "psutil")
+
+
+def _absent(error: ModuleNotFoundError, also=()) -> bool:
+    """Whether ``error`` is a module the student kit leaves out (or one of ``also``), not a broken install."""
+    return (error.name or "").startswith("specdec_helpers.") or error.name in also
+
+
 try:  # instructor-only modules: the student kit leaves them out (release.INSTRUCTOR_ONLY)
     import specdec_helpers.assignment.authoring.autograder as autograder_module
     import specdec_helpers.assignment.authoring.notebook_sync as notebook_sync
     import specdec_helpers.assignment.authoring.release as release_module
-    from specdec_helpers.assignment.grading import classroom, similarity
     from specdec_helpers.assignment.grading.mutations import grade_all
 except ModuleNotFoundError as error:
-    if not (error.name or "").startswith("specdec_helpers."):
+    if not _absent(error):
         raise  # a missing dependency, not the student kit
-    autograder_module = notebook_sync = release_module = grade_all = classroom = similarity = None
+    autograder_module = notebook_sync = release_module = grade_all = None
+try:  # ... and these need the grader's extra too (`grade` says what to install)
+    from specdec_helpers.assignment.grading import classroom, similarity
+except ModuleNotFoundError as error:
+    if not _absent(error, GRADE_EXTRA):
+        raise
+    classroom = similarity = None
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -129,6 +144,11 @@ def grade(argv=None) -> int:
                        help="seconds one student's grading may take before it is stopped with 0 points (default 1200)")
     args = parser.parse_args(argv)
 
+    missing = [name for name in GRADE_EXTRA if importlib.util.find_spec(name) is None]
+    if missing:
+        print(f"grade: the grader's packages are not installed (missing: {', '.join(missing)}); install them with "
+              "pip install -e '.[grade]' (or pip install -r requirements.txt)", file=sys.stderr)
+        return 2
     quiet()
     if args.is_class and classroom is None:
         return _instructor_only("grade --class")

@@ -1,10 +1,15 @@
-"""Check and fix what every course notebook shares: its "Open in Colab" badge and its set-up cell.
+"""Check and fix what every course notebook shares: its "Open in Colab" badge, its set-up cell, and
+saved outputs only where nbval compares them.
 
 Each notebook opens with a markdown cell holding a Colab badge, and its first code cell is the
 set-up cell (works on Colab and locally: ``pip install git+URL@BRANCH`` on Colab, then
 ``nb.setup()``). Both name the repository, so they must all point at the same one: the repository
 students open and install from. Only the badge link and the install line are checked and rewritten;
 the rest of each cell is the author's, edited in Jupyter like any other cell.
+
+Saved outputs: the tests run the notebooks with ``--nbval-lax``, which compares only the cells marked
+``# NBVAL_CHECK_OUTPUT``. Any other saved output is compared with nothing and goes stale with the next change
+(and weighs the repository down: plots are base64 images), so the course notebooks keep none; `fix` clears them.
 
 ``release`` calls `fix_notebook` to point a student release at its own repository; a test runs
 `check` over ``notebooks/``.
@@ -20,6 +25,13 @@ from specdec_helpers.present.notebook import REPO_BRANCH, REPO_URL, colab_url, p
 
 BADGE_LINK = re.compile(r"https://colab\.research\.google\.com/github/[^)\s\"']+")
 INSTALL_SPEC = re.compile(r"git\+https?://[^\s\"']+")
+COMPARED = "NBVAL_CHECK_OUTPUT"  # the cells `pytest --nbval-lax` compares with their saved outputs
+
+
+def uncompared_outputs(nb) -> list:
+    """Code cells with saved outputs that nbval never compares (not marked ``# NBVAL_CHECK_OUTPUT``)."""
+    return [cell for cell in nb.cells
+            if cell.cell_type == "code" and cell.get("outputs") and COMPARED not in cell.source]
 
 
 def setup_cell(nb):
@@ -46,11 +58,17 @@ def problems_in(nb, name: str, repo_url: str = REPO_URL, branch: str = REPO_BRAN
     for needed, why in (("google.colab", "tell Colab from a local run"), ("nb.setup()", "call nb.setup()")):
         if needed not in setup.source:
             problems.append(f"{name}: the set-up cell does not {why} ({needed!r} missing)")
+    stale = uncompared_outputs(nb)
+    if stale:
+        problems.append(f"{name}: {len(stale)} cell(s) keep saved outputs that nbval never compares (first: "
+                        f"{stale[0].get('id', '?')}); clear them with notebook_sync.fix (or mark the cell "
+                        f"'# {COMPARED}' if nbval should compare it)")
     return problems
 
 
 def fix_notebook(nb, name: str, repo_url: str = REPO_URL, branch: str = REPO_BRANCH) -> bool:
-    """Point ``nb``'s badge and install line at ``repo_url`` in place; returns whether anything changed."""
+    """Point ``nb``'s badge and install line at ``repo_url`` and clear the outputs nbval never compares, in
+    place; returns whether anything changed."""
     badge, spec = colab_url(name, repo_url, branch), pip_install_spec(repo_url, branch)
     changed = False
     if nb.cells and nb.cells[0].cell_type == "markdown":
@@ -62,6 +80,8 @@ def fix_notebook(nb, name: str, repo_url: str = REPO_URL, branch: str = REPO_BRA
         new = INSTALL_SPEC.sub(spec, setup.source)
         changed |= new != setup.source
         setup.source = new
+    for cell in uncompared_outputs(nb):
+        cell.outputs, cell.execution_count, changed = [], None, True
     return changed
 
 
@@ -79,7 +99,8 @@ def check(paths, repo_url: str = REPO_URL, branch: str = REPO_BRANCH) -> list[st
 
 
 def fix(paths, repo_url: str = REPO_URL, branch: str = REPO_BRANCH) -> list[Path]:
-    """Rewrite badges and install lines to point at ``repo_url``; returns the files changed."""
+    """Rewrite badges and install lines to point at ``repo_url`` and clear uncompared outputs; returns the
+    files changed."""
     changed = []
     for path in _notebooks(paths):
         nb = nbformat.read(str(path), as_version=4)
