@@ -15,6 +15,7 @@ from specdec_helpers.measure import bench, perf
 from specdec_helpers.models.drafts import distill, eagle, eagle_train, feature_data
 from specdec_helpers.core.decode import speculative_decode
 from specdec_helpers.models.drafts.distill import DISTILL_PROMPTS, DistillRecipe
+from specdec_helpers.core.cache import cache_length
 from specdec_helpers.core.drafters import HybridDrafter
 from specdec_helpers.core.sampling import Sampler
 
@@ -135,10 +136,25 @@ def test_bad_features_are_refused_clearly():
     target = tiny_target()
     drafter = fresh_drafter(target)
     with pytest.raises(ValueError, match="dimensions.*another target"):
-        drafter.observe_target(torch.zeros(1, 4, 7), 0)
-    drafter.observe_target(torch.zeros(1, 4, target.config.hidden_size), 0)
+        drafter.update(4, torch.zeros(1, 4, 7))
+    drafter.update(4, torch.zeros(1, 4, target.config.hidden_size))
     with pytest.raises(ValueError, match="gap"):
-        drafter.observe_target(torch.zeros(1, 2, target.config.hidden_size), 6)
+        drafter.update(8, torch.zeros(1, 2, target.config.hidden_size))  # positions 6, 7: 4 and 5 missing
+
+
+def test_feature_drafter_rolls_back_only_in_update():
+    target = tiny_target()
+    drafter = fresh_drafter(target)
+    ids = torch.tensor([[5, 9, 14, 2, 30, 7]])
+    drafter.update(5, feature_data.target_features(target, ids)[1][:, :5])
+    first = drafter.propose(ids, 3)
+    assert first.tokens.numel() == 3 and drafter.true_length == 5
+    with pytest.raises(ValueError, match="without update.*update\\(n_kept"):
+        drafter.propose(ids, 3)
+    drafter.update(5)  # the same text again: the rows read from predicted features go, the proposal repeats
+    assert drafter.true_length == 4 and torch.equal(drafter.propose(ids, 3).tokens, first.tokens)
+    drafter.update(0)
+    assert drafter.features.shape[1] == 0 and cache_length(drafter.cache) == 0
 
 
 def test_half_precision_target_drafts_without_dtype_errors():
@@ -169,10 +185,15 @@ def test_hybrid_passes_features_on_and_stays_lossless(model_tokens, k):
     target = tiny_target()
     inner = fresh_drafter(target)
     hybrid = HybridDrafter(inner, model_tokens=model_tokens)
-    assert hybrid.model is None and hybrid.observe_target == inner.observe_target
+    assert hybrid.model is None and hybrid.needs_target_features
     asked = []  # what the feature drafter is asked for, and what it proposes
     propose = inner.propose
-    inner.propose = lambda ids, n, sampler=None: asked.append((n, propose(ids, n).tokens.numel())) or propose(ids, n)
+
+    def asking(ids, n, sampler=None):
+        proposal = propose(ids, n)
+        asked.append((n, proposal.tokens.numel()))
+        return proposal
+    inner.propose = asking
     ids = torch.tensor([[5, 9, 14, 5, 9, 14, 5, 9]])  # repeats: the lookup answers some rounds
     out = speculative_decode(target, hybrid, ids, max_new_tokens=25, num_speculative_tokens=k)
     assert out.sequences.tolist() == hf_greedy(target, ids, 25).tolist()

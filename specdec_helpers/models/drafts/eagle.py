@@ -143,8 +143,10 @@ def unrolled(draft: FeatureDraft, feats: torch.Tensor, tokens: torch.Tensor, mas
 class FeatureDrafter(Drafter):
     """Drafts with a `FeatureDraft` from the features the target computed while verifying.
 
-    The decode loop hands over the target's features after each pass (`observe_target`); the first
+    The decode loop hands over the target's features after each pass (`update`); the first
     round, before any target pass, proposes nothing (that pass is the prompt's prefill anyway).
+    Cached draft position i read (f_i, token i + 1); it stays valid while f_i is the target's own (not
+    predicted) feature and token i + 1 is kept: `update` keeps those and drops the rest, `propose` feeds from there.
     """
 
     needs_target_features = True
@@ -153,38 +155,42 @@ class FeatureDrafter(Drafter):
     def __init__(self, draft: FeatureDraft, confidence_threshold: float | None = None):
         self.draft = draft
         self.confidence_threshold = check_threshold(confidence_threshold)  # as in `ModelDrafter`
-        self.reset()
+        self.update(0)
 
-    def reset(self) -> None:
-        self.cache = new_cache(self.draft.body)
-        # [1, n, H]: the target's features of positions 0 .. n-1 (none yet)
-        self.features = self.draft.fc.weight.new_zeros(1, 0, self.draft.fc.in_features // 2)
-        self.true_length = 0  # cached draft positions computed from the target's (not predicted) features
-
-    def observe_target(self, features: torch.Tensor, start: int) -> None:
-        """The target's features for positions ``start ..``, from its latest pass."""
-        known, width = self.features.shape[1:]
-        if features.shape[-1] != width:
-            raise ValueError(f"the target's features have {features.shape[-1]} dimensions but this feature draft reads "
-                             f"{width}: it was made for another target; train one for this target")
-        if not 0 <= start <= known:
-            raise ValueError(f"features from position {start} leave a gap after the {known} positions held: "
-                             "pass every position the target computed")
-        self.features = torch.cat([self.features[:, :start], features.to(self.features.dtype)], dim=1)
-
-    def rollback(self, n_kept: int) -> None:
+    def update(self, n_kept: int, target_features: torch.Tensor | None = None) -> None:
+        """Only the first ``n_kept`` tokens are valid (0: a new text); ``target_features`` ``[1, F, H]`` are the
+        target's features of positions ``n_kept - F .. n_kept - 1``, from its latest pass."""
+        if n_kept == 0:
+            self.cache = new_cache(self.draft.body)
+            # [1, n, H]: the target's features of positions 0 .. n-1 (none yet)
+            self.features = self.draft.fc.weight.new_zeros(1, 0, self.draft.fc.in_features // 2)
+            self.true_length = 0  # cached draft positions computed from the target's (not predicted) features
         self.features = self.features[:, :n_kept]
-        self.true_length = min(self.true_length, max(n_kept - 1, 0))  # cached rows past the kept text are stale
+        start = n_kept
+        if target_features is not None:
+            known, width = self.features.shape[1:]
+            start = n_kept - target_features.shape[1]
+            if target_features.shape[-1] != width:
+                raise ValueError(f"the target's features have {target_features.shape[-1]} dimensions but this feature "
+                                 f"draft reads {width}: it was made for another target; train one for this target")
+            if not 0 <= start <= known:
+                raise ValueError(f"features from position {start} leave a gap after the {known} positions held: "
+                                 "pass every position the target computed")
+            self.features = torch.cat([self.features[:, :start], target_features.to(self.features.dtype)], dim=1)
+        # Rows past the kept text, or read from predicted (or replaced) features, are stale.
+        self.true_length = min(self.true_length, start, max(n_kept - 1, 0))
+        crop_cache(self.cache, self.true_length)
 
     @torch.inference_mode()
     def propose(self, input_ids: torch.Tensor, k: int, sampler: Sampler = GREEDY) -> Proposal:
         length = input_ids.shape[1]
         if k < 1 or self.features.shape[1] < length - 1 or length < 2:
             return Proposal(input_ids.new_empty(0))
-        # Position i reads (f_i, token i + 1); only positions built from true features stay cached, and
-        # the last one (length - 2) is always fed again if cached, since its output gives the first token.
-        self.true_length = min(self.true_length, length - 2)
-        crop_cache(self.cache, self.true_length)
+        if self.true_length >= length - 1:
+            raise ValueError(f"the feature draft's cache holds {self.true_length} positions, all the text it can read: "
+                             "propose was called again without update in between; call drafter.update(n_kept, "
+                             "target_features) after each round (update(0) for a new text)")
+        # Feed the positions `update` left uncached; the last (length - 2) is always among them: it gives the first token.
         features = self.features[:, self.true_length : length - 1]
         fed = input_ids[:, self.true_length + 1 : length]
         self.true_length = length - 1
@@ -204,12 +210,17 @@ class FeatureDrafter(Drafter):
 def measure_draft_step(target, drafter: FeatureDrafter, input_ids: torch.Tensor, repeats: int = 5) -> float:
     """Median seconds of one drafting step (one position through the draft, its head, the choice)."""
 
-    drafter.reset()
+    kept = input_ids.shape[1] - 1  # the text but its last token, as after a round
+    drafter.update(0)
     with torch.inference_mode():
-        drafter.observe_target(target_features(target, input_ids)[1], 0)
+        drafter.update(kept, target_features(target, input_ids)[1][:, :kept])
         drafter.propose(input_ids, 1)  # fills the draft's cache; each timed call feeds one position
-        times = [timed(lambda: drafter.propose(input_ids, 1), input_ids.device)[1] for _ in range(repeats + 1)][1:]
-    drafter.reset()
+        times = []
+        for _ in range(repeats + 1):
+            drafter.update(kept)  # forget the last proposal (not timed)
+            times.append(timed(lambda: drafter.propose(input_ids, 1), input_ids.device)[1])
+        times = times[1:]
+    drafter.update(0)
     return spread(times)["median"]
 
 
