@@ -96,10 +96,10 @@ class ModelDrafter(Drafter):
         self.cache = new_cache(model)
 
     def update(self, n_kept: int, target_features=None) -> None:
-        ### BEGIN INSTRUCTOR ONLY
-        if n_kept == 0:
+        if n_kept == 0:  # a new text
             self.cache = new_cache(self.model)
-        elif cache_length(self.cache) > n_kept:  # drop the rejected draft tokens (and the last, never fed back)
+        ### BEGIN INSTRUCTOR ONLY
+        if cache_length(self.cache) > n_kept:  # drop the rejected draft tokens (and the last, never fed back)
             crop_cache(self.cache, n_kept)
         ### STUDENT EDITION
         # self.cache = new_cache(self.model)  # no draft-cache rollback here (notebook 02's exercise): each round re-reads the text
