@@ -9,6 +9,7 @@ import torch
 
 from tiny_models import hf_greedy, perturbed_copy, tiny_model
 from specdec_helpers.core.cache import crop_cache, new_cache
+from specdec_helpers.core.decode import speculative_decode
 from specdec_helpers.core.verify import accept_greedy, score_draft
 from specdec_helpers.measure import bench
 from specdec_helpers.measure.observed import check_decoder, observed_decode
@@ -201,3 +202,20 @@ def test_compare_tree_chain_runs_the_chains_on_the_decoder(pair):
     assert [r["same"] for r in wrong] == [True, False, False, True]
     with pytest.raises(TypeError, match="SpeculativeDecoder instance"):
         compare_tree_chain(pair.target, pair.draft, [PROMPT], tree=(2, 1), decoder=pair.target)
+
+
+def test_the_notebooks_trace_is_observed_decode_and_your_drafter_follows_the_protocol(pair):
+    """`nb.traced` (notebooks 04, 06) records rounds and counts draft passes by the one rule of
+    `observed_decode`; `nb.YourDrafter` runs the student's draft method in the kit's loop."""
+    from specdec_helpers.assignment.student import notebook as nb
+
+    decoder = PA3Decoder(pair.target, pair.draft)
+    traced, observed = nb.traced(decoder, PROMPT, 12, 3), observed_decode(decoder, PROMPT, 12, 3)
+    assert torch.equal(traced.sequences, observed.sequences) and traced.steps == observed.steps
+    assert traced.stats.as_dict() | {"wall_time_s": 0, "tokens_per_s": 0} == \
+        observed.stats.as_dict() | {"wall_time_s": 0, "tokens_per_s": 0}
+    drafter = nb.YourDrafter(decoder)
+    decoder.draft_cache = "stale"
+    out = speculative_decode(pair.target, drafter, PROMPT, max_new_tokens=12, num_speculative_tokens=3)
+    assert decoder.draft_cache is None  # update(0): a new text
+    assert torch.equal(out.sequences, hf_greedy(pair.target, PROMPT, 12)) and out.stats.accepted > 0
