@@ -382,10 +382,14 @@ def write_handin(folder: Path, sources: dict[str, str] | None, *, zipped: bool =
 #: check for delegation cannot see it: only similarity can.
 KIT_COPY = {
     "draft": ["""\
-# The last context token is always fed, so its logits give the first draft token.
-if cache_length(self.draft_cache) > input_ids.shape[1] - 1:
+if cache_length(self.draft_cache) > input_ids.shape[1] - 1:  # drop the rejected draft tokens (and the last, never fed back)
     crop_cache(self.draft_cache, input_ids.shape[1] - 1)
-fed = input_ids[:, cache_length(self.draft_cache):]
+# Feed what the cache has not seen; the last context token is always among it: its logits give the
+# first draft token. `update` left the cache at the kept text, which is shorter than this one.
+cached = cache_length(self.draft_cache)
+if cached >= input_ids.shape[1]:
+    raise ValueError(f"the draft's cache holds {cached} positions but the text has only {input_ids.shape[1]}")
+fed = input_ids[:, cached:]
 probs = []
 for _ in range(k):
     out = self.draft_model(input_ids=fed, cache=self.draft_cache, use_cache=True, logits_to_keep=1)
