@@ -37,12 +37,9 @@ from specdec_helpers.measure.theory import (
     measure_forward_cost,
 )
 from specdec_helpers.measure.trees import compare_tree_chain
-from specdec_helpers.models.pairs import (
-    ModelPair,
-    check_compatible,
-    list_presets,
-    load_pair,
-)
+from specdec_helpers.models.pairs import ModelPair, load_pair
+from specdec_helpers.models.presets import list_presets
+from specdec_helpers.models.vocab import check_compatible
 
 __version__ = "0.1.0"
 

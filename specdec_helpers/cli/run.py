@@ -41,13 +41,8 @@ from specdec_helpers.measure.results import (
 from specdec_helpers.models.drafts import eagle
 from specdec_helpers.models.drafts.distill import distill_draft, distilled_dir, is_saved
 from specdec_helpers.models.drafts.registry import DRAFTS, draft_names_help
-from specdec_helpers.models.pairs import (
-    OFFLINE_PRESETS,
-    PRESETS,
-    _model_name,
-    get_preset,
-    load_pair,
-)
+from specdec_helpers.models.pairs import _model_name, load_pair
+from specdec_helpers.models.presets import OFFLINE_PRESETS, PRESETS, get_preset
 from specdec_helpers.models.smollm2 import SMOLLM2_PIP, smollm2_available
 from specdec_helpers.models.toy import retrain_toy
 from specdec_helpers.present import demo as demo_module
