@@ -300,7 +300,7 @@ def test_smollm2_speculative_equals_greedy_generate(smollm2_pair, draft):
 @pytest.mark.slow
 @needs_smollm2
 def test_smollm2_distilled_draft_is_lossless(smollm2_pair, tmp_path, monkeypatch):
-    from specdec_helpers.models.drafts import distill
+    from specdec_helpers.models.drafts import distill, training, training_text
 
     pair = smollm2_pair
     assert presets.get_preset("smollm2-135m").draft == "prompt-lookup:2"  # why: see the preset's comment
@@ -308,10 +308,10 @@ def test_smollm2_distilled_draft_is_lossless(smollm2_pair, tmp_path, monkeypatch
     monkeypatch.setattr(distill, "distilled_dir", lambda name: folder)
     # What the first use does, with a 4-prompt recipe (the real one takes minutes); later uses load it.
     small = distill.DistillRecipe(max_new_tokens=8, generate_batch=4, epochs=1)
-    distill.distill_draft(pair.target, pair.tokenizer, name="test", recipe=small, prompts=distill.DISTILL_PROMPTS[:4],
+    distill.distill_draft(pair.target, pair.tokenizer, name="test", recipe=small, prompts=training_text.DISTILL_PROMPTS[:4],
                           progress=False, folder=folder)
     drafted = pair.with_draft("distilled").draft
-    assert isinstance(drafted.lm_head, distill.VocabSubsetHead) and uses_onednn(drafted)
+    assert isinstance(drafted.lm_head, training.VocabSubsetHead) and uses_onednn(drafted)
     assert drafted.model.embed_tokens is pair.target.model.embed_tokens and len(drafted.model.layers) == 2
     ids = pair.encode("Write the lyrics to the song 'Happy Birthday'.")
     out = speculative_decode(pair.target, drafted, ids, max_new_tokens=24, num_speculative_tokens=3)

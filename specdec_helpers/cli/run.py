@@ -39,7 +39,8 @@ from specdec_helpers.measure.results import (
     save_results,
 )
 from specdec_helpers.models.drafts import eagle
-from specdec_helpers.models.drafts.distill import distill_draft, distilled_dir, is_saved
+from specdec_helpers.models.drafts.distill import distill_draft, distilled_dir
+from specdec_helpers.models.drafts.training import is_saved
 from specdec_helpers.models.drafts.registry import DRAFTS, draft_names_help
 from specdec_helpers.models.pairs import _model_name, load_pair
 from specdec_helpers.models.presets import OFFLINE_PRESETS, PRESETS, get_preset

@@ -58,20 +58,22 @@ from specdec_helpers.core.timing import spread, timed
 from specdec_helpers.models.drafts.corpus import (
     corpus_meta,
 )
-from specdec_helpers.models.drafts.distill import (
+from specdec_helpers.models.drafts.distill import DistillRecipe
+from specdec_helpers.models.drafts.training_text import (
     DISTILL_PROMPTS,
-    DistillRecipe,
+    _token_subset,
+    start_training,
+    text_dir,
+    text_meta,
+)
+from specdec_helpers.models.drafts.training import (
     VocabSubsetHead,
     _fingerprint,
-    _token_subset,
     fit,
     is_saved,
     read_draft,
     save_draft,
-    start_training,
     subset_labels,
-    text_dir,
-    text_meta,
     truncated_body,
 )
 from specdec_helpers.models.drafts.feature_data import (
