@@ -30,7 +30,8 @@ from specdec_helpers.core.verify import (
     verify_tokens_vectorized,
 )
 from specdec_helpers.measure.batching import batch_costs, batch_sweep, predicted_batch_speedup
-from specdec_helpers.measure.bench import benchmark, run_sweep
+from specdec_helpers.measure.bench import benchmark
+from specdec_helpers.measure.sweep import run_sweep
 from specdec_helpers.measure.theory import (
     expected_speedup,
     expected_tokens_per_step,

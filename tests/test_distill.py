@@ -6,7 +6,7 @@ import torch
 from tiny_models import VOCAB, hf_greedy, tiny_model
 
 from specdec_helpers.models.drafts import distill
-from specdec_helpers.measure.bench import EXTRA_PROMPTS, PA3_PROMPTS
+from specdec_helpers.measure.sweep import EXTRA_PROMPTS, PA3_PROMPTS
 from specdec_helpers.core.decode import speculative_decode
 from specdec_helpers.models.drafts.distill import DistillRecipe, truncated_copy
 from specdec_helpers.models.drafts.training import VocabSubsetHead

@@ -11,7 +11,7 @@ from test_distill import CharTokenizer
 from test_sampling import assert_fits, fit
 from tiny_models import VOCAB, hf_greedy, tiny_model
 
-from specdec_helpers.measure import bench, perf
+from specdec_helpers.measure import methods, perf, sweep
 from specdec_helpers.models.drafts import eagle, feature_data, training_text
 from specdec_helpers.core.decode import speculative_decode
 from specdec_helpers.models.drafts.distill import DistillRecipe
@@ -301,9 +301,9 @@ def test_bench_measures_its_step_labels_it_and_knows_hf_cannot_run_it():
     target = tiny_target()
     drafter = fresh_drafter(target)
     ids = torch.tensor([[5, 9, 14, 2, 30, 7]])
-    costs = bench.measure_costs(target, HybridDrafter(drafter), ids, ks=[2], repeats=2)
+    costs = sweep.measure_costs(target, HybridDrafter(drafter), ids, ks=[2], repeats=2)
     assert costs["draft_step_s"] > 0 and costs["c"] == costs["draft_step_s"] / costs["target_step_s"]
-    assert bench.draft_label(drafter) == "eagle"
-    assert isinstance(bench.build_methods(target, drafter, 2)["hf_assisted"], bench.Skip)
-    case = bench.Case("tiny", "hybrid", target, HybridDrafter(drafter), [("p", ids)])
+    assert methods.draft_label(drafter) == "eagle"
+    assert isinstance(methods.build_methods(target, drafter, 2)["hf_assisted"], methods.Skip)
+    case = sweep.Case("tiny", "hybrid", target, HybridDrafter(drafter), [("p", ids)])
     assert perf.with_inner_models([case]) == [case]  # no case alone: HF cannot run it either

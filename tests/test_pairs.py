@@ -10,7 +10,7 @@ from tiny_models import tiny_model
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from specdec_helpers.measure import bench
+from specdec_helpers.measure.methods import draft_label
 from specdec_helpers import cli
 from specdec_helpers.models import hub, pairs, presets, smollm2, store
 from specdec_helpers.models.drafts.int8 import int8_copy
@@ -406,4 +406,4 @@ def test_hybrid_puts_ngram_lookup_before_the_presets_draft_model():
     with pytest.raises(ValueError, match="hybrid.*PromptLookupDrafter with no model"):
         pair.with_draft("prompt-lookup").with_draft("hybrid")
     named = pair.with_draft("hybrid:int8").draft  # lookup before a named draft
-    assert isinstance(named, HybridDrafter) and bench.draft_label(named.model) == "int8"
+    assert isinstance(named, HybridDrafter) and draft_label(named.model) == "int8"

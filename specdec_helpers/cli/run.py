@@ -17,14 +17,7 @@ from specdec_helpers.cli.args import (
     set_threads,
     whole_number,
 )
-from specdec_helpers.measure.bench import (
-    DEFAULT_KS,
-    METHODS,
-    QUICK,
-    draft_label,
-    load_cases,
-    run_sweep,
-)
+from specdec_helpers.measure.methods import METHODS, draft_label
 from specdec_helpers.measure.perf import (
     DEFAULT_DRAFTS,
     PERF_METHODS,
@@ -38,6 +31,7 @@ from specdec_helpers.measure.results import (
     environment,
     save_results,
 )
+from specdec_helpers.measure.sweep import DEFAULT_KS, QUICK, load_cases, run_sweep
 from specdec_helpers.models.drafts import eagle
 from specdec_helpers.models.drafts.distill import distill_draft, distilled_dir
 from specdec_helpers.models.drafts.training import is_saved

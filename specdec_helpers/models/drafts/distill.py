@@ -132,7 +132,7 @@ def load_distilled(target, folder: Path) -> torch.nn.Module:
     if unexpected or any(not k.startswith("model.embed_tokens") for k in missing):
         raise ValueError(f"{folder} does not match this target: missing {missing}, unexpected {unexpected}")
     draft.meta = meta
-    draft.config.name_or_path = "distilled"  # its name in tables (`measure.bench.draft_label`), as load_pair's
+    draft.config.name_or_path = "distilled"  # its name in tables (`measure.methods.draft_label`), as load_pair's
     return draft.eval()
 
 
