@@ -1,7 +1,7 @@
 """The preset table: named target/draft pairs and the k that worked for them.
 
-Data only, apart from `load_pair` (`pairs`): listing presets, the command line's help and the tests read it
-without loading a model. Hub presets reproduce the PA3 pairs on a Colab GPU; the offline presets (``toy``,
+Data only: listing presets, the command line's help and the tests read it without loading a model
+(`pairs.load_pair` loads one). Hub presets reproduce the PA3 pairs on a Colab GPU; the offline presets (``toy``,
 ``smollm2-135m``) run on a laptop CPU with no network at all.
 """
 from __future__ import annotations

@@ -114,7 +114,8 @@ def text_dir(name: str) -> Path:
 def target_text(target, tokenizer, *, recipe, prompts, folder: Path,
                 progress: bool = True) -> list[tuple[torch.Tensor, int]]:
     """`_generate_data`, cached in ``folder`` (the slow part: the target writes every answer), so
-    every draft trained on the target's text (`distill`, `eagle`) pays for it once."""
+    every draft trained on the target's text (`distill`, `eagle`) pays for it once. ``recipe``: a
+    `distill.DistillRecipe`, whose ``max_new_tokens`` and ``generate_batch`` decide the text."""
     from safetensors.torch import load_file, save_file
 
     folder, key = Path(folder), _text_key(target, recipe, prompts)
