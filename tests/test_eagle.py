@@ -12,7 +12,7 @@ from test_sampling import assert_fits, fit
 from tiny_models import VOCAB, hf_greedy, tiny_model
 
 from specdec_helpers.measure import methods, perf, sweep
-from specdec_helpers.models.drafts import eagle, feature_data, training_text
+from specdec_helpers.models.drafts import eagle, eagle_train, feature_data, training_text
 from specdec_helpers.core.decode import speculative_decode
 from specdec_helpers.models.drafts.distill import DistillRecipe
 from specdec_helpers.models.drafts.training_text import DISTILL_PROMPTS
@@ -44,7 +44,7 @@ def fresh_drafter(target, seed=1, read_features=True):
 def trained(tmp_path_factory):
     target = tiny_target()
     root = tmp_path_factory.mktemp("eagle")
-    folder = eagle.train_eagle(target, CharTokenizer(), name="tiny", recipe=TINY, text_recipe=TEXT,
+    folder = eagle_train.train_eagle(target, CharTokenizer(), name="tiny", recipe=TINY, text_recipe=TEXT,
                                prompts=DISTILL_PROMPTS[:12], progress=False, folder=root / "draft")
     return target, folder
 
@@ -244,7 +244,7 @@ def test_same_recipe_same_draft_and_the_text_is_reused(trained, tmp_path, monkey
     target, folder = trained
     shutil.copytree(folder.with_name("draft-text"), tmp_path / "again-text")  # the text is kept beside the draft
     monkeypatch.setattr(training_text, "_generate_data", lambda *a, **k: pytest.fail("the cached text was not reused"))
-    again = eagle.train_eagle(target, CharTokenizer(), name="tiny", recipe=TINY, text_recipe=TEXT,
+    again = eagle_train.train_eagle(target, CharTokenizer(), name="tiny", recipe=TINY, text_recipe=TEXT,
                               prompts=DISTILL_PROMPTS[:12], progress=False, folder=tmp_path / "again")
     first, second = eagle.load_eagle(target, folder).state_dict(), eagle.load_eagle(target, again).state_dict()
     assert all(torch.equal(first[k], second[k]) for k in first)
@@ -265,7 +265,7 @@ def test_eagle_by_name_loads_the_cached_draft_and_hybrid_wraps_it(trained, monke
     from specdec_helpers.models.pairs import ModelPair
 
     target, folder = trained
-    monkeypatch.setattr(eagle, "eagle_dir", lambda name: folder)
+    monkeypatch.setattr(eagle_train, "eagle_dir", lambda name: folder)
     pair = ModelPair(target, None, CharTokenizer(), torch.device("cpu"), torch.float32)
     drafter = pair.with_draft("eagle").draft
     assert isinstance(drafter, eagle.FeatureDrafter) and drafter.draft.meta["recipe"]["epochs"] == TINY.epochs

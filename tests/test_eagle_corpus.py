@@ -8,10 +8,10 @@ import torch
 from tiny_models import VOCAB, hf_greedy, tiny_model
 
 from specdec_helpers.core.decode import speculative_decode
-from specdec_helpers.models.drafts import corpus, eagle, feature_data
+from specdec_helpers.models.drafts import corpus, eagle, eagle_train, feature_data
 from specdec_helpers.models.drafts.distill import DistillRecipe
-from specdec_helpers.models.drafts.training_text import DISTILL_PROMPTS
 from specdec_helpers.models.drafts.training import subset_labels
+from specdec_helpers.models.drafts.training_text import DISTILL_PROMPTS
 
 EOS = 3
 SMOLLM2 = "smollm2-135m-instruct-q4_1-v1"
@@ -76,7 +76,7 @@ def trained(tmp_path_factory):
     target = tiny_target()
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SPECDEC_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))  # the target's features are cached there
-        folder = eagle.train_eagle_corpus(target, CorpusTokenizer(), name="tiny", recipe=eagle.EagleRecipe(epochs=1, batch_size=4),
+        folder = eagle_train.train_eagle_corpus(target, CorpusTokenizer(), name="tiny", recipe=eagle.EagleRecipe(epochs=1, batch_size=4),
                                           vocab=40, max_chunks=8, text_recipe=DistillRecipe(max_new_tokens=10, generate_batch=4),
                                           prompts=DISTILL_PROMPTS[:20], progress=False,
                                           folder=tmp_path_factory.mktemp("c") / "d")
@@ -133,7 +133,7 @@ def test_decoding_with_the_corpus_draft_equals_greedy(trained, k):
 
 def test_the_shipped_draft_matches_its_manifest():
     folder = eagle.shipped_dir(SMOLLM2)
-    assert eagle.is_saved(folder), f"no shipped feature draft in {folder}"
+    assert eagle_train.is_saved(folder), f"no shipped feature draft in {folder}"
     assert eagle.manifest_problems(folder) == []
     meta = json.loads((folder / "draft.json").read_text())
     assert meta["target"]["hidden_size"] == 576 and meta["held_out"]["positions"] > 0

@@ -32,7 +32,7 @@ from specdec_helpers.measure.results import (
     save_results,
 )
 from specdec_helpers.measure.sweep import DEFAULT_KS, QUICK, load_cases, run_sweep
-from specdec_helpers.models.drafts import eagle
+from specdec_helpers.models.drafts import eagle, eagle_train
 from specdec_helpers.models.drafts.distill import distill_draft, distilled_dir
 from specdec_helpers.models.drafts.training import is_saved
 from specdec_helpers.models.drafts.registry import DRAFTS, draft_names_help
@@ -249,12 +249,12 @@ def distill(argv=None) -> int:
     name = _model_name(pair.target)
     if args.corpus and args.draft != "eagle":
         raise ValueError("--corpus trains the eagle draft: write --draft eagle --corpus")
-    folder, train = ((eagle.eagle_dir(name), eagle.train_eagle) if args.draft == "eagle"
+    folder, train = ((eagle.eagle_dir(name), eagle_train.train_eagle) if args.draft == "eagle"
                      else (distilled_dir(name), distill_draft))
     if args.corpus:
         folder = eagle.shipped_dir(name)
         recipe = eagle.EagleRecipe(**({"epochs": args.epochs} if args.epochs else {}))
-        train = functools.partial(eagle.train_eagle_corpus, max_chunks=args.max_chunks, recipe=recipe)
+        train = functools.partial(eagle_train.train_eagle_corpus, max_chunks=args.max_chunks, recipe=recipe)
     if args.force:
         shutil.rmtree(folder, ignore_errors=True)
     if is_saved(folder):

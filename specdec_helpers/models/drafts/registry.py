@@ -12,7 +12,8 @@ import torch
 
 from specdec_helpers.core.drafters import HybridDrafter, PromptLookupDrafter
 from specdec_helpers.models.drafts.distill import distilled_draft
-from specdec_helpers.models.drafts.eagle import HYBRID_TOKENS, eagle_drafter
+from specdec_helpers.models.drafts.eagle import HYBRID_TOKENS
+from specdec_helpers.models.drafts.eagle_train import eagle_drafter
 from specdec_helpers.models.drafts.int8 import int8_copy
 
 
