@@ -18,7 +18,7 @@ import torch
 
 import specdec_helpers as sd
 from hub_cache import build_hub_cache, family_of
-from specdec_helpers.models.pairs import get_preset
+from specdec_helpers.models.presets import get_preset
 
 HUB_PRESETS = [row["name"] for row in sd.list_presets() if not row["offline"]]
 N_NEW = 24
