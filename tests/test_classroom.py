@@ -198,3 +198,19 @@ def test_results_means_one_submission_whatever_the_folder_holds(tmp_path, capsys
     assert json.loads(results.read_text())["tests"] and not (tmp_path / "submission-grades").exists()
     with pytest.raises(SystemExit):
         cli.grade([str(folder), "--class", "--results", str(results)])
+
+
+def test_the_per_student_limit_is_the_commands_and_defaults_to_twenty_minutes(tmp_path, monkeypatch):
+    """The class test above stops its hangs at --timeout 240; a class graded without --timeout gets the
+    production default, 1200 s: room for a legitimate student on a loaded machine (97 s at load 12)."""
+    from specdec_helpers import cli
+
+    for name in ("ana", "ben"):
+        handins.write_handin(tmp_path / "class" / name, None, notebooks=handins.GRADED_NOTEBOOKS[:1])
+    limits = []
+    monkeypatch.setattr(classroom, "grade_class", lambda *a, timeout, **k: limits.append(timeout) or [])
+    for extra in ([], ["--timeout", "7"]):
+        assert cli.grade([str(tmp_path / "class"), "--no-nbval", "--no-perf", "--out", str(tmp_path / "out"), *extra]) == 0
+    assert limits == [1200, 7]
+    with pytest.raises(SystemExit):  # a limit must be a positive number of seconds
+        cli.grade([str(tmp_path / "class"), "--timeout", "0"])
