@@ -15,7 +15,7 @@ import torch
 
 import specdec_helpers as sd
 from specdec_helpers.measure.batching import batch_costs, batch_sweep, predicted_batch_speedup
-from specdec_helpers.measure.bench import PA3_PROMPTS, preset_prompts
+from specdec_helpers.measure.sweep import PA3_PROMPTS, preset_prompts
 
 
 def main(argv=None) -> int:

@@ -17,7 +17,7 @@ import torch
 
 from specdec_helpers.core.decode import greedy_decode, speculative_decode
 from specdec_helpers.core.drafters import HybridDrafter
-from specdec_helpers.measure.bench import PA3_PROMPTS, preset_prompts
+from specdec_helpers.measure.sweep import PA3_PROMPTS, preset_prompts
 from specdec_helpers.models.drafts import eagle
 from specdec_helpers.models.pairs import load_pair
 

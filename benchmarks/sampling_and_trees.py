@@ -11,7 +11,7 @@ import argparse
 import torch
 
 import specdec_helpers as sd
-from specdec_helpers.measure.bench import PA3_PROMPTS
+from specdec_helpers.measure.sweep import PA3_PROMPTS
 from specdec_helpers.measure.trees import compare_tree_chain_sampling
 
 

@@ -30,19 +30,17 @@ from specdec_helpers.core.verify import (
     verify_tokens_vectorized,
 )
 from specdec_helpers.measure.batching import batch_costs, batch_sweep, predicted_batch_speedup
-from specdec_helpers.measure.bench import benchmark, run_sweep
+from specdec_helpers.measure.bench import benchmark
+from specdec_helpers.measure.sweep import run_sweep
 from specdec_helpers.measure.theory import (
     expected_speedup,
     expected_tokens_per_step,
     measure_forward_cost,
 )
 from specdec_helpers.measure.trees import compare_tree_chain
-from specdec_helpers.models.pairs import (
-    ModelPair,
-    check_compatible,
-    list_presets,
-    load_pair,
-)
+from specdec_helpers.models.pairs import ModelPair, load_pair
+from specdec_helpers.models.presets import list_presets
+from specdec_helpers.models.vocab import check_compatible
 
 __version__ = "0.1.0"
 

@@ -446,10 +446,13 @@ MISBEHAVING = {
     # the child process dies while loading the cells (a segfault): every part fails
     "crasher_segfault": {"init": "import ctypes\nctypes.string_at(0)\n"},
     "crasher_exit": {"verify": "import os\nos._exit(3)\n"},
+    # The two that hang are named to sort first: the class is graded in name order, so they hold their two
+    # workers for the per-student limit while the other workers grade everyone else (last, they added that
+    # limit to the run: 533 s instead of about 250 s).
     # hangs in the first drafting test; only the per-student limit stops it
-    "sleeper": {"draft": "import threading\nthreading.Event().wait()\n"},
+    "0_sleeper": {"draft": "import threading\nthreading.Event().wait()\n"},
     # a bounded fork storm: a few hundred sleeping processes in their own sessions, then a hang
-    "fork_storm": {"draft": "import subprocess\nfor _ in range(200):\n    subprocess.Popen(['sleep', '"
+    "0_fork_storm": {"draft": "import subprocess\nfor _ in range(200):\n    subprocess.Popen(['sleep', '"
                             + STORM_MARK + "'], start_new_session=True)\n" + HANG},
     # prints a fake verdict; its parts are the stubs
     "cheat_prints_verdict": {"init": "print('✅ all tests pass\\ntotal 45.0 / 45')\n"},
@@ -530,7 +533,7 @@ def build_class(folder: Path) -> dict[str, dict]:
     for name in MISBEHAVING:
         # the forger kills the grader when it runs as the same user ("crashed"); in the sandbox's jail (own
         # user) it cannot, and its init part fails ("graded", 0 points)
-        status = {"sleeper": "timed out", "fork_storm": "timed out",
+        status = {"0_sleeper": "timed out", "0_fork_storm": "timed out",
                   "cheat_forges_results": {"crashed", "graded"}}.get(name, "graded")
         add(name, misbehaving_sources(name), status=status)
     (folder / "not_a_zip.zip").write_bytes(b"PK\x03\x04 this upload was cut short")

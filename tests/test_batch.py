@@ -67,7 +67,8 @@ def check_case(family, seed, max_batch=16):
     return assert_rows_are_greedy(target, prompts, budgets, eos, out)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", [pytest.param(f, marks=[] if f in ("gpt2", "llama") else pytest.mark.slow)
+                                    for f in FAMILIES])  # the other two in the slow tier
 def test_batched_rows_equal_their_own_greedy_decoding(family):
     ended = sum(check_case(family, seed) for seed in range(3))
     assert ended, "no row ended early at EOS: the EOS case went untested"
@@ -80,7 +81,7 @@ def test_batched_rows_equal_greedy_many_cases(family):
         check_case(family, seed)
 
 
-@pytest.mark.parametrize("k", range(1, 7))
+@pytest.mark.parametrize("k", [k if k == 4 else pytest.param(k, marks=pytest.mark.slow) for k in range(1, 7)])
 def test_every_k_on_a_batch_of_16(k):
     target = tiny_model("llama", seed=3)
     draft = perturbed_copy(target, scale=0.1, seed=4)
@@ -166,6 +167,7 @@ def sampled_pairs(target, draft, prompts, runs, size=16, seed=0):
 
 
 @torch.inference_mode()
+@pytest.mark.slow  # thousands of batched decodes; the fast tier keeps the exact per-row replay below
 @pytest.mark.parametrize("rule", ["exact", "wrong"])
 def test_batched_sampling_follows_the_target(rule, monkeypatch):
     """Rows of different lengths, sampled together, each follow their own target distribution; the

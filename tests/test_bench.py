@@ -11,6 +11,7 @@ import torch
 
 from tiny_models import perturbed_copy, tiny_model
 from specdec_helpers.measure import bench
+from specdec_helpers.measure.methods import draft_label
 from specdec_helpers.measure.methods import MethodOutput
 from specdec_helpers import cli
 from specdec_helpers.core import timing
@@ -123,8 +124,8 @@ def test_hf_assisted_is_skipped_for_custom_drafters(pair):
     growing = PromptLookupDrafter(min_ngram=2, grow_with_match=True)
     for other in (two, growing, PromptLookupDrafter(grow_with_match=True)):
         assert "single-token" in bench.build_methods(pair.target, other, 2)["hf_assisted"]
-    assert bench.draft_label(growing) == "prompt-lookup:2" and bench.draft_label(PromptLookupDrafter()) == "prompt-lookup"
-    assert bench.draft_label(two) == "prompt-lookup (min_ngram=2)"
+    assert draft_label(growing) == "prompt-lookup:2" and draft_label(PromptLookupDrafter()) == "prompt-lookup"
+    assert draft_label(two) == "prompt-lookup (min_ngram=2)"
 
 
 # --------------------------------------------------------------------------- the sweep and its files
@@ -332,7 +333,7 @@ def test_perf_command_prints_every_ratio(pair, tmp_path, capsys):
     saved = json.loads((tmp_path / "results" / "perf.json").read_text())
     # The hybrid default, the model inside it (which HF assisted can run too), and prompt lookup.
     drafters = [r["drafter"] for r in saved["ratios"] if r["prompt"].startswith("geometric mean")]
-    assert drafters == ["hybrid", bench.draft_label(pair.draft), "prompt-lookup"]
+    assert drafters == ["hybrid", draft_label(pair.draft), "prompt-lookup"]
     hybrid, model = (next(r for r in saved["ratios"] if r["drafter"] == d) for d in drafters[:2])
     assert hybrid["vs_hf_assisted"] is None and model["vs_hf_assisted"] > 0
     assert len(saved["profiles"]) == 3

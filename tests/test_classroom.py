@@ -42,7 +42,7 @@ def graded(tmp_path_factory):
     expected = handins.build_class(tmp / "class")
     (tmp / "class.toml").write_text(CONFIG)
     start = time.perf_counter()
-    # 4 at a time on 2 cores: the sleeper and the fork storm hold a worker each while sleeping
+    # 4 at a time on 2 cores: the sleeper and the fork storm, graded first, hold a worker each while sleeping
     done = command("grade", str(tmp / "class"), "--no-nbval", "--no-perf", "--config", str(tmp / "class.toml"),
                    "--timeout", str(PER_STUDENT_S), "--jobs", "4", "--out", str(tmp / "out"))
     seconds = time.perf_counter() - start
@@ -98,7 +98,7 @@ def test_each_student_has_the_graders_results_json(graded):
         assert "similarity" in data["extra_data"]
     forged = json.loads((out / "students" / "cheat_forges_results" / "results.json").read_text())
     assert forged["score"] == 0 and forged["max_score"] == 25  # the grader's (or the run's) file, not the forgery
-    late = json.loads((out / "students" / "sleeper" / "results.json").read_text())
+    late = json.loads((out / "students" / "0_sleeper" / "results.json").read_text())
     assert f"within {PER_STUDENT_S} s" in late["output"]
 
 
@@ -107,7 +107,7 @@ def test_nothing_a_student_started_outlives_the_run(graded):
     *_, out, _ = graded
     left = [p.pid for p in psutil.process_iter(["cmdline"]) if handins.STORM_MARK in (p.info["cmdline"] or [])]
     assert left == []
-    log = (out / "students" / "fork_storm" / "grade.log").read_text()
+    log = (out / "students" / "0_fork_storm" / "grade.log").read_text()
     killed = int(log.split("contain: killed ")[1].split()[0])
     assert killed >= 200, log[-500:]
 
@@ -198,3 +198,19 @@ def test_results_means_one_submission_whatever_the_folder_holds(tmp_path, capsys
     assert json.loads(results.read_text())["tests"] and not (tmp_path / "submission-grades").exists()
     with pytest.raises(SystemExit):
         cli.grade([str(folder), "--class", "--results", str(results)])
+
+
+def test_the_per_student_limit_is_the_commands_and_defaults_to_twenty_minutes(tmp_path, monkeypatch):
+    """The class test above stops its hangs at --timeout 240; a class graded without --timeout gets the
+    production default, 1200 s: room for a legitimate student on a loaded machine (97 s at load 12)."""
+    from specdec_helpers import cli
+
+    for name in ("ana", "ben"):
+        handins.write_handin(tmp_path / "class" / name, None, notebooks=handins.GRADED_NOTEBOOKS[:1])
+    limits = []
+    monkeypatch.setattr(classroom, "grade_class", lambda *a, timeout, **k: limits.append(timeout) or [])
+    for extra in ([], ["--timeout", "7"]):
+        assert cli.grade([str(tmp_path / "class"), "--no-nbval", "--no-perf", "--out", str(tmp_path / "out"), *extra]) == 0
+    assert limits == [1200, 7]
+    with pytest.raises(SystemExit):  # a limit must be a positive number of seconds
+        cli.grade([str(tmp_path / "class"), "--timeout", "0"])

@@ -53,6 +53,7 @@ def test_a_later_notebook_finds_earlier_parts_under_any_name(tmp_path, capsys, n
     assert f"draft   (02): yours ({name})" in out, out
 
 
+@pytest.mark.slow  # grades: the graded cells run in the grader's child process
 def test_a_finished_cell_wins_over_a_fresh_stub_copy_whatever_the_names(tmp_path, capsys):
     from specdec_helpers import cli
 
@@ -107,6 +108,7 @@ def test_a_graded_check_on_the_stub_says_not_implemented_and_what_to_do(capsys):
     assert str(failed.value).startswith("Not done yet:") and "see the checks above" not in str(failed.value)
 
 
+@pytest.mark.slow  # grades: the graded cells run in the grader's child process
 def test_a_file_that_is_not_a_notebook_is_named_and_the_rest_graded(tmp_path):
     from specdec_helpers import cli
 

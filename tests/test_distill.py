@@ -1,12 +1,16 @@
 """The distilled draft: subset head, truncated copy, training, cache round trip, and losslessness."""
+import json
+
 import pytest
 import torch
 from tiny_models import VOCAB, hf_greedy, tiny_model
 
 from specdec_helpers.models.drafts import distill
-from specdec_helpers.measure.bench import EXTRA_PROMPTS, PA3_PROMPTS
+from specdec_helpers.measure.sweep import EXTRA_PROMPTS, PA3_PROMPTS
 from specdec_helpers.core.decode import speculative_decode
-from specdec_helpers.models.drafts.distill import DISTILL_PROMPTS, DistillRecipe, VocabSubsetHead, truncated_copy
+from specdec_helpers.models.drafts.distill import DistillRecipe, truncated_copy
+from specdec_helpers.models.drafts.training import VocabSubsetHead
+from specdec_helpers.models.drafts.training_text import DISTILL_PROMPTS
 
 EOS = 3
 
@@ -75,7 +79,7 @@ def test_truncated_copy_explains_what_it_needs():
 
 def test_training_lowers_the_loss_and_saves_what_it_did(distilled):
     _, folder = distilled
-    meta = distill.json.loads((folder / "draft.json").read_text())
+    meta = json.loads((folder / "draft.json").read_text())
     losses = meta["epoch_losses"]
     assert len(losses) == TINY.epochs and losses[-1] < losses[0]
     assert meta["prompts"] == 12 and meta["tokens_written"] > 0 and meta["vocab_subset"] <= VOCAB

@@ -11,10 +11,11 @@ from test_distill import CharTokenizer
 from test_sampling import assert_fits, fit
 from tiny_models import VOCAB, hf_greedy, tiny_model
 
-from specdec_helpers.measure import bench, perf
-from specdec_helpers.models.drafts import distill, eagle, eagle_train, feature_data
+from specdec_helpers.measure import methods, perf, sweep
+from specdec_helpers.models.drafts import eagle, eagle_train, feature_data, training_text
 from specdec_helpers.core.decode import speculative_decode
-from specdec_helpers.models.drafts.distill import DISTILL_PROMPTS, DistillRecipe
+from specdec_helpers.models.drafts.distill import DistillRecipe
+from specdec_helpers.models.drafts.training_text import DISTILL_PROMPTS
 from specdec_helpers.core.cache import cache_length
 from specdec_helpers.core.drafters import HybridDrafter
 from specdec_helpers.core.sampling import Sampler
@@ -263,7 +264,7 @@ def test_training_lowers_the_loss_and_the_draft_round_trips(trained, tmp_path):
 def test_same_recipe_same_draft_and_the_text_is_reused(trained, tmp_path, monkeypatch):
     target, folder = trained
     shutil.copytree(folder.with_name("draft-text"), tmp_path / "again-text")  # the text is kept beside the draft
-    monkeypatch.setattr(distill, "_generate_data", lambda *a, **k: pytest.fail("the cached text was not reused"))
+    monkeypatch.setattr(training_text, "_generate_data", lambda *a, **k: pytest.fail("the cached text was not reused"))
     again = eagle_train.train_eagle(target, CharTokenizer(), name="tiny", recipe=TINY, text_recipe=TEXT,
                               prompts=DISTILL_PROMPTS[:12], progress=False, folder=tmp_path / "again")
     first, second = eagle.load_eagle(target, folder).state_dict(), eagle.load_eagle(target, again).state_dict()
@@ -274,11 +275,11 @@ def test_other_prompts_write_the_text_again(trained, tmp_path):
     target, folder = trained
     text = tmp_path / "text"
     shutil.copytree(folder.with_name("draft-text"), text)
-    assert len(distill.target_text(target, CharTokenizer(), recipe=TEXT, prompts=DISTILL_PROMPTS[:12], folder=text,
+    assert len(training_text.target_text(target, CharTokenizer(), recipe=TEXT, prompts=DISTILL_PROMPTS[:12], folder=text,
                                    progress=False)) == 12  # the same prompts: read back
-    again = distill.target_text(target, CharTokenizer(), recipe=TEXT, prompts=DISTILL_PROMPTS[20:22], folder=text,
+    again = training_text.target_text(target, CharTokenizer(), recipe=TEXT, prompts=DISTILL_PROMPTS[20:22], folder=text,
                                 progress=False)
-    assert len(again) == 2 and distill.text_meta(text)["key"]["prompts"] == 2
+    assert len(again) == 2 and training_text.text_meta(text)["key"]["prompts"] == 2
 
 
 def test_eagle_by_name_loads_the_cached_draft_and_hybrid_wraps_it(trained, monkeypatch):
@@ -321,9 +322,9 @@ def test_bench_measures_its_step_labels_it_and_knows_hf_cannot_run_it():
     target = tiny_target()
     drafter = fresh_drafter(target)
     ids = torch.tensor([[5, 9, 14, 2, 30, 7]])
-    costs = bench.measure_costs(target, HybridDrafter(drafter), ids, ks=[2], repeats=2)
+    costs = sweep.measure_costs(target, HybridDrafter(drafter), ids, ks=[2], repeats=2)
     assert costs["draft_step_s"] > 0 and costs["c"] == costs["draft_step_s"] / costs["target_step_s"]
-    assert bench.draft_label(drafter) == "eagle"
-    assert isinstance(bench.build_methods(target, drafter, 2)["hf_assisted"], bench.Skip)
-    case = bench.Case("tiny", "hybrid", target, HybridDrafter(drafter), [("p", ids)])
+    assert methods.draft_label(drafter) == "eagle"
+    assert isinstance(methods.build_methods(target, drafter, 2)["hf_assisted"], methods.Skip)
+    case = sweep.Case("tiny", "hybrid", target, HybridDrafter(drafter), [("p", ids)])
     assert perf.with_inner_models([case]) == [case]  # no case alone: HF cannot run it either

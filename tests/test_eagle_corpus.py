@@ -9,7 +9,9 @@ from tiny_models import VOCAB, hf_greedy, tiny_model
 
 from specdec_helpers.core.decode import speculative_decode
 from specdec_helpers.models.drafts import corpus, eagle, eagle_train, feature_data
-from specdec_helpers.models.drafts.distill import DISTILL_PROMPTS, DistillRecipe, subset_labels
+from specdec_helpers.models.drafts.distill import DistillRecipe
+from specdec_helpers.models.drafts.training import subset_labels
+from specdec_helpers.models.drafts.training_text import DISTILL_PROMPTS
 
 EOS = 3
 SMOLLM2 = "smollm2-135m-instruct-q4_1-v1"

@@ -20,6 +20,7 @@ def half_pair(dtype, seed=0):
     return target.to(dtype).eval(), draft.to(dtype).eval()
 
 
+@pytest.mark.slow  # 15 half-precision decodes and their checks per dtype: slow on a CPU (the fast tier keeps fp32)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_kit_decoder_passes_and_a_wrong_token_fails(dtype):
     target, draft = half_pair(dtype)

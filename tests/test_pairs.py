@@ -10,14 +10,16 @@ from tiny_models import tiny_model
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from specdec_helpers.measure import bench
+from specdec_helpers.measure.methods import draft_label
 from specdec_helpers import cli
-from specdec_helpers.models import pairs, smollm2, store
+from specdec_helpers.models import hub, pairs, presets, smollm2, store
 from specdec_helpers.models.drafts.int8 import int8_copy
 from specdec_helpers.models.drafts.registry import DRAFTS, draft_names_help, split_name
 from specdec_helpers.core.cpu_kernels import uses_onednn
 from specdec_helpers.core.decode import speculative_decode
-from specdec_helpers.models.pairs import GatedModelError, HubUnreachableError, ModelPair, check_compatible, load_pair
+from specdec_helpers.models.hub import GatedModelError, HubUnreachableError
+from specdec_helpers.models.pairs import ModelPair, load_pair
+from specdec_helpers.models.vocab import check_compatible
 
 
 def word_tokenizer(words) -> PreTrainedTokenizerFast:
@@ -35,24 +37,24 @@ WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran"]
 
 
 def test_every_preset_is_a_valid_configuration():
-    for name, preset in pairs.PRESETS.items():
+    for name, preset in presets.PRESETS.items():
         assert preset.name == name == name.lower()
         assert 1 <= preset.num_speculative_tokens <= 16
-        assert preset.offline == (name in pairs.OFFLINE_PRESETS)
+        assert preset.offline == (name in presets.OFFLINE_PRESETS)
         if not preset.offline:  # hub ids: owner/name, and the draft is a different model of the same owner
             for repo in (preset.target, preset.draft):
                 owner, _, model = repo.partition("/")
                 assert owner and model and " " not in repo, repo
             assert preset.target != preset.draft
             assert preset.target.split("/")[0] == preset.draft.split("/")[0]
-    assert set(pairs.OFFLINE_PRESETS) <= set(pairs.PRESETS)
-    assert pairs.PRESETS["llama-3.2-3b/1b"].gated
+    assert set(presets.OFFLINE_PRESETS) <= set(presets.PRESETS)
+    assert presets.PRESETS["llama-3.2-3b/1b"].gated
 
 
 def test_list_presets_marks_offline_first():
-    rows = pairs.list_presets()
-    assert [r["name"] for r in rows] == sorted(pairs.PRESETS, key=lambda n: n not in pairs.OFFLINE_PRESETS)
-    assert {r["name"] for r in rows if r["offline"]} == set(pairs.OFFLINE_PRESETS)
+    rows = presets.list_presets()
+    assert [r["name"] for r in rows] == sorted(presets.PRESETS, key=lambda n: n not in presets.OFFLINE_PRESETS)
+    assert {r["name"] for r in rows if r["offline"]} == set(presets.OFFLINE_PRESETS)
     assert all({"name", "offline", "target", "draft", "k", "note"} <= set(r) for r in rows)
 
 
@@ -79,7 +81,7 @@ def test_cache_root_follows_env(monkeypatch, tmp_path):
 
 def test_hub_unreachable_names_the_offline_presets(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    preset = pairs.PRESETS["pythia-1.4b/160m"]
+    preset = presets.PRESETS["pythia-1.4b/160m"]
     from huggingface_hub import try_to_load_from_cache
 
     if isinstance(try_to_load_from_cache(preset.target, "config.json"), str):
@@ -96,7 +98,7 @@ def test_hub_unreachable_names_the_offline_presets(monkeypatch):
 def test_hub_reachable_is_false_at_once_when_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     start = time.perf_counter()
-    assert pairs.hub_reachable() is False
+    assert hub.hub_reachable() is False
     assert time.perf_counter() - start < 0.5
 
 
@@ -112,9 +114,9 @@ def test_gated_repo_gets_the_token_and_licence_message(monkeypatch):
             Exception.__init__(gated, "403 Client Error: gated")
             raise OSError("You are trying to access a gated repo.") from gated  # as transformers wraps it
 
-    monkeypatch.setattr(pairs, "hub_reachable", lambda timeout=2.0: True)
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout=2.0: True)
     with pytest.raises(GatedModelError, match="HF_TOKEN") as info:
-        pairs._from_hub(GatedLoader, "meta-llama/Llama-3.2-3B")
+        hub._from_hub(GatedLoader, "meta-llama/Llama-3.2-3B")
     assert "huggingface-cli login" in str(info.value) and "licence" in str(info.value)
 
 
@@ -298,18 +300,18 @@ def test_smollm2_speculative_equals_greedy_generate(smollm2_pair, draft):
 @pytest.mark.slow
 @needs_smollm2
 def test_smollm2_distilled_draft_is_lossless(smollm2_pair, tmp_path, monkeypatch):
-    from specdec_helpers.models.drafts import distill
+    from specdec_helpers.models.drafts import distill, training, training_text
 
     pair = smollm2_pair
-    assert pairs.get_preset("smollm2-135m").draft == "prompt-lookup:2"  # why: see the preset's comment
+    assert presets.get_preset("smollm2-135m").draft == "prompt-lookup:2"  # why: see the preset's comment
     folder = tmp_path / "draft"
     monkeypatch.setattr(distill, "distilled_dir", lambda name: folder)
     # What the first use does, with a 4-prompt recipe (the real one takes minutes); later uses load it.
     small = distill.DistillRecipe(max_new_tokens=8, generate_batch=4, epochs=1)
-    distill.distill_draft(pair.target, pair.tokenizer, name="test", recipe=small, prompts=distill.DISTILL_PROMPTS[:4],
+    distill.distill_draft(pair.target, pair.tokenizer, name="test", recipe=small, prompts=training_text.DISTILL_PROMPTS[:4],
                           progress=False, folder=folder)
     drafted = pair.with_draft("distilled").draft
-    assert isinstance(drafted.lm_head, distill.VocabSubsetHead) and uses_onednn(drafted)
+    assert isinstance(drafted.lm_head, training.VocabSubsetHead) and uses_onednn(drafted)
     assert drafted.model.embed_tokens is pair.target.model.embed_tokens and len(drafted.model.layers) == 2
     ids = pair.encode("Write the lyrics to the song 'Happy Birthday'.")
     out = speculative_decode(pair.target, drafted, ids, max_new_tokens=24, num_speculative_tokens=3)
@@ -362,13 +364,13 @@ def test_demo_colours_with_ansi_when_asked(tiny_pair, capsys):
 
 
 def test_demo_reports_load_errors_without_a_traceback(monkeypatch, capsys):
-    monkeypatch.setattr(pairs, "_from_hub", _raise_unreachable)
+    monkeypatch.setattr(hub, "_from_hub", _raise_unreachable)
     assert cli.demo(["--preset", "pythia-1.4b/160m"]) == 1
     assert "'toy'" in capsys.readouterr().err
 
 
 def _raise_unreachable(*args, **kwargs):
-    raise HubUnreachableError("hub unreachable. " + pairs._offline_hint())
+    raise HubUnreachableError("hub unreachable. " + hub._offline_hint())
 
 
 @pytest.mark.slow
@@ -404,4 +406,4 @@ def test_hybrid_puts_ngram_lookup_before_the_presets_draft_model():
     with pytest.raises(ValueError, match="hybrid.*PromptLookupDrafter with no model"):
         pair.with_draft("prompt-lookup").with_draft("hybrid")
     named = pair.with_draft("hybrid:int8").draft  # lookup before a named draft
-    assert isinstance(named, HybridDrafter) and bench.draft_label(named.model) == "int8"
+    assert isinstance(named, HybridDrafter) and draft_label(named.model) == "int8"

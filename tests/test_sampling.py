@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from tiny_models import hf_greedy, perturbed_copy, tiny_model
+from tiny_models import FAMILIES, hf_greedy, perturbed_copy, tiny_model
 from scipy.stats import chisquare
 from transformers import GenerationConfig, PretrainedConfig
 
@@ -35,6 +35,9 @@ from specdec_helpers.core.verify import accept_sampled
 V = 6  # vocabulary of the table models
 ALPHA = 1e-3  # significance level of the chi-square tests
 DELTA = 1e-3  # failure probability allowed to each total-variation bound
+# The fast tier keeps one or a few cases of each check (and every wrong-rule control); the rest of the
+# cases, thousands of decodes each, run in the slow tier (CI runs both).
+slow = pytest.mark.slow
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -224,14 +227,14 @@ def one_step(rule, draft_kind: str, k: int, setting, runs: int, seed: int = 0):
 @pytest.mark.parametrize(
     "draft_kind,k,setting",
     [
-        ("equal", 1, SETTINGS[0]),
-        ("close", 2, SETTINGS[1]),
-        ("far", 4, SETTINGS[2]),
+        pytest.param("equal", 1, SETTINGS[0], marks=slow),
+        pytest.param("close", 2, SETTINGS[1], marks=slow),
+        pytest.param("far", 4, SETTINGS[2], marks=slow),
         ("far", 2, SETTINGS[3]),  # the lossy rules below fail exactly this case
-        ("close", 4, SETTINGS[4]),
-        ("far", 2, SETTINGS[5]),
-        ("far", 1, SETTINGS[0]),
-        ("onehot", 2, SETTINGS[0]),
+        pytest.param("close", 4, SETTINGS[4], marks=slow),
+        pytest.param("far", 2, SETTINGS[5], marks=slow),
+        pytest.param("far", 1, SETTINGS[0], marks=slow),
+        pytest.param("onehot", 2, SETTINGS[0], marks=slow),
         ("onehot", 1, SETTINGS[3]),
     ],
 )
@@ -265,7 +268,7 @@ def exact_joint(target: TableLM, prompt: list[int], sampler: Sampler, steps: int
 
 @pytest.mark.parametrize(
     "draft_kind,k,setting",
-    [("close", 2, (1.0, None, None)), ("lookup", 2, (0.8, 4, 0.9))],
+    [("close", 2, (1.0, None, None)), pytest.param("lookup", 2, (0.8, 4, 0.9), marks=slow)],
 )
 def test_first_three_tokens_follow_target(draft_kind, k, setting):
     target = TableLM(random_table(11, order=2))
@@ -302,16 +305,16 @@ def long_run(draft_kind, k, setting, new_tokens=2000, seed=0, confidence=None):
 
 LONG_CASES = [  # draft, k, (temperature, top_k, top_p), confidence threshold
     ("close", 2, (1.0, None, None), None),
-    ("far", 4, (0.5, None, None), None),
-    ("close", 1, (1.5, None, None), None),
-    ("close", 4, (1.0, 3, None), None),
-    ("far", 2, (1.0, None, 0.8), None),
-    ("close", 4, (0.7, 4, 0.9), None),
+    pytest.param("far", 4, (0.5, None, None), None, marks=slow),
+    pytest.param("close", 1, (1.5, None, None), None, marks=slow),
+    pytest.param("close", 4, (1.0, 3, None), None, marks=slow),
+    pytest.param("far", 2, (1.0, None, 0.8), None, marks=slow),
+    pytest.param("close", 4, (0.7, 4, 0.9), None, marks=slow),
     ("equal", 4, (1.0, None, None), None),
     ("lookup", 3, (1.0, None, None), None),
-    ("narrow", 2, (1.2, None, None), None),
-    ("wide", 2, (1.0, None, None), None),
-    ("close", "auto", (0.8, None, 0.9), 0.5),
+    pytest.param("narrow", 2, (1.2, None, None), None, marks=slow),
+    pytest.param("wide", 2, (1.0, None, None), None, marks=slow),
+    pytest.param("close", "auto", (0.8, None, 0.9), 0.5, marks=slow),
 ]
 
 
@@ -348,6 +351,7 @@ def test_tiny_temperature_is_one_hot_not_nan(temperature):
     torch.testing.assert_close(probs, torch.nn.functional.one_hot(logits.argmax(-1), 4).float())
 
 
+@pytest.mark.parametrize("family", [pytest.param(f, marks=[] if f == "llama" else slow) for f in FAMILIES])
 def test_tiny_temperature_equals_greedy(family):
     target = tiny_model(family)
     draft = perturbed_copy(target)
@@ -457,6 +461,7 @@ def test_k_schedule_follows_hf_heuristic():
     assert as_schedule(capped) is capped
 
 
+@pytest.mark.parametrize("family", [pytest.param(f, marks=[] if f == "gpt2" else slow) for f in FAMILIES])
 def test_adaptive_k_and_confidence_keep_greedy_output(family):
     eos_target = tiny_model(family)
     draft = perturbed_copy(eos_target)

@@ -83,6 +83,7 @@ def run_in_kit(kit, code: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+@pytest.mark.slow  # a Python subprocess on the released kit (torch imported again)
 def test_the_released_package_refuses_greedy_and_names_the_notebook(kit):
     result = run_in_kit(kit, """
         import torch, specdec_helpers as sd
@@ -226,6 +227,7 @@ def test_the_kit_has_the_students_readmes(kit):
     assert "finish notebook 02's" in readme
 
 
+@pytest.mark.slow  # a Python subprocess on the released kit (torch imported again)
 def test_the_released_measures_leave_out_what_the_kit_refuses(kit):
     """Without the student's decoder, the student kit's tree-vs-chain table and batch sweep leave out the rows
     that need greedy speculative decoding of one prompt, and say so (notebooks 07 and 08 pass a decoder)."""

@@ -17,14 +17,7 @@ from specdec_helpers.cli.args import (
     set_threads,
     whole_number,
 )
-from specdec_helpers.measure.bench import (
-    DEFAULT_KS,
-    METHODS,
-    QUICK,
-    draft_label,
-    load_cases,
-    run_sweep,
-)
+from specdec_helpers.measure.methods import METHODS, draft_label
 from specdec_helpers.measure.perf import (
     DEFAULT_DRAFTS,
     PERF_METHODS,
@@ -38,16 +31,13 @@ from specdec_helpers.measure.results import (
     environment,
     save_results,
 )
+from specdec_helpers.measure.sweep import DEFAULT_KS, QUICK, load_cases, run_sweep
 from specdec_helpers.models.drafts import eagle, eagle_train
-from specdec_helpers.models.drafts.distill import distill_draft, distilled_dir, is_saved
+from specdec_helpers.models.drafts.distill import distill_draft, distilled_dir
+from specdec_helpers.models.drafts.training import is_saved
 from specdec_helpers.models.drafts.registry import DRAFTS, draft_names_help
-from specdec_helpers.models.pairs import (
-    OFFLINE_PRESETS,
-    PRESETS,
-    _model_name,
-    get_preset,
-    load_pair,
-)
+from specdec_helpers.models.pairs import _model_name, load_pair
+from specdec_helpers.models.presets import OFFLINE_PRESETS, PRESETS, get_preset
 from specdec_helpers.models.smollm2 import SMOLLM2_PIP, smollm2_available
 from specdec_helpers.models.toy import retrain_toy
 from specdec_helpers.present import demo as demo_module

@@ -29,7 +29,7 @@ import torch
 from specdec_helpers.core.compiled import compiled_forward
 from specdec_helpers.core.decode import speculative_decode
 from specdec_helpers.core.drafters import HybridDrafter
-from specdec_helpers.measure.bench import draft_label
+from specdec_helpers.measure.methods import draft_label
 from specdec_helpers.measure.theory import (
     costs_from_curve,
     expected_tokens_per_step,

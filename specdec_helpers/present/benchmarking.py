@@ -13,6 +13,8 @@ from pathlib import Path
 from specdec_helpers.core import timing
 from specdec_helpers.measure import bench
 from specdec_helpers.measure import results as results_io
+from specdec_helpers.measure.methods import draft_label
+from specdec_helpers.measure.sweep import Case, run_sweep
 from specdec_helpers.present import plots, tables
 
 METHOD_LABELS = results_io.METHOD_LABELS
@@ -74,12 +76,12 @@ def all_match_greedy(result: dict) -> bool:
 
 
 def sweep(pair, decoder=None, prompts=None, ks=(2, 4, 8, 16), *, preset: str | None = None, **kwargs) -> dict:
-    """`bench.run_sweep` over ``ks`` on ``prompts`` (``[(text, input_ids), ...]``) for one pair, with the
+    """`sweep.run_sweep` over ``ks`` on ``prompts`` (``[(text, input_ids), ...]``) for one pair, with the
     environment recorded and ``config["decoder"]`` saying whose speculative decoder was timed."""
-    case = bench.Case(preset=pair.preset or preset or "custom", drafter=bench.draft_label(pair.draft),
-                      target=pair.target, draft=pair.draft, prompts=list(prompts), decoder=decoder)
+    case = Case(preset=pair.preset or preset or "custom", drafter=draft_label(pair.draft),
+                target=pair.target, draft=pair.draft, prompts=list(prompts), decoder=decoder)
     kwargs.setdefault("progress", False)
-    results = bench.run_sweep([case], ks, **kwargs)
+    results = run_sweep([case], ks, **kwargs)
     results["config"]["decoder"] = _whose(decoder)
     results["env"] = results_io.environment(pair.device, pair.dtype, pair.preset)
     return results

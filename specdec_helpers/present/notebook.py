@@ -14,7 +14,7 @@ import platform
 import sys
 import warnings
 
-from specdec_helpers.measure.bench import PA3_PROMPTS
+from specdec_helpers.measure.sweep import PA3_PROMPTS
 # Notebooks reach the kit through `sd.` and `nb.` only: nb.benchmarking (05), nb.plots, nb.tables, nb.trees (07),
 # nb.widgets.
 from specdec_helpers.present import benchmarking, plots, tables, trees, widgets  # noqa: F401

@@ -1,4 +1,4 @@
-"""Figures from benchmark results (the dict `bench.run_sweep` returns, or its JSON loaded back).
+"""Figures from benchmark results (the dict `sweep.run_sweep` returns, or its JSON loaded back).
 
 Each function takes results and returns a matplotlib Figure, so notebooks show it inline and the
 report saves it; `save_figure` writes PNG (for HTML/markdown) and PDF (for LaTeX). One series per
@@ -153,7 +153,7 @@ def plot_tokens_per_second(results: dict, k: int | None = None, preset: str | No
 def plot_forward_cost(results_or_cost: dict, preset: str | None = None, drafter: str | None = None) -> Figure:
     """Target forward time vs tokens in one pass: flat means verifying k+1 tokens is nearly free.
 
-    Takes sweep results (uses their ``costs``) or one `bench.measure_forward_cost` dict.
+    Takes sweep results (uses their ``costs``) or one `theory.measure_forward_cost` dict.
     """
     fig, ax = _figure()
     if "sizes" in results_or_cost:

@@ -51,8 +51,8 @@ from specdec_helpers.core.drafters import (
 )
 from specdec_helpers.core.sampling import Sampler
 from specdec_helpers.core.timing import spread, timed
-from specdec_helpers.models.drafts.distill import VocabSubsetHead, read_draft, truncated_body
 from specdec_helpers.models.drafts.feature_data import target_features
+from specdec_helpers.models.drafts.training import VocabSubsetHead, read_draft, truncated_body
 from specdec_helpers.models.store import cache_root
 
 EAGLE_VERSION = 4  # bump when anything below changes the trained result: it names the cache folder

@@ -20,19 +20,7 @@ import torch.nn.functional as F
 
 from specdec_helpers.core.checks import eos_ids
 from specdec_helpers.models.drafts.corpus import corpus_meta
-from specdec_helpers.models.drafts.distill import (
-    DISTILL_PROMPTS,
-    DistillRecipe,
-    _fingerprint,
-    _token_subset,
-    fit,
-    is_saved,
-    save_draft,
-    start_training,
-    subset_labels,
-    text_dir,
-    text_meta,
-)
+from specdec_helpers.models.drafts.distill import DistillRecipe
 from specdec_helpers.models.drafts.eagle import (
     _HEAD_WEIGHT,
     EAGLE_VERSION,
@@ -51,6 +39,20 @@ from specdec_helpers.models.drafts.feature_data import (
     corpus_features,
     own_text_features,
     training_batch,
+)
+from specdec_helpers.models.drafts.training import (
+    _fingerprint,
+    fit,
+    is_saved,
+    save_draft,
+    subset_labels,
+)
+from specdec_helpers.models.drafts.training_text import (
+    DISTILL_PROMPTS,
+    _token_subset,
+    start_training,
+    text_dir,
+    text_meta,
 )
 
 

@@ -12,14 +12,9 @@ import torch
 
 from specdec_helpers.core.verify import last_hidden
 from specdec_helpers.models.drafts.corpus import HELD_OUT_EVERY, corpus_chunks
-from specdec_helpers.models.drafts.distill import (
-    DISTILL_PROMPTS,
-    DistillRecipe,
-    _fingerprint,
-    _right_padded,
-    target_text,
-    text_dir,
-)
+from specdec_helpers.models.drafts.distill import DistillRecipe
+from specdec_helpers.models.drafts.training_text import DISTILL_PROMPTS, target_text, text_dir
+from specdec_helpers.models.drafts.training import _fingerprint, _right_padded
 from specdec_helpers.models.store import cache_root
 
 
