@@ -50,6 +50,7 @@ from specdec_helpers.core.drafters import (
     unsure,
 )
 from specdec_helpers.core.sampling import Sampler
+from specdec_helpers.core.token_tree import TokenTree, TreeDrafter, grow_level, tree_attention_mask
 from specdec_helpers.core.timing import spread, timed
 from specdec_helpers.models.drafts.distill import VocabSubsetHead, read_draft, truncated_body
 from specdec_helpers.models.drafts.feature_data import target_features
@@ -140,11 +141,13 @@ def unrolled(draft: FeatureDraft, feats: torch.Tensor, tokens: torch.Tensor, mas
     return predicted
 
 
-class FeatureDrafter(Drafter):
+class FeatureDrafter(TreeDrafter):
     """Drafts with a `FeatureDraft` from the features the target computed while verifying.
 
     The decode loop hands over the target's features after each pass (`observe_target`); the first
     round, before any target pass, proposes nothing (that pass is the prompt's prefill anyway).
+    Greedy trees (`propose_tree`) grow EAGLE-2 style: the first level reads the target's true feature, so its
+    top few tokens are the draft's best guesses at once, and each level after is one tree-masked pass.
     """
 
     needs_target_features = True
@@ -183,11 +186,7 @@ class FeatureDrafter(Drafter):
             return Proposal(input_ids.new_empty(0))
         # Position i reads (f_i, token i + 1); only positions built from true features stay cached, and
         # the last one (length - 2) is always fed again if cached, since its output gives the first token.
-        self.true_length = min(self.true_length, length - 2)
-        crop_cache(self.cache, self.true_length)
-        features = self.features[:, self.true_length : length - 1]
-        fed = input_ids[:, self.true_length + 1 : length]
-        self.true_length = length - 1
+        features, fed = self._text_to_feed(input_ids)
         tokens, probs = [], []
         for _ in range(k):
             predicted = self.draft(features, fed, self.cache)[:, -1:]
@@ -199,6 +198,47 @@ class FeatureDrafter(Drafter):
                 break
             features, fed = predicted, token.view(1, 1)
         return Proposal(torch.cat(tokens), None if sampler.greedy else torch.cat(probs), forward_calls=len(tokens))
+
+
+    def _text_to_feed(self, input_ids: torch.Tensor):
+        """The text's (features, tokens) the draft has not cached from true features; the cache is cropped to match."""
+        length = input_ids.shape[1]
+        self.true_length = min(self.true_length, length - 2)
+        crop_cache(self.cache, self.true_length)
+        features = self.features[:, self.true_length : length - 1]
+        fed = input_ids[:, self.true_length + 1 : length]
+        self.true_length = length - 1
+        return features, fed
+
+    @torch.inference_mode()
+    def propose_tree(self, input_ids: torch.Tensor, widths: tuple[int, ...]) -> tuple[TokenTree, int]:
+        """A greedy tree grown as EAGLE-2 does (`grow_level`: the ``widths[d]`` paths of highest total draft
+        log-probability at depth ``d + 1``). A node reads its parent's predicted feature and its own token at the
+        text position before it, seeing the text and its own ancestors (`tree_attention_mask`); the draft's
+        positions are the text's shifted by one (position i reads token i + 1), hence prefix ``length - 1``.
+        The nodes stay in the draft's cache past ``true_length``: the next round crops them. Returns the tree and
+        the draft passes (the last level is never fed)."""
+        tree, length = TokenTree(), input_ids.shape[1]
+        if not widths or self.features.shape[1] < length - 1 or length < 2:
+            return tree, 0
+        features, fed = self._text_to_feed(input_ids)
+        predicted = self.draft(features, fed, self.cache)[:, -1:]  # [1, 1, H]: the text's last token's output
+        frontier, scores, first, passes = [-1], torch.zeros(1), 0, 1
+        for depth, width in enumerate(widths):
+            if depth:  # feed last level's nodes: each reads its parent's output feature and its own token
+                parents = [tree.parents[i] - first_before if tree.parents[i] >= 0 else 0 for i in range(first, len(tree))]
+                mask = tree_attention_mask(tree, length - 1, length - 1 + first, first, len(tree), predicted.dtype)
+                positions = torch.tensor([[length - 2 + tree.depths[i] for i in range(first, len(tree))]])
+                nodes = torch.tensor([tree.tokens[first:]])
+                predicted = self.draft(predicted[:, parents], nodes.to(input_ids.device), self.cache,
+                                       attention_mask=mask.to(input_ids.device), position_ids=positions.to(input_ids.device))
+                passes += 1
+            first_before, first = first, len(tree)
+            rows = [0] if depth == 0 else [i - first_before for i in frontier]
+            frontier, scores = grow_level(tree, frontier, scores, self.draft.lm_head(predicted[0, rows]), width)
+            if not frontier:
+                break
+        return tree, passes
 
 
 def measure_draft_step(target, drafter: FeatureDrafter, input_ids: torch.Tensor, repeats: int = 5) -> float:
