@@ -163,3 +163,47 @@ def test_sampling_with_a_tree_drafter_still_drafts_chains():
     out = tree_speculative_decode(target, drafter_for(target), ids, max_new_tokens=10, tree=(3, 2),
                                   temperature=1.0, generator=torch.Generator().manual_seed(0))
     assert out.sequences.shape[1] == ids.shape[1] + 10 and out.stats.proposed > 0
+
+
+def test_perf_prints_tree_rows_beside_the_chains(tmp_path, capsys):
+    import json
+    from types import SimpleNamespace
+
+    from specdec_helpers import cli
+    from specdec_helpers.measure import perf
+
+    target = tiny_target()
+    drafts = {"eagle": lambda: drafter_for(target), "hybrid:eagle": lambda: HybridDrafter(drafter_for(target)),
+              "prompt-lookup": PromptLookupDrafter}
+    fake = SimpleNamespace(target=target, draft=PromptLookupDrafter(2, 2, grow_with_match=True), preset="tiny",
+                           device=torch.device("cpu"), dtype=torch.float32,
+                           encode=lambda text: torch.tensor([[len(text) % 60 + 4, 9, 14, 2, 9, 14]]),
+                           with_draft=lambda spec, progress=False: SimpleNamespace(draft=drafts[spec]()))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("specdec_helpers.models.pairs.load_pair", lambda *args, **kwargs: fake)
+        assert cli.perf(["--preset", "tiny", "--k", "3", "--max-new-tokens", "8", "--repeats", "1", "--warmup", "0",
+                         "--draft", "default,tree:eagle,tree:2x1:hybrid:eagle", "--prompts", "one", "two",
+                         "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    shape = "x".join(map(str, perf.FEATURE_TREE))
+    for label in (f"tree:{shape}:eagle", "tree:2x1:hybrid:eagle", "vs best HF"):
+        assert label in printed
+    saved = json.loads((tmp_path / "results" / "perf.json").read_text())
+    means = {r["drafter"]: r for r in saved["ratios"] if r["prompt"].startswith("geometric mean")}
+    assert list(means) == ["prompt-lookup:2", f"tree:{shape}:eagle", "tree:2x1:hybrid:eagle"]
+    for row in means.values():
+        assert row["identical"] and row["vs_greedy"] > 0 and row["vs_best_hf"] > 0
+    trees = [r for r in saved["runs"] if r["drafter"].startswith("tree:")]
+    assert all(r["methods"]["spec_cached"]["stats"]["proposed"] > 0 for r in trees)
+    assert all("skipped" in r["methods"]["hf_assisted"] for r in trees)  # HF cannot decode trees
+    assert len(saved["profiles"]) == 1  # the chain's; the profile reads the chain loop's phases
+
+
+def test_tree_specs_name_a_shape_and_a_draft():
+    from specdec_helpers.measure import perf
+
+    assert perf.tree_spec("tree:eagle") == (perf.FEATURE_TREE, "eagle")
+    assert perf.tree_spec("tree:4x2x1:hybrid:eagle") == ((4, 2, 1), "hybrid:eagle")
+    assert perf.tree_spec("hybrid:eagle") == (None, "hybrid:eagle")
+    with pytest.raises(ValueError, match="names no draft"):
+        perf.tree_spec("tree:3x1")

@@ -142,8 +142,8 @@ class _DraftParts:
     vocab_limit: int | None = None
     lookup: PromptLookupDrafter | None = None
     chains: Drafter | None = None  # proposes whole chains; reads the target's features if it says so
-    grower: TreeDrafter | None = None  # grows the greedy tree itself (`chains`, or the drafter behind its lookup)
     input_vocab: int | None = None  # ids the draft model can read, when the target can emit more
+    grower: TreeDrafter | None = None  # grows the greedy tree itself (`chains`, or the drafter behind its lookup)
 
     def draft_context(self, context: torch.Tensor) -> torch.Tensor:
         """The text as the draft model reads it: an id beyond its embeddings (one of the target's extra ids,
