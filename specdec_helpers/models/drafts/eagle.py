@@ -199,7 +199,6 @@ class FeatureDrafter(TreeDrafter):
             features, fed = predicted, token.view(1, 1)
         return Proposal(torch.cat(tokens), None if sampler.greedy else torch.cat(probs), forward_calls=len(tokens))
 
-
     def _text_to_feed(self, input_ids: torch.Tensor):
         """The text's (features, tokens) the draft has not cached from true features; the cache is cropped to match."""
         length = input_ids.shape[1]
@@ -222,22 +221,25 @@ class FeatureDrafter(TreeDrafter):
         if not widths or self.features.shape[1] < length - 1 or length < 2:
             return tree, 0
         features, fed = self._text_to_feed(input_ids)
-        predicted = self.draft(features, fed, self.cache)[:, -1:]  # [1, 1, H]: the text's last token's output
-        frontier, scores, first, passes = [-1], torch.zeros(1), 0, 1
+        outputs = self.draft(features, fed, self.cache)[:, -1:]  # [1, 1, H]: the root's (the text's last token's)
+        row = {-1: 0}  # node -> its row of `outputs`
+        frontier, scores, passes = [-1], torch.zeros(1), 1
         for depth, width in enumerate(widths):
-            if depth:  # feed last level's nodes: each reads its parent's output feature and its own token
-                parents = [tree.parents[i] - first_before if tree.parents[i] >= 0 else 0 for i in range(first, len(tree))]
-                mask = tree_attention_mask(tree, length - 1, length - 1 + first, first, len(tree), predicted.dtype)
-                positions = torch.tensor([[length - 2 + tree.depths[i] for i in range(first, len(tree))]])
-                nodes = torch.tensor([tree.tokens[first:]])
-                predicted = self.draft(predicted[:, parents], nodes.to(input_ids.device), self.cache,
-                                       attention_mask=mask.to(input_ids.device), position_ids=positions.to(input_ids.device))
-                passes += 1
-            first_before, first = first, len(tree)
-            rows = [0] if depth == 0 else [i - first_before for i in frontier]
-            frontier, scores = grow_level(tree, frontier, scores, self.draft.lm_head(predicted[0, rows]), width)
-            if not frontier:
+            start = len(tree)
+            logits = self.draft.lm_head(outputs[0, [row[node] for node in frontier]])
+            frontier, scores = grow_level(tree, frontier, scores, logits, width)
+            if not frontier or depth + 1 == len(widths):
                 break
+            # One pass over the new level: each node reads its parent's output and its own token.
+            level = range(start, len(tree))
+            mask = tree_attention_mask(tree, length - 1, length - 1 + start, start, len(tree), outputs.dtype)
+            device = input_ids.device
+            outputs = self.draft(outputs[:, [row[tree.parents[i]] for i in level]],
+                                 torch.tensor([tree.tokens[start:]], device=device), self.cache,
+                                 attention_mask=mask.to(device),
+                                 position_ids=torch.tensor([[length - 1 + depth] * len(level)], device=device))
+            row = {node: j for j, node in enumerate(level)}
+            passes += 1
         return tree, passes
 
 
