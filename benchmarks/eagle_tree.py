@@ -35,6 +35,7 @@ def main():
     parser.add_argument("--max-new-tokens", type=int, default=100)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--prompts", type=int, default=5, help="the first N of perf's 5 prompts")
+    parser.add_argument("--alone", action="store_true", help="also the first shape over the feature draft alone")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     pair = load_pair("smollm2-135m")  # the preset's default draft: prompt-lookup:2
@@ -56,14 +57,15 @@ def main():
         "prompt-lookup:2 (default)": lambda ids: speculative_decode(target, pair.draft, ids, max_new_tokens=n,
                                                                      num_speculative_tokens=k),
         **{f"tree:{'x'.join(map(str, s))}:hybrid:eagle": tree(hybrid, s) for s in shapes},
-        f"tree:{'x'.join(map(str, shapes[0]))}:eagle": tree(alone, shapes[0]),
     }
+    if args.alone:
+        methods[f"tree:{'x'.join(map(str, shapes[0]))}:eagle"] = tree(alone, shapes[0])
     prompts = (PA3_PROMPTS + preset_prompts("smollm2-135m"))[: args.prompts]
     times = {name: [[] for _ in prompts] for name in methods}
     per_call = {name: [] for name in methods}
     print(f"load before: {os.getloadavg()}", flush=True)
-    for repeat in range(args.repeats + 1):  # the first is a warm-up
-        for i, prompt in enumerate(prompts):
+    for repeat in range(args.repeats + 1):  # the first is a warm-up, on the first prompt only
+        for i, prompt in enumerate(prompts if repeat else prompts[:1]):
             ids = pair.encode(prompt)
             reference = None
             for name, run in methods.items():
@@ -78,6 +80,12 @@ def main():
                     if not isinstance(out, tuple) and name != "greedy":
                         per_call[name].append(out.stats.mean_accepted_length)
         print(f"repeat {repeat} done{' (warm-up)' if not repeat else ''}; load {os.getloadavg()}", flush=True)
+        if repeat:
+            summary(methods, times, per_call)
+
+
+def summary(methods, times, per_call):
+    """Geometric means over prompts of the per-prompt medians so far."""
     median = {name: [statistics.median(t) for t in ts] for name, ts in times.items()}
     best_hf = [min(a, b) for a, b in zip(median["hf prompt lookup"], median["hf greedy"])]
     for name in methods:

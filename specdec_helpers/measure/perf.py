@@ -43,13 +43,16 @@ PHASES = ("draft", "target_forward", "accept", "rollback")
 # model alone (added by `with_inner_models`), and lookup alone. smollm2-135m's default is the kit's own
 # lookup (2-token n-grams or more, proposals growing with the match), which HF cannot express; ours meets
 # HF on the plain lookup (HF's prompt lookup) and on the int8 copy of the target (HF assisted generation).
-# The shipped feature draft runs behind the lookup (hybrid:eagle), since alone it loses at any k. None of
-# these trains on first use (the distilled draft would, for ~10 minutes: ask for it with --draft).
-DEFAULT_DRAFTS = {"smollm2-135m": "default,hybrid:eagle,prompt-lookup,int8"}
+# The shipped feature draft runs behind the lookup, since alone it loses at any k, as a token tree
+# (tree:hybrid:eagle, `FEATURE_TREE`: more tokens per target call than its chain, hybrid:eagle, which takes
+# its place so the run stays as long). None of these trains on first use (the distilled draft would, for
+# ~10 minutes: ask for it with --draft).
+DEFAULT_DRAFTS = {"smollm2-135m": "default,tree:hybrid:eagle,prompt-lookup,int8"}
 
 
 # The shape of 'tree:<draft>' (widths per depth; 'tree:4x2x1:<draft>' names another): the feature draft's top 3
-# first tokens, each extended greedily for two more (EAGLE-2's expansion keeps the best 3 paths a level).
+# first tokens, then the best 3 paths a level for two more (EAGLE-2's expansion by total draft log-prob). Of the
+# shapes tried on smollm2-135m (3x3x3, 2x2x2, 3x2x1) it kept the most tokens per target call (benchmarks/RESULTS.md).
 FEATURE_TREE = (3, 3, 3)
 
 
