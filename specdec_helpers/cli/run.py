@@ -22,10 +22,11 @@ from specdec_helpers.measure.perf import (
     DEFAULT_DRAFTS,
     PERF_METHODS,
     compiled_costs,
+    perf_cases,
     profile_decode,
     ratio_rows,
-    with_inner_models,
 )
+from specdec_helpers.measure.methods import TreeDraft
 from specdec_helpers.measure.results import (
     COMPILED_METHODS,
     environment,
@@ -196,7 +197,7 @@ def perf(argv=None) -> int:
     for preset in [p.strip() for p in args.preset.split(",") if p.strip()]:
         drafts = args.draft or DEFAULT_DRAFTS.get(preset, "hybrid,prompt-lookup")
         sub = argparse.Namespace(**{**vars(args), "preset": preset, "draft": drafts})
-        cases = with_inner_models(load_cases(sub))
+        cases = perf_cases(sub)
         k = args.k or get_preset(cases[0].preset).num_speculative_tokens
         # One sweep for all of a preset's drafts: one measured target cost curve serves every bound.
         methods = PERF_METHODS + COMPILED_METHODS if args.compile else PERF_METHODS
@@ -208,6 +209,8 @@ def perf(argv=None) -> int:
             costs.update(compiled_costs(result["costs"], cases[0].target, cases[0].prompts[0][1]))
         if not args.no_profile:
             for case in cases:
+                if isinstance(case.draft, TreeDraft):
+                    continue  # the profile reads the chain loop's phases
                 profiles[f"{case.preset}/{case.drafter} k={k}"] = profile_decode(
                     case.target, case.draft, case.prompts[0][1], k, args.max_new_tokens)
     results = dict(runs=runs, costs=costs, profiles=profiles, env=environment(preset=args.preset),

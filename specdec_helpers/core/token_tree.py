@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specdec_helpers.core.cache import cache_kwargs, cache_length
+from specdec_helpers.core.drafters import Drafter
 from specdec_helpers.core.rounds import Step
 from specdec_helpers.core.verify import last_hidden
 
@@ -74,6 +75,35 @@ class TokenTree:
                 return [self.tokens[i] for i in path]
             path.append(first)
             node = first
+
+
+def grow_level(tree: TokenTree, frontier: list[int], scores: torch.Tensor, logits: torch.Tensor, width: int):
+    """One level of EAGLE-2's expansion: of the children every ``frontier`` node (``-1``: the root) could get,
+    add the ``width`` paths with the highest total draft log-probability (``scores`` + the child's own; each
+    node offers its own top ``width``). ``logits`` ``[len(frontier), V]``: the draft's, at each frontier node.
+    Returns the new frontier (best first) and its scores. Tokens the draft gives no probability are never added."""
+    logp = torch.log_softmax(logits.float(), dim=-1).cpu()
+    top = logp.topk(min(width, logp.shape[-1]), dim=-1)
+    paths = (scores[:, None] + top.values).flatten()
+    best = paths.topk(min(width, paths.numel())).indices  # sorted: best first
+    best = best[paths[best] > float("-inf")]
+    new_frontier = []
+    for flat in best.tolist():
+        row, col = divmod(flat, top.indices.shape[1])
+        new_frontier.append(tree.add(int(top.indices[row, col]), frontier[row]))
+    return new_frontier, paths[best]
+
+
+class TreeDrafter(Drafter):
+    """A drafter that grows a whole token tree itself when greedy (e.g. a feature draft, EAGLE-2 style).
+
+    `core.tree` asks it for ``propose_tree`` instead of whole chains; when sampling it still proposes chains
+    (`propose`), which the multi-draft rejection sampling verifies exactly."""
+
+    def propose_tree(self, input_ids: torch.Tensor, widths: tuple[int, ...]) -> tuple[TokenTree, int]:
+        """A tree continuing ``input_ids`` ``[1, L]``, at most ``widths[d]`` nodes at depth ``d + 1`` (the shape
+        `tree.draft_tree` grows), and the draft passes it cost. An empty tree proposes nothing."""
+        raise NotImplementedError
 
 
 @dataclass

@@ -48,7 +48,9 @@ from specdec_helpers.core.tree_sampling import (
 )
 from specdec_helpers.core.token_tree import (  # noqa: F401  (re-exported: the tree's public names live here too)
     TokenTree,
+    TreeDrafter,
     TreeStep,
+    grow_level,
     tree_attention_mask,
     tree_forward,
 )
@@ -141,6 +143,7 @@ class _DraftParts:
     lookup: PromptLookupDrafter | None = None
     chains: Drafter | None = None  # proposes whole chains; reads the target's features if it says so
     input_vocab: int | None = None  # ids the draft model can read, when the target can emit more
+    grower: TreeDrafter | None = None  # grows the greedy tree itself (`chains`, or the drafter behind its lookup)
 
     def draft_context(self, context: torch.Tensor) -> torch.Tensor:
         """The text as the draft model reads it: an id beyond its embeddings (one of the target's extra ids,
@@ -155,8 +158,10 @@ def _draft_parts(draft, target) -> _DraftParts:
         model_drafter, lookup = drafter.model_drafter, drafter.lookup
     elif isinstance(drafter, PromptLookupDrafter):
         model_drafter, lookup = None, drafter
+    if isinstance(model_drafter, TreeDrafter):  # e.g. a feature draft, or a hybrid over one
+        return _DraftParts(lookup=lookup, chains=drafter, grower=model_drafter)
     if model_drafter is not None and not isinstance(model_drafter, ModelDrafter):
-        return _DraftParts(chains=drafter)  # e.g. a feature draft, or a hybrid over one
+        return _DraftParts(chains=drafter)  # any other drafter: whole chains
     vocab = checks.vocab_size(target)
     if model_drafter is None:
         return _DraftParts(None, vocab, lookup)
@@ -182,16 +187,8 @@ def draft_tree(model, cache, context: torch.Tensor, widths, vocab_limit: int | N
     first = 0
     for width in widths:
         logits = tree_forward(model, cache, context, tree, first, len(tree), logits_to_keep=len(frontier))
-        logp = torch.log_softmax(logits[-len(frontier):, :vocab_limit].float(), dim=-1).cpu()
-        top = logp.topk(min(width, logp.shape[-1]), dim=-1)
-        paths = (scores[:, None] + top.values).flatten()
-        best = paths.topk(min(width, paths.numel())).indices  # sorted: best first
         first = len(tree)
-        new_frontier = []
-        for flat in best.tolist():
-            row, col = divmod(flat, top.indices.shape[1])
-            new_frontier.append(tree.add(int(top.indices[row, col]), frontier[row]))
-        frontier, scores = new_frontier, paths[best]
+        frontier, scores = grow_level(tree, frontier, scores, logits[-len(frontier):, :vocab_limit], width)
     return tree, first, len(widths)
 
 
@@ -223,8 +220,10 @@ def tree_speculative_decode(
     ``tree`` = widths per depth (``(1,) * k`` is a chain; with sampling, ``widths[d]`` draws at depth
     ``d + 1``). ``draft``: an HF model or `ModelDrafter` (grows the tree), a `PromptLookupDrafter` (one
     n-gram branch), a `HybridDrafter` over a model (both: the n-gram branch, at most ``lookup_tokens``
-    long, default the tree's depth, is merged into the model's tree), or any other `Drafter`, e.g. a
-    feature draft: it proposes ``tree[0]`` whole chains (one when greedy), ``len(tree)`` deep.
+    long, default the tree's depth, is merged into the model's tree), a `TreeDrafter` (e.g. a feature
+    draft) or a hybrid over one (greedy: it grows the tree itself, EAGLE-2 style, plus the n-gram branch;
+    sampling: as any other drafter), or any other `Drafter`: it proposes ``tree[0]`` whole chains (one when
+    greedy), ``len(tree)`` deep.
     Stats: ``proposed`` counts tree nodes, ``accepted`` the kept branch; ``mean_accepted_length`` is
     tokens per target call.
     """
@@ -299,6 +298,11 @@ def _draft(parts: _DraftParts, draft_cache, context, room, widths, lookup_tokens
     """This round's tree: ``(tree, its draws when sampling else None, nodes in the draft model's cache, passes)``."""
     if not room:  # only the target's own token this round (greedy: its argmax; sampling: a draw from p)
         return TokenTree(), (None if sampler.greedy else SampledTree()), 0, 0
+    if parts.grower is not None and sampler.greedy:  # e.g. a feature draft's EAGLE-2 tree, plus the lookup's branch
+        tree, calls = parts.grower.propose_tree(context, widths[:room])
+        if parts.lookup is not None:
+            tree.add_branch(parts.lookup.propose(context, min(lookup_tokens, room)).tokens.tolist())
+        return tree, None, 0, calls
     if parts.chains is not None:
         chains = 1 if sampler.greedy else widths[0]
         sampled, calls = draft_chains(parts.chains, context, chains, min(len(widths), room), sampler, rule)

@@ -13,7 +13,8 @@ import torch
 
 from specdec_helpers.core import checks
 from specdec_helpers.core.decode import greedy_decode, speculative_decode
-from specdec_helpers.core.drafters import Drafter, ModelDrafter, PromptLookupDrafter
+from specdec_helpers.core.drafters import GREEDY, Drafter, HybridDrafter, ModelDrafter, PromptLookupDrafter
+from specdec_helpers.core.tree import tree_speculative_decode
 from specdec_helpers.measure.observed import decoder_method
 from specdec_helpers.measure.results import COMPILED_METHODS
 
@@ -37,6 +38,28 @@ def _hf_assistant(draft):
     if isinstance(draft, torch.nn.Module):
         return draft
     return draft.model if isinstance(draft, ModelDrafter) else None
+
+
+class TreeDraft(Drafter):
+    """A drafter the benchmarks decode as a token tree of shape ``widths`` (`tree_speculative_decode`), its
+    n-gram branch (if a hybrid) up to k long. The harness unwraps it; the drafter methods below serve only
+    `sweep.measure_costs`, which times one step of the drafter behind the lookup, as for a hybrid."""
+
+    def __init__(self, drafter: Drafter, widths, label: str | None = None):
+        self.drafter, self.widths = drafter, checks.check_tree_shape(widths)
+        self.stepper = drafter.model_drafter if isinstance(drafter, HybridDrafter) else drafter
+        self.needs_target_features = self.stepper.needs_target_features
+        self.label = label or f"tree:{'x'.join(map(str, self.widths))}:{draft_label(drafter)}"
+
+    @property
+    def model(self):
+        return self.drafter.model
+
+    def propose(self, input_ids, k, sampler=GREEDY):
+        return self.stepper.propose(input_ids, k, sampler)
+
+    def update(self, n_kept: int, target_features=None) -> None:
+        self.stepper.update(n_kept, target_features)
 
 
 def draft_label(draft) -> str:
@@ -91,6 +114,16 @@ def build_methods(target, draft, k: int, names=METHODS, eos_token_id=None, decod
                 out = observe(ids, n)
                 return MethodOutput(out.sequences, out.stats.as_dict(), out.steps)
             return run_decoder
+
+        if isinstance(draft, TreeDraft):
+            if not use_cache or compile:
+                return Skip("tree decoding runs with the KV cache, eager")
+
+            def run_tree(ids, n):
+                out = tree_speculative_decode(target, draft.drafter, ids, max_new_tokens=n, tree=draft.widths,
+                                              lookup_tokens=k, eos_token_id=eos_token_id)
+                return MethodOutput(out.sequences, out.stats.as_dict(), out.steps)
+            return run_tree
 
         def run(ids, n):
             out = speculative_decode(target, draft, ids, max_new_tokens=n, num_speculative_tokens=k,

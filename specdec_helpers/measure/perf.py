@@ -29,7 +29,8 @@ import torch
 from specdec_helpers.core.compiled import compiled_forward
 from specdec_helpers.core.decode import speculative_decode
 from specdec_helpers.core.drafters import HybridDrafter
-from specdec_helpers.measure.methods import draft_label
+from specdec_helpers.measure.methods import TreeDraft, draft_label
+from specdec_helpers.measure.sweep import load_cases
 from specdec_helpers.measure.theory import (
     costs_from_curve,
     expected_tokens_per_step,
@@ -42,9 +43,51 @@ PHASES = ("draft", "target_forward", "accept", "rollback")
 # model alone (added by `with_inner_models`), and lookup alone. smollm2-135m's default is the kit's own
 # lookup (2-token n-grams or more, proposals growing with the match), which HF cannot express; ours meets
 # HF on the plain lookup (HF's prompt lookup) and on the int8 copy of the target (HF assisted generation).
-# The shipped feature draft runs behind the lookup (hybrid:eagle), since alone it loses at any k. None of
-# these trains on first use (the distilled draft would, for ~10 minutes: ask for it with --draft).
-DEFAULT_DRAFTS = {"smollm2-135m": "default,hybrid:eagle,prompt-lookup,int8"}
+# The shipped feature draft runs behind the lookup, since alone it loses at any k, as a token tree
+# (tree:hybrid:eagle, `FEATURE_TREE`: more tokens per target call than its chain, hybrid:eagle, which takes
+# its place so the run stays as long). None of these trains on first use (the distilled draft would, for
+# ~10 minutes: ask for it with --draft).
+DEFAULT_DRAFTS = {"smollm2-135m": "default,tree:hybrid:eagle,prompt-lookup,int8"}
+
+
+# The shape of 'tree:<draft>' (widths per depth; 'tree:4x2x1:<draft>' names another): the feature draft's top 3
+# first tokens, then the best 3 paths a level for two more (EAGLE-2's expansion by total draft log-prob). Of the
+# shapes tried on smollm2-135m (3x3x3, 2x2x2, 3x2x1) it kept the most tokens per target call (benchmarks/RESULTS.md).
+FEATURE_TREE = (3, 3, 3)
+
+
+def tree_spec(spec: str) -> tuple[tuple[int, ...] | None, str]:
+    """``'tree:eagle'`` -> ``(FEATURE_TREE, 'eagle')``; ``'tree:4x2x1:hybrid:eagle'`` -> ``((4, 2, 1), 'hybrid:eagle')``;
+    a spec without ``tree:`` -> ``(None, spec)``."""
+    if not spec.startswith("tree:"):
+        return None, spec
+    rest = spec[len("tree:"):]
+    head, _, tail = rest.partition(":")
+    if head and all(part.isdigit() and int(part) > 0 for part in head.split("x")):
+        shape, rest = tuple(int(part) for part in head.split("x")), tail
+    else:
+        shape = FEATURE_TREE
+    if not rest:
+        raise ValueError(f"{spec!r} names no draft: write e.g. 'tree:eagle' or 'tree:4x2x1:hybrid:eagle'")
+    return shape, rest
+
+
+def perf_cases(args) -> list:
+    """`sweep.load_cases` for ``args.draft``, where a ``tree:`` spec (`tree_spec`) decodes its draft as a token tree
+    (`TreeDraft`), and a hybrid over a draft model is followed by that model alone (`with_inner_models`)."""
+    from argparse import Namespace
+    from dataclasses import replace
+
+    parsed = [tree_spec(spec.strip()) for spec in args.draft.split(",") if spec.strip()]
+    cases = load_cases(Namespace(**{**vars(args), "draft": ",".join(inner for _, inner in parsed)}))
+    out = []
+    for case, (shape, inner) in zip(cases, parsed):
+        if shape is None:
+            out += with_inner_models([case])
+        else:
+            tree = TreeDraft(case.draft, shape, f"tree:{'x'.join(map(str, shape))}:{inner}")
+            out.append(replace(case, drafter=tree.label, draft=tree))
+    return out
 
 
 def geometric_mean(values) -> float:
@@ -59,7 +102,7 @@ def bound_for_rounds(alpha: float, draft_lengths: list[int], draft_calls: int, c
     rounds are cut by max_new_tokens): it is expected to yield (1 - a^(m+1)) / (1 - a) tokens for one
     target pass over m + 1 tokens (from the measured forward-cost curve, in target steps). The draft
     model ran ``draft_calls`` steps of cost c in all (n-gram proposals cost none). Bound = expected
-    tokens / expected cost. For a model draft at constant k this is `bench.refined_speedup`.
+    tokens / expected cost. For a model draft at constant k this is `theory.refined_speedup`.
     """
     sizes, times = target_curve["sizes"], target_curve["median_s"]
     step = times[sizes.index(1)]
@@ -105,14 +148,30 @@ def ratio_rows(results: dict) -> list[dict]:
                    identical=all(m.get("identical", True) for m in run["methods"].values()))
         rows.append(row)
         groups.setdefault((row["preset"], row["drafter"], k), []).append(row)
+    _add_vs_best_hf(rows)
     for (preset, drafter, k), group in groups.items():
-        mean = {key: geometric_mean(r[key] for r in group)
-                for key in ("vs_hf_assisted", "vs_greedy", "vs_hf_greedy", "bound", "of_bound", "tokens_per_call")}
+        mean = {key: geometric_mean(r[key] for r in group) for key in
+                ("vs_hf_assisted", "vs_greedy", "vs_hf_greedy", "vs_best_hf", "bound", "of_bound", "tokens_per_call")}
         rows.append(dict(preset=preset, drafter=drafter, k=k, prompt=f"geometric mean ({len(group)} prompts)",
                          acceptance=sum(r["acceptance"] for r in group) / len(group),
                          alpha=sum(r["alpha"] for r in group) / len(group), c=group[0]["c"], v=group[0]["v"],
                          identical=all(r["identical"] for r in group), **mean))
     return rows
+
+
+def _add_vs_best_hf(rows: list[dict]) -> None:
+    """``vs_best_hf``: our speedup over greedy / the best HF method's (HF greedy, or HF assisted with any draft of the
+    run), per preset and prompt. Each draft's rows have their own interleaved greedy, so HF's speedups are read
+    against the greedy timed beside them."""
+    best = {}
+    for r in rows:
+        for other in ("vs_hf_greedy", "vs_hf_assisted"):
+            if r[other] and r["vs_greedy"]:
+                key = (r["preset"], r["prompt"])
+                best[key] = max(best.get(key, 0.0), r["vs_greedy"] / r[other])
+    for r in rows:
+        hf = best.get((r["preset"], r["prompt"]))
+        r["vs_best_hf"] = r["vs_greedy"] / hf if hf and r["vs_greedy"] else None
 
 
 @torch.inference_mode()

@@ -174,11 +174,11 @@ def write_tables(results: dict, out_dir) -> list[Path]:
 
 def print_ratios(rows: list[dict], file=None) -> None:
     columns = ["preset", "draft", "k", "prompt", "acceptance", "tokens/call", "vs HF assisted (x)", "vs greedy (x)",
-               "vs HF greedy (x)", "bound (x)", "of bound", "identical"]
+               "vs HF greedy (x)", "vs best HF (x)", "bound (x)", "of bound", "identical"]
     keys = ["preset", "drafter", "k", "prompt", "acceptance", "tokens_per_call", "vs_hf_assisted", "vs_greedy",
-            "vs_hf_greedy", "bound", "of_bound", "identical"]
-    table = [[r[key] if key != "prompt" or len(r[key]) <= 40 else r[key][:37] + "..." for key in keys] for r in rows]
-    formats = ["", "", "d", "", ".1%", ".2f", ".2f", ".2f", ".2f", ".2f", ".0%", ""]
+            "vs_hf_greedy", "vs_best_hf", "bound", "of_bound", "identical"]
+    table = [[r.get(key) if key != "prompt" or len(r[key]) <= 40 else r[key][:37] + "..." for key in keys] for r in rows]
+    formats = ["", "", "d", "", ".1%", ".2f", ".2f", ".2f", ".2f", ".2f", ".2f", ".0%", ""]
     print(to_markdown(columns, table, formats), file=file or sys.stdout)
 
 

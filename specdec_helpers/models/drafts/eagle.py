@@ -50,6 +50,7 @@ from specdec_helpers.core.drafters import (
     unsure,
 )
 from specdec_helpers.core.sampling import Sampler
+from specdec_helpers.core.token_tree import TokenTree, TreeDrafter, grow_level, tree_attention_mask
 from specdec_helpers.core.timing import spread, timed
 from specdec_helpers.models.drafts.feature_data import target_features
 from specdec_helpers.models.drafts.training import VocabSubsetHead, read_draft, truncated_body
@@ -140,13 +141,15 @@ def unrolled(draft: FeatureDraft, feats: torch.Tensor, tokens: torch.Tensor, mas
     return predicted
 
 
-class FeatureDrafter(Drafter):
+class FeatureDrafter(TreeDrafter):
     """Drafts with a `FeatureDraft` from the features the target computed while verifying.
 
     The decode loop hands over the target's features after each pass (`update`); the first
     round, before any target pass, proposes nothing (that pass is the prompt's prefill anyway).
     Cached draft position i read (f_i, token i + 1); it stays valid while f_i is the target's own (not
     predicted) feature and token i + 1 is kept: `update` keeps those and drops the rest, `propose` feeds from there.
+    Greedy trees (`propose_tree`) grow EAGLE-2 style: the first level reads the target's true feature, so its
+    top few tokens are the draft's best guesses at once, and each level after is one tree-masked pass.
     """
 
     needs_target_features = True
@@ -186,14 +189,7 @@ class FeatureDrafter(Drafter):
         length = input_ids.shape[1]
         if k < 1 or self.features.shape[1] < length - 1 or length < 2:
             return Proposal(input_ids.new_empty(0))
-        if self.true_length >= length - 1:
-            raise ValueError(f"the feature draft's cache holds {self.true_length} positions, all the text it can read: "
-                             "propose was called again without update in between; call drafter.update(n_kept, "
-                             "target_features) after each round (update(0) for a new text)")
-        # Feed the positions `update` left uncached; the last (length - 2) is always among them: it gives the first token.
-        features = self.features[:, self.true_length : length - 1]
-        fed = input_ids[:, self.true_length + 1 : length]
-        self.true_length = length - 1
+        features, fed = self._text_to_feed(input_ids)
         tokens, probs = [], []
         for _ in range(k):
             predicted = self.draft(features, fed, self.cache)[:, -1:]
@@ -205,6 +201,52 @@ class FeatureDrafter(Drafter):
                 break
             features, fed = predicted, token.view(1, 1)
         return Proposal(torch.cat(tokens), None if sampler.greedy else torch.cat(probs), forward_calls=len(tokens))
+
+    def _text_to_feed(self, input_ids: torch.Tensor):
+        """The text's (features, tokens) the draft has not cached from true features (`update` cropped the cache
+        to the rest). The last position (length - 2) is always among them: its output gives the first token."""
+        length = input_ids.shape[1]
+        if self.true_length >= length - 1:
+            raise ValueError(f"the feature draft's cache holds {self.true_length} positions, all the text it can read: "
+                             "propose was called again without update in between; call drafter.update(n_kept, "
+                             "target_features) after each round (update(0) for a new text)")
+        features = self.features[:, self.true_length : length - 1]
+        fed = input_ids[:, self.true_length + 1 : length]
+        self.true_length = length - 1
+        return features, fed
+
+    @torch.inference_mode()
+    def propose_tree(self, input_ids: torch.Tensor, widths: tuple[int, ...]) -> tuple[TokenTree, int]:
+        """A greedy tree grown as EAGLE-2 does (`grow_level`: the ``widths[d]`` paths of highest total draft
+        log-probability at depth ``d + 1``). A node reads its parent's predicted feature and its own token at the
+        text position before it, seeing the text and its own ancestors (`tree_attention_mask`); the draft's
+        positions are the text's shifted by one (position i reads token i + 1), hence prefix ``length - 1``.
+        The nodes stay in the draft's cache past ``true_length``: the next `update` crops them. Returns the tree and
+        the draft passes (the last level is never fed)."""
+        tree, length = TokenTree(), input_ids.shape[1]
+        if not widths or self.features.shape[1] < length - 1 or length < 2:
+            return tree, 0
+        features, fed = self._text_to_feed(input_ids)
+        outputs = self.draft(features, fed, self.cache)[:, -1:]  # [1, 1, H]: the root's (the text's last token's)
+        row = {-1: 0}  # node -> its row of `outputs`
+        frontier, scores, passes = [-1], torch.zeros(1), 1
+        for depth, width in enumerate(widths):
+            start = len(tree)
+            logits = self.draft.lm_head(outputs[0, [row[node] for node in frontier]])
+            frontier, scores = grow_level(tree, frontier, scores, logits, width)
+            if not frontier or depth + 1 == len(widths):
+                break
+            # One pass over the new level: each node reads its parent's output and its own token.
+            level = range(start, len(tree))
+            mask = tree_attention_mask(tree, length - 1, length - 1 + start, start, len(tree), outputs.dtype)
+            device = input_ids.device
+            outputs = self.draft(outputs[:, [row[tree.parents[i]] for i in level]],
+                                 torch.tensor([tree.tokens[start:]], device=device), self.cache,
+                                 attention_mask=mask.to(device),
+                                 position_ids=torch.tensor([[length - 1 + depth] * len(level)], device=device))
+            row = {node: j for j, node in enumerate(level)}
+            passes += 1
+        return tree, passes
 
 
 def measure_draft_step(target, drafter: FeatureDrafter, input_ids: torch.Tensor, repeats: int = 5) -> float:
