@@ -118,8 +118,9 @@ class ModelDrafter(Drafter):
         cached = cache_length(self.cache)
         if cached >= input_ids.shape[1]:
             raise ValueError(f"the draft's cache holds {cached} positions but the text has only {input_ids.shape[1]}: "
-                             "propose was called again without update in between; call drafter.update(n_kept) "
-                             "after each round (update(0) for a new text)")
+                             "propose was called again without update in between (or update's n_kept counted more "
+                             "than the kept text); call drafter.update(n_kept) after each round (update(0) for a "
+                             "new text)")
         fed = input_ids[:, cached:]
         # A token the draft cannot read (one of the target's padding ids, sampled) is read as id 0: the
         # guesses get worse, but q is still what the draft tokens were drawn from, so nothing else changes.
@@ -198,7 +199,7 @@ _busy_lock = threading.Lock()
 @contextlib.contextmanager
 def exclusive(drafter):
     """Hold ``drafter`` for one decode. A drafter keeps state between rounds (the draft model's KV cache,
-    the n-gram index), so two decodes sharing one at the same time corrupt each other (from two threads:
+    a feature draft's features), so two decodes sharing one at the same time corrupt each other (from two threads:
     a size mismatch deep inside attention). The second gets a clear error instead; give each thread its
     own drafter (``copy.deepcopy(drafter)``, or ``pair.with_draft(...)`` per thread)."""
     with _busy_lock:

@@ -98,7 +98,9 @@ class TreeDrafter(Drafter):
     """A drafter that grows a whole token tree itself when greedy (e.g. a feature draft, EAGLE-2 style).
 
     `core.tree` asks it for ``propose_tree`` instead of whole chains; when sampling it still proposes chains
-    (`propose`), which the multi-draft rejection sampling verifies exactly."""
+    (`propose`), which the multi-draft rejection sampling verifies exactly. After the target's pass the loop
+    calls ``update(n_kept, features of the kept text's new positions)``, as after a chain: that is where the
+    drafter drops the tree's nodes from its own cache."""
 
     def propose_tree(self, input_ids: torch.Tensor, widths: tuple[int, ...]) -> tuple[TokenTree, int]:
         """A tree continuing ``input_ids`` ``[1, L]``, at most ``widths[d]`` nodes at depth ``d + 1`` (the shape

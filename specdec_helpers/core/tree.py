@@ -13,7 +13,8 @@ the draft and verified by multi-draft rejection sampling (`tree_sampling`), whic
 distribution exactly.
 
 Both KV caches then hold the prefix plus every node; `cache.keep_cache_positions` gathers the prefix
-and the kept branch, which is exactly the cache a chain over the kept text would have.
+and the kept branch, which is exactly the cache a chain over the kept text would have. A drafter that
+keeps its own cache (a feature draft) rolls itself back in ``update``, as in the chain loop.
 """
 from __future__ import annotations
 
@@ -181,7 +182,7 @@ def draft_tree(model, cache, context: torch.Tensor, widths, vocab_limit: int | N
     """
     tree = TokenTree()
     length = context.shape[1]
-    if cache_length(cache) >= length:  # the last text token must be fed: its logits give depth 1
+    if cache_length(cache) >= length:  # for direct callers (the loop leaves length - 1): the last token gives depth 1
         crop_cache(cache, length - 1)
     frontier, scores = [-1], torch.zeros(1)
     first = 0

@@ -14,7 +14,7 @@ verification the kept positions are fed again with the target's true features: t
 keeps only positions computed from true features. ``fc`` starts as ``[0 | I]``, so training starts
 from a truncated copy of the target (as `distill` does) and learns how to use the feature.
 
-Training (`eagle_train`): the text the target wrote for `distill` (cached, shared), the target's features and greedy
+Training (`eagle_train`): the text the target wrote (`training_text`, cached, shared with `distill`), the target's features and greedy
 choices on it (one batched pass), then cross-entropy against the greedy choice plus a small
 regression of the predicted feature, for each of ``EagleRecipe.steps`` drafting steps unrolled as
 decoding runs them (`unrolled`, EAGLE-3's "training-time test"): trained on true features alone, the
