@@ -57,7 +57,8 @@ except ModuleNotFoundError as error:
         raise  # a missing dependency, not the student kit
     autograder_module = notebook_sync = release_module = grade_all = None
 try:  # ... and these need the grader's extra too (`grade` says what to install)
-    from specdec_helpers.assignment.grading import classroom, similarity
+    import specdec_helpers.assignment.grading.classroom as classroom  # (a missing module: ModuleNotFoundError)
+    import specdec_helpers.assignment.grading.similarity as similarity
 except ModuleNotFoundError as error:
     if not _absent(error, GRADE_EXTRA):
         raise
