@@ -4,8 +4,8 @@ The harness times plain functions ``fn(input_ids, max_new_tokens) -> MethodOutpu
 turns ``decoder.generate_ids`` into one, and reads the rounds from the outside: for the duration of
 one call it wraps the instance's ``verify_tokens_cached`` / ``verify_tokens_vectorized`` (one call =
 one round: the draft it judged, how many it accepted, the tokens it returned) and counts the tokens
-``generate_draft_tokens`` returned: one draft pass each, as the kit's own loop counts ``draft_calls``. Nothing of the decoder's own counters is trusted, and nothing here
-knows how the decoder is built (duck typing: this layer may not import the assignment layer).
+``generate_draft_tokens`` returned: one draft pass each, as the kit's own loop counts ``draft_calls``.
+Nothing of the decoder's own counters is trusted, and nothing here knows how the decoder is built (duck typing: this layer may not import the assignment layer).
 """
 from __future__ import annotations
 

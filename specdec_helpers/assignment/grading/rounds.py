@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec_helpers.core.checks import NEAR_TIE
+from specdec_helpers.core.checks import greedy_divergence
 
 ROUND_RULE = (
     "each round, verify the draft with ONE call of self.verify_tokens_cached (or self.verify_tokens_vectorized "
@@ -65,6 +65,7 @@ def check_rounds(draft_model, prompt: torch.Tensor, output: list[int], log: list
                         f"{ROUND_RULE})")
         return done
     wanted = "verify_tokens_cached" if use_cache else "verify_tokens_vectorized"
+    device = next(draft_model.parameters()).device
     for r, entry in enumerate(verifies):
         length, proposed, method, draft = entry[1], entry[2], entry[4], list(entry[5])
         result = _result(entry)
@@ -83,9 +84,10 @@ def check_rounds(draft_model, prompt: torch.Tensor, output: list[int], log: list
                             f"tokens still to go: draft num_speculative_tokens tokens each round (fewer only when "
                             f"fewer than num_speculative_tokens + 1 new tokens remain)")
         if not done.problem:
-            want = greedy_proposal(draft_model, text[:position], draft)
-            if draft != want:
-                done.problem = f"{where}: the verified draft {draft[:6]} is not the draft model's greedy proposal {want[:6]}"
+            # Checked by plain computation (`generate`), never the kit's drafting, which the student kit leaves out.
+            greedy, why = greedy_divergence(draft_model, torch.tensor([text[:position]], device=device), draft)
+            if not greedy:
+                done.problem = f"{where}: the verified draft {draft[:6]} is not the draft model's greedy proposal ({why})"
         if done.problem:
             return done
         tokens, n = result
@@ -103,20 +105,3 @@ def check_rounds(draft_model, prompt: torch.Tensor, output: list[int], log: list
                         "self.verify_tokens_cached / self.verify_tokens_vectorized (the rule: one target pass per "
                         "round, inside the verification call)")
     return done
-
-
-@torch.inference_mode()
-def greedy_proposal(draft_model, text: list[int], draft: list[int]) -> list[int]:
-    """The draft model's greedy continuation of ``text``, as long as ``draft``, by a plain pass over each prefix
-    (no cache: a plain computation, never the graded drafting, which the student kit leaves out). Where
-    ``draft``'s token is a numerical near-tie with the argmax (`checks.NEAR_TIE`), it is followed: a cached and
-    an uncached pass may order such a pair differently."""
-    device = next(draft_model.parameters()).device
-    want: list[int] = []
-    for theirs in draft:
-        logits = draft_model(input_ids=torch.tensor([text + want], device=device)).logits[0, -1].float()
-        best = int(logits.argmax())
-        tolerance = NEAR_TIE.get(draft_model.dtype, NEAR_TIE[torch.float16])
-        tie = 0 <= theirs < logits.numel() and float(logits[best] - logits[theirs]) <= tolerance
-        want.append(theirs if tie else best)
-    return want
