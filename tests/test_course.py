@@ -67,7 +67,7 @@ def student_command(root: Path, *args) -> subprocess.CompletedProcess:
                           text=True, timeout=600)
 
 
-def grade_on_gradescope(bundle: Path, handin_zip: Path, tmp: Path) -> dict:
+def grade_on_gradescope(bundle: Path, handin_zip: Path, tmp: Path, grade_args: str = "") -> dict:
     root = tmp / "autograder"
     with zipfile.ZipFile(bundle.with_name(bundle.name + ".zip")) as archive:
         archive.extractall(root / "source")
@@ -76,7 +76,7 @@ def grade_on_gradescope(bundle: Path, handin_zip: Path, tmp: Path) -> dict:
     with zipfile.ZipFile(handin_zip) as archive:  # Gradescope unpacks the upload into submission/
         archive.extractall(root / "submission")
     (root / "results").mkdir()
-    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "PYTHON": sys.executable}
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "PYTHON": sys.executable, "SPECDEC_GRADE_ARGS": grade_args}
     env.pop("SPECDEC_CACHE_DIR", None)
     done = subprocess.run([str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -116,7 +116,8 @@ def stubs(course):
     assert not (work / "handin.zip").exists()
     forced = student_command(work, "handin", "--force")
     assert forced.returncode == 0, forced.stderr
-    return refused.stderr, grade_on_gradescope(bundle, work / "handin.zip", tmp / "gs-stubs")
+    # no nbval: the stubs' check cells are tested in test_student_edition; the solved hand-in runs nbval here
+    return refused.stderr, grade_on_gradescope(bundle, work / "handin.zip", tmp / "gs-stubs", "--no-nbval")
 
 
 def test_student_repository(course):

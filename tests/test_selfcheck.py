@@ -153,7 +153,9 @@ def test_selfcheck_end_to_end_on_cpu_toy(tmp_path):
     all); the JSON holds a row per check, the environment, and passed."""
     out = tmp_path / "selfcheck.json"
     done = subprocess.run([sys.executable, "-m", "specdec_helpers", "selfcheck", "--preset", "toy", "--device", "cpu",
-                           "--notebooks", "01", "--json", str(out)], capture_output=True, text=True, timeout=900)
+                           "--notebooks", "01", "--json", str(out),
+                           # small sizes: this is the plumbing; the chi-square checks at full size run in their tests
+                           "--samples", "600", "--decodes", "60", "--prompts", "1", "--repeats", "1"], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["passed"] and result["environment"]["device"] == "cpu" and result["environment"]["dtype"] == "float32"
