@@ -1,8 +1,8 @@
 """Grade a class at once: ``python -m specdec_helpers grade CLASS_FOLDER`` (one zip or folder per student).
 
-Each student is graded by today's single-submission ``grade``, in its own process, under `contain`
-(nothing the student's code starts outlives that student's grading; a per-student wall-clock limit),
-on a pool of ``jobs`` workers (default: the machine's cores). A student whose grading crashes, hangs
+Each student is graded by today's single-submission ``grade``, in its own process, forked by one of ``jobs``
+grading workers (`grade_worker`; default: the machine's cores) that import the grader once: nothing the
+student's code starts outlives that student's grading, and each has a wall-clock limit. A student whose grading crashes, hangs
 or spawns a storm of processes loses that student's points, with the reason in the gradebook; the
 run goes on. Then, in ``out``:
 
@@ -19,7 +19,9 @@ from __future__ import annotations
 import csv
 import json
 import os
+import queue
 import re
+import select
 import subprocess
 import sys
 import time
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specdec_helpers.assignment.grading import similarity
-from specdec_helpers.assignment.grading import contain
+from specdec_helpers.assignment.grading import contain, grade_worker
 from specdec_helpers.assignment.grading.grader import LABELS
 from specdec_helpers.assignment.grading.submission import SubmissionError, graded_parts, notebooks_in, readable
 
@@ -84,25 +86,85 @@ def is_class(folder) -> bool:
     return bool(zips) or len(with_notebooks) >= 2
 
 
-def grade_one(student: Student, out: Path, grade_args: list[str], timeout: float, max_score: float = 0.0) -> Student:
-    """Run ``grade`` on one student under `contain`; read its results.json, or write one that says why not."""
+class Workers:
+    """The grading workers (`grade_worker`), started on first use: at most one per thread grading at a time."""
+
+    def __init__(self):
+        self.idle: queue.SimpleQueue = queue.SimpleQueue()
+        self.started: list[subprocess.Popen] = []
+
+    def take(self) -> subprocess.Popen:
+        try:
+            return self.idle.get_nowait()
+        except queue.Empty:
+            worker = subprocess.Popen([sys.executable, "-m", grade_worker.__name__], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True, start_new_session=True)
+            self.started.append(worker)
+            return worker
+
+    def ask(self, job: dict, wait: float) -> int:
+        """Send one student to a worker; its exit status, or -9 when the worker did not answer in ``wait`` s."""
+        worker = self.take()
+        try:
+            worker.stdin.write(json.dumps(job) + "\n")
+            worker.stdin.flush()
+            ready, _, _ = select.select([worker.stdout], [], [], wait)
+            line = worker.stdout.readline() if ready else ""
+        except OSError:  # the worker died
+            line = ""
+        if not line:  # stuck or dead: not used again
+            self.stop(worker)
+            return -9
+        self.idle.put(worker)
+        return int(json.loads(line)["status"])
+
+    @staticmethod
+    def stop(worker: subprocess.Popen) -> None:
+        """SIGTERM first (the worker sweeps the grading it runs), then SIGKILL to its process group."""
+        if worker.poll() is None:
+            worker.terminate()
+            try:
+                worker.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(worker.pid, 9)
+        except ProcessLookupError:
+            pass
+        worker.wait()
+
+    def close(self) -> None:
+        """Idle workers exit when their input ends; one still grading (the run was interrupted) is stopped."""
+        for worker in self.started:
+            try:
+                worker.stdin.close()
+            except OSError:
+                pass
+            try:
+                worker.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.stop(worker)
+
+
+def grade_one(student: Student, out: Path, grade_args: list[str], timeout: float, max_score: float = 0.0,
+              workers: Workers | None = None) -> Student:
+    """Grade one student on a worker; read its results.json, or write one that says why not."""
     folder = out / "students" / student.name
     folder.mkdir(parents=True, exist_ok=True)
     results = folder / "results.json"
     results.unlink(missing_ok=True)
-    # contain.py runs as a script: as a module it would import the package, torch with it (seconds per student)
-    command = [sys.executable, "-I", contain.__file__, f"{timeout:g}", "--",
-               sys.executable, "-m", "specdec_helpers", "grade", str(student.path), "--results", str(results),
-               "--no-similarity", *grade_args]
+    log = folder / "grade.log"
+    log.write_bytes(b"")
+    job = {"argv": [str(student.path), "--results", str(results), "--no-similarity", *grade_args],
+           "log": str(log), "timeout": timeout}
+    own = workers is None
+    workers = Workers() if own else workers
     start = time.perf_counter()
-    with open(folder / "grade.log", "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
-        try:
-            status = process.wait(timeout=timeout + GRACE_S)
-        except subprocess.TimeoutExpired:  # the wrapper itself is stuck: kill its whole session
-            os.killpg(process.pid, 9)
-            status = process.wait()
+    try:
+        status = workers.ask(job, timeout + GRACE_S)
+    finally:
+        if own:
+            workers.close()
     student.seconds = time.perf_counter() - start
     if status in (0, 1) and results.is_file():
         student.results = json.loads(results.read_text())
@@ -138,13 +200,17 @@ def grade_class(folder, out, grade_args: list[str], *, jobs: int | None = None, 
     if not students:
         raise ValueError(f"{folder}: no student hand-ins (a zip or a folder per student) found")
     jobs = jobs or os.cpu_count() or 1
-    with ThreadPoolExecutor(max_workers=jobs) as pool, \
-            tqdm(total=len(students), desc=f"grading ({jobs} at a time)", unit="student", disable=not progress) as bar:
-        futures = [pool.submit(grade_one, s, out, grade_args, timeout, max_score) for s in students]
-        for future in as_completed(futures):
-            student = future.result()
-            bar.set_postfix_str(f"{student.name}: {student.status}", refresh=False)
-            bar.update()
+    workers = Workers()
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool, \
+                tqdm(total=len(students), desc=f"grading ({jobs} at a time)", unit="student", disable=not progress) as bar:
+            futures = [pool.submit(grade_one, s, out, grade_args, timeout, max_score, workers) for s in students]
+            for future in as_completed(futures):
+                student = future.result()
+                bar.set_postfix_str(f"{student.name}: {student.status}", refresh=False)
+                bar.update()
+    finally:
+        workers.close()
     if reference is not None:
         flag_copies(students, reference, out)
     write_gradebook(students, out / "gradebook.csv")

@@ -1,0 +1,112 @@
+"""A class's grading worker: ``python -m specdec_helpers.assignment.grading.grade_worker`` (`classroom` starts
+one per job slot).
+
+A grading process spent ~12 s of CPU importing torch, transformers and the grader before it graded anything
+(about half of one student's CPU on the 2-core machine); a class paid that once per student. A worker imports
+them once, then grades one student at a time, each in a process forked from it, the imports done. It is what
+`contain` is for one command: a child subreaper, so whatever a student's grading starts stays its descendant,
+and after each student (done, crashed or out of time) every descendant is stopped and killed before the next.
+The worker itself never runs a model, so torch's thread pools do not exist yet when it forks (as torch's
+own DataLoader workers fork after ``import torch``).
+
+Protocol, one line each way per student: ``{"argv": [grade's arguments], "log": PATH, "timeout": SECONDS}`` in;
+``{"status": N}`` out: grade's exit status, `contain.TIMED_OUT` (124) when out of time, 128 + the signal's
+number when a signal killed it. Everything the grading prints goes to PATH.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+
+from specdec_helpers.assignment.grading import contain
+
+
+def preload() -> None:
+    """What every grading imports: the command line, the grader, and the toy pair's model family."""
+    import transformers.models.gpt_neox.modeling_gpt_neox  # noqa: F401
+
+    import specdec_helpers.cli  # noqa: F401
+    from specdec_helpers.assignment.grading import grader  # noqa: F401
+
+
+def _graded_here(argv: list[str], log: str) -> None:
+    """In the forked process (the worker's process group: killing that group ends both): output to ``log``,
+    then ``grade`` as on the command line."""
+    code = 1
+    try:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_DFL)
+        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        from specdec_helpers import cli
+
+        code = cli.main(["grade", *argv])
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    except BaseException:  # noqa: BLE001 - whatever happens, this process ends here, with the reason in the log
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def grade(argv: list[str], log: str, timeout: float) -> int:
+    """Grade one student in a forked process within ``timeout`` seconds; then sweep what it left."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        _graded_here(argv, log)
+    deadline = time.monotonic() + timeout
+    status = None
+    try:
+        while status is None:
+            done, raw = os.waitpid(pid, os.WNOHANG)
+            if done:
+                code = os.waitstatus_to_exitcode(raw)
+                status = 128 - code if code < 0 else code  # as shells say: 128 + the signal's number
+            elif time.monotonic() > deadline:
+                _note(log, f"contain: still running after {timeout:g} s: stopped, the points are lost")
+                status = contain.TIMED_OUT
+            else:
+                time.sleep(0.05)
+    finally:
+        left = contain.kill_descendants()
+        if left:
+            _note(log, f"contain: killed {left} process(es) left behind")
+    return status
+
+
+def _note(log: str, line: str) -> None:
+    with open(log, "a") as file:
+        print(line, file=file)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main() -> int:
+    contain.become_subreaper()
+    for signum in (signal.SIGTERM, signal.SIGINT):  # the class run stopped: sweep (in grade's finally), then exit
+        signal.signal(signum, _interrupt)
+    try:
+        preload()
+        for line in sys.stdin:
+            job = json.loads(line)
+            status = grade(list(job["argv"]), str(job["log"]), float(job["timeout"]))
+            print(json.dumps({"status": status}), flush=True)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
