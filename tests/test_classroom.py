@@ -205,6 +205,31 @@ def test_contain_sweeps_escaped_processes_and_stops_at_its_limit(tmp_path):
     assert killed.returncode == 128 + 9  # the command was killed by a signal: a crash, not a time-out
 
 
+def test_a_worker_that_dies_hangs_or_talks_nonsense_is_told_from_a_student_and_replaced():
+    """`classroom.Workers` with stand-in workers (no grading): a dead or garbled worker is LOST (the gradebook
+    says the worker stopped, not the student's code), a silent one STUCK (timed out), a good one reused."""
+    def fake(body: str) -> list[str]:
+        return [sys.executable, "-c", "import sys, json, time\n" + body]
+
+    answers = classroom.Workers(fake("for line in sys.stdin: print(json.dumps({'status': 1}), flush=True)"))
+    try:
+        assert [answers.ask({"argv": []}, 30) for _ in range(3)] == [1, 1, 1]
+        assert len(answers.started) == 1  # one worker, three students
+    finally:
+        answers.close()
+    assert answers.started[0].returncode == 0  # it ended with its input
+    for body, expected in [("sys.exit(3)", classroom.LOST), ("sys.stdin.readline(); print('hello', flush=True)",
+                                                            classroom.LOST),
+                           ("sys.stdin.readline(); time.sleep(60)", classroom.STUCK)]:
+        workers = classroom.Workers(fake(body))
+        try:
+            assert workers.ask({"argv": []}, 2) == expected, body
+            assert workers.started[0].poll() is not None  # stopped, not reused
+            assert workers.ask({"argv": []}, 2) == expected and len(workers.started) == 2
+        finally:
+            workers.close()
+
+
 def test_results_means_one_submission_whatever_the_folder_holds(tmp_path, capsys):
     """Gradescope's run_autograder passes --results: two zips uploaded by one student are not a class."""
     from specdec_helpers import cli

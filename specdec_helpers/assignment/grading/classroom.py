@@ -86,37 +86,49 @@ def is_class(folder) -> bool:
     return bool(zips) or len(with_notebooks) >= 2
 
 
+STUCK = -9  # the worker did not answer within the limit and its grace: stopped
+LOST = -2  # the worker died or answered nonsense before the student's grading ended
+
+
 class Workers:
     """The grading workers (`grade_worker`), started on first use: at most one per thread grading at a time."""
 
-    def __init__(self):
+    def __init__(self, command: list[str] | None = None):
+        self.command = command or [sys.executable, "-m", grade_worker.__name__]
         self.idle: queue.SimpleQueue = queue.SimpleQueue()
         self.started: list[subprocess.Popen] = []
+        self.closed = False
 
     def take(self) -> subprocess.Popen:
-        try:
-            return self.idle.get_nowait()
-        except queue.Empty:
-            worker = subprocess.Popen([sys.executable, "-m", grade_worker.__name__], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, text=True, start_new_session=True)
-            self.started.append(worker)
-            return worker
+        while True:
+            try:
+                worker = self.idle.get_nowait()
+            except queue.Empty:
+                break
+            if worker.poll() is None:  # one that died while idle (out of memory) is not used
+                return worker
+        if self.closed:
+            raise RuntimeError("the class run was stopped")
+        worker = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  start_new_session=True)
+        self.started.append(worker)
+        return worker
 
     def ask(self, job: dict, wait: float) -> int:
-        """Send one student to a worker; its exit status, or -9 when the worker did not answer in ``wait`` s."""
+        """Send one student to a worker: grade's exit status, `STUCK` or `LOST`."""
         worker = self.take()
+        line = ""
         try:
             worker.stdin.write(json.dumps(job) + "\n")
             worker.stdin.flush()
             ready, _, _ = select.select([worker.stdout], [], [], wait)
-            line = worker.stdout.readline() if ready else ""
-        except OSError:  # the worker died
-            line = ""
-        if not line:  # stuck or dead: not used again
+            line = worker.stdout.readline() if ready else None
+            status = int(json.loads(line)["status"])
+        except (OSError, ValueError, KeyError, TypeError):  # dead, stuck, or out of step: not used again
             self.stop(worker)
-            return -9
+            return STUCK if line is None else LOST
         self.idle.put(worker)
-        return int(json.loads(line)["status"])
+        return status
 
     @staticmethod
     def stop(worker: subprocess.Popen) -> None:
@@ -129,13 +141,22 @@ class Workers:
                 pass
         try:
             os.killpg(worker.pid, 9)
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):
             pass
         worker.wait()
+        for pipe in (worker.stdin, worker.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
 
-    def close(self) -> None:
-        """Idle workers exit when their input ends; one still grading (the run was interrupted) is stopped."""
-        for worker in self.started:
+    def close(self, interrupted: bool = False) -> None:
+        """Idle workers exit when their input ends; busy ones (the run was interrupted) are stopped."""
+        self.closed = True
+        for worker in list(self.started):
+            if interrupted:
+                self.stop(worker)
+                continue
             try:
                 worker.stdin.close()
             except OSError:
@@ -170,9 +191,11 @@ def grade_one(student: Student, out: Path, grade_args: list[str], timeout: float
         student.results = json.loads(results.read_text())
         student.status = "graded" if status == 0 else "no submission"
         return student
-    student.status = "timed out" if status in (contain.TIMED_OUT, -9) else "crashed"
+    student.status = "timed out" if status in (contain.TIMED_OUT, STUCK) else "crashed"
     why = (f"grading did not finish within {timeout:g} s (your code hung or started processes that did "
            "not end); everything it started was stopped" if student.status == "timed out" else
+           "the grading worker stopped before this grading ended (not your code's doing: ask the instructor to "
+           "grade again)" if status == LOST else
            f"grading crashed (exit status {status}); the instructor has the log")
     student.results = {"score": 0.0, "max_score": max_score, "execution_time": round(student.seconds, 1),
                        "output": why, "tests": []}
@@ -201,15 +224,20 @@ def grade_class(folder, out, grade_args: list[str], *, jobs: int | None = None, 
         raise ValueError(f"{folder}: no student hand-ins (a zip or a folder per student) found")
     jobs = jobs or os.cpu_count() or 1
     workers = Workers()
+    pool = ThreadPoolExecutor(max_workers=jobs)
     try:
-        with ThreadPoolExecutor(max_workers=jobs) as pool, \
-                tqdm(total=len(students), desc=f"grading ({jobs} at a time)", unit="student", disable=not progress) as bar:
+        with tqdm(total=len(students), desc=f"grading ({jobs} at a time)", unit="student", disable=not progress) as bar:
             futures = [pool.submit(grade_one, s, out, grade_args, timeout, max_score, workers) for s in students]
             for future in as_completed(futures):
                 student = future.result()
                 bar.set_postfix_str(f"{student.name}: {student.status}", refresh=False)
                 bar.update()
+    except BaseException:  # Ctrl-C: no further student starts, the ones being graded are stopped and swept
+        pool.shutdown(wait=False, cancel_futures=True)
+        workers.close(interrupted=True)
+        raise
     finally:
+        pool.shutdown(wait=True)
         workers.close()
     if reference is not None:
         flag_copies(students, reference, out)

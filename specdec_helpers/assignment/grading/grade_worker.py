@@ -52,6 +52,9 @@ def _graded_here(argv: list[str], log: str) -> None:
     except BaseException:  # noqa: BLE001 - whatever happens, this process ends here, with the reason in the log
         traceback.print_exc()
     finally:
+        from specdec_helpers.assignment.grading import isolation
+
+        isolation.remove_views()  # os._exit skips the atexit that would
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
@@ -61,12 +64,12 @@ def grade(argv: list[str], log: str, timeout: float) -> int:
     """Grade one student in a forked process within ``timeout`` seconds; then sweep what it left."""
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        _graded_here(argv, log)
-    deadline = time.monotonic() + timeout
     status = None
-    try:
+    try:  # from the fork on: whatever happens, the sweep below runs
+        pid = os.fork()
+        if pid == 0:
+            _graded_here(argv, log)
+        deadline = time.monotonic() + timeout
         while status is None:
             done, raw = os.waitpid(pid, os.WNOHANG)
             if done:
