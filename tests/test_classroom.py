@@ -144,7 +144,7 @@ def test_one_worker_grades_students_one_after_another(tmp_path):
         for name in ("ana", "ben"):
             folder = handins.write_handin(tmp_path / name, None, notebooks=handins.GRADED_NOTEBOOKS[:1])
             student = classroom.grade_one(classroom.Student(name, folder), tmp_path / "out", ["--no-nbval", "--no-perf"],
-                                          300, workers=workers)
+                                          300, 25.0, workers)
             log = (tmp_path / "out" / "students" / name / "grade.log").read_text()
             assert student.status == "graded" and "graded in" in log, log[-2000:]
         assert len(workers.started) == 1

@@ -167,8 +167,8 @@ class Workers:
                 self.stop(worker)
 
 
-def grade_one(student: Student, out: Path, grade_args: list[str], timeout: float, max_score: float = 0.0,
-              workers: Workers | None = None) -> Student:
+def grade_one(student: Student, out: Path, grade_args: list[str], timeout: float, max_score: float,
+              workers: Workers) -> Student:
     """Grade one student on a worker; read its results.json, or write one that says why not."""
     folder = out / "students" / student.name
     folder.mkdir(parents=True, exist_ok=True)
@@ -178,14 +178,8 @@ def grade_one(student: Student, out: Path, grade_args: list[str], timeout: float
     log.write_bytes(b"")
     job = {"argv": [str(student.path), "--results", str(results), "--no-similarity", *grade_args],
            "log": str(log), "timeout": timeout}
-    own = workers is None
-    workers = Workers() if own else workers
     start = time.perf_counter()
-    try:
-        status = workers.ask(job, timeout + GRACE_S)
-    finally:
-        if own:
-            workers.close()
+    status = workers.ask(job, timeout + GRACE_S)
     student.seconds = time.perf_counter() - start
     if status in (0, 1) and results.is_file():
         student.results = json.loads(results.read_text())

@@ -64,25 +64,40 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def run(command: list[str], seconds: float) -> int:
-    become_subreaper()
-    # SIGTERM / SIGINT (the class run stopped by the instructor): still sweep before exiting.
+def on_stop_sweep() -> None:
+    """SIGTERM / SIGINT (the class run stopped by the instructor) raise KeyboardInterrupt, so the sweep in
+    `supervise` (or the caller's own) still runs before the process exits."""
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _interrupt)
-    process = subprocess.Popen(command)
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def supervise(pid: int, seconds: float, say=_say) -> int:
+    """Wait at most ``seconds`` for child ``pid``, then stop and kill every descendant (``say`` tells what was
+    stopped). Its exit status, 128 + the signal's number when a signal killed it (as shells say), or
+    `TIMED_OUT`. Called by a subreaper (`become_subreaper`), the sweep reaches whatever the child left."""
     try:
-        status = process.wait(timeout=seconds)
-        status = 128 - status if status < 0 else status  # killed by a signal: 128 + its number, as shells say
-    except subprocess.TimeoutExpired:
-        print(f"contain: still running after {seconds:g} s: stopped, the points are lost", file=sys.stderr, flush=True)
-        status = TIMED_OUT
-    except KeyboardInterrupt:
-        status = 130
+        code = psutil.Process(pid).wait(timeout=seconds)
+        return 128 - code if code < 0 else code
+    except psutil.TimeoutExpired:
+        say(f"contain: still running after {seconds:g} s: stopped, the points are lost")
+        return TIMED_OUT
     finally:
         left = kill_descendants()
         if left:
-            print(f"contain: killed {left} process(es) left behind", file=sys.stderr, flush=True)
-    return status
+            say(f"contain: killed {left} process(es) left behind")
+
+
+def run(command: list[str], seconds: float) -> int:
+    become_subreaper()
+    on_stop_sweep()
+    try:
+        return supervise(subprocess.Popen(command).pid, seconds)
+    except KeyboardInterrupt:
+        return 130
 
 
 def main(argv=None) -> int:

@@ -19,7 +19,6 @@ import json
 import os
 import signal
 import sys
-import time
 import traceback
 
 from specdec_helpers.assignment.grading import contain
@@ -64,27 +63,10 @@ def grade(argv: list[str], log: str, timeout: float) -> int:
     """Grade one student in a forked process within ``timeout`` seconds; then sweep what it left."""
     sys.stdout.flush()
     sys.stderr.flush()
-    status = None
-    try:  # from the fork on: whatever happens, the sweep below runs
-        pid = os.fork()
-        if pid == 0:
-            _graded_here(argv, log)
-        deadline = time.monotonic() + timeout
-        while status is None:
-            done, raw = os.waitpid(pid, os.WNOHANG)
-            if done:
-                code = os.waitstatus_to_exitcode(raw)
-                status = 128 - code if code < 0 else code  # as shells say: 128 + the signal's number
-            elif time.monotonic() > deadline:
-                _note(log, f"contain: still running after {timeout:g} s: stopped, the points are lost")
-                status = contain.TIMED_OUT
-            else:
-                time.sleep(0.05)
-    finally:
-        left = contain.kill_descendants()
-        if left:
-            _note(log, f"contain: killed {left} process(es) left behind")
-    return status
+    pid = os.fork()
+    if pid == 0:
+        _graded_here(argv, log)
+    return contain.supervise(pid, timeout, say=lambda line: _note(log, line))
 
 
 def _note(log: str, line: str) -> None:
@@ -92,22 +74,19 @@ def _note(log: str, line: str) -> None:
         print(line, file=file)
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def main() -> int:
     contain.become_subreaper()
-    for signum in (signal.SIGTERM, signal.SIGINT):  # the class run stopped: sweep (in grade's finally), then exit
-        signal.signal(signum, _interrupt)
+    contain.on_stop_sweep()
     try:
         preload()
         for line in sys.stdin:
             job = json.loads(line)
             status = grade(list(job["argv"]), str(job["log"]), float(job["timeout"]))
             print(json.dumps({"status": status}), flush=True)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # stopped at any point, even between a fork and its supervision
         return 130
+    finally:
+        contain.kill_descendants()
     return 0
 
 
