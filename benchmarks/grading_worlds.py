@@ -1,5 +1,5 @@
 """Do the tests judge right in every world? Grade the reference solution and every mutation of the
-catalog (`grading/mutations.py`) in N freshly drawn grading worlds, and print each world in which the
+catalog (`grading/mutations.py`, answered in this process) in N freshly drawn grading worlds, and print each world in which the
 reference loses a point or a mutation escapes its test or its message.
 
     python benchmarks/grading_worlds.py --worlds 20            # fresh random worlds
@@ -27,7 +27,7 @@ def scan(seed: int, reference: dict, points: dict, only: list[str]) -> list[str]
     for m in mutations.CATALOG:
         if only and m.name not in only:
             continue
-        r = mutations.grade_mutation(m, reference, seed=seed).find(m.test_id)
+        r = mutations.grade_mutation(m, reference, seed=seed, in_process=True).find(m.test_id)
         if r.passed or m.phrase not in r.feedback:
             wrong.append(f"{m.name} {'escapes' if r.passed else 'misnamed'} {m.test_id}: {r.feedback[:200]}")
     return wrong

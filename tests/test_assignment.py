@@ -157,11 +157,21 @@ def test_released_stubs_are_not_implemented(reference):
 @pytest.mark.slow
 @pytest.mark.parametrize("m", mutations.CATALOG, ids=lambda m: m.name)
 def test_every_mutation_is_caught_with_its_message(m, reference):
+    """Answered in this process (the catalog is the instructor's code): the next test keeps that equal to a child's."""
     seed = WORLDS[mutations.CATALOG.index(m) % len(WORLDS)]  # fixed worlds; the scan script draws fresh ones
-    report = mutations.grade_mutation(m, reference, seed=seed)
+    report = mutations.grade_mutation(m, reference, seed=seed, in_process=True)
     r = report.find(m.test_id)
     assert not r.passed and m.phrase in r.feedback, (m.name, f"world {seed}", r.status, r.feedback)
     assert report.score < POINTS[m.part]
+
+
+@pytest.mark.slow
+def test_a_mutation_graded_in_a_child_and_in_process_gets_the_same_report(reference):
+    """The same tests, statuses and feedback (here: crashes, with the line of the graded cell) either way."""
+    m = next(m for m in mutations.CATALOG if m.name == "no_cache_rollback")
+    child, here = (mutations.grade_mutation(m, reference, seed=0, in_process=flag) for flag in (False, True))
+    rows = [[(r.test_id, r.status, r.score, r.feedback) for r in report.results] for report in (child, here)]
+    assert rows[0] == rows[1] and any("(in verify_tokens_cached, line" in row[3] for row in rows[0])
 
 
 def test_catalog_covers_the_known_mistakes():

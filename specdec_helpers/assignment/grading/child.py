@@ -103,6 +103,11 @@ def _where(error: BaseException) -> str:
     return f" (in {frames[-1].name}, line {frames[-1].lineno}: {frames[-1].line})" if frames else ""
 
 
+def error_answer(error: BaseException) -> dict:
+    """How an exception in student code is reported (by the child, and by `sandbox.InProcess` alike)."""
+    return {"type": type(error).__name__, "message": str(error)[:2000], "where": _where(error)}
+
+
 class Server:
     def __init__(self, functions: dict, real: dict):
         self.cls = world_module.recording(build_decoder(standins=real, **functions))
@@ -223,7 +228,7 @@ def main(argv=None) -> int:
         try:
             answer = {"ok": getattr(server, "op_" + request.pop("op"))(**request)}
         except BaseException as error:  # noqa: BLE001
-            answer = {"error": {"type": type(error).__name__, "message": str(error)[:2000], "where": _where(error)}}
+            answer = {"error": error_answer(error)}
         answer["delegated"] = list(DELEGATED)
         send(answer)
     return 0

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdec_helpers.assignment.grading.grader import Report, load_config, run_suite
+from specdec_helpers.assignment.grading.sandbox import InProcess
+from specdec_helpers.assignment.student.cells import load_functions
 from specdec_helpers.assignment.grading.submission import reference_sources
 
 
@@ -121,10 +123,15 @@ CATALOG = [
 ]
 
 
-def grade_mutation(m: Mutation, reference: dict | None = None, seed: int | None = None) -> Report:
-    """The implementation tests of the mutated part, run in a child like a submission's."""
+def grade_mutation(m: Mutation, reference: dict | None = None, seed: int | None = None,
+                   in_process: bool = False) -> Report:
+    """The implementation tests of the mutated part, run in a child like a submission's. ``in_process``:
+    answered here instead (the catalog is the instructor's own code): the same `child.Server` and JSON
+    round trip without a child's start (~8 s of imports each), which tests/test_assignment.py keeps equal."""
     config = load_config()
-    return Report(run_suite(m.sources(reference), config["points"], only=[m.part], seed=seed), source=m.name)
+    sources = m.sources(reference)
+    factory = (lambda: InProcess(load_functions(sources))) if in_process else None
+    return Report(run_suite(sources, config["points"], only=[m.part], seed=seed, child_factory=factory), source=m.name)
 
 
 def grade_all(hidden: bool = True) -> list[tuple[Mutation, Report]]:

@@ -19,7 +19,7 @@ import time
 from typing import Protocol
 
 from specdec_helpers.assignment.grading import privilege
-from specdec_helpers.assignment.grading.child import decode
+from specdec_helpers.assignment.grading.child import decode, error_answer
 
 
 class ChildFailed(Exception):
@@ -171,7 +171,8 @@ class InProcess:
         try:  # the same JSON round trip as the child's answers
             return decode(json.loads(json.dumps(getattr(self.server, "op_" + op)(**decode(kwargs)))))
         except Exception as error:  # noqa: BLE001 - reported like the child does
-            raise StudentError(type(error).__name__, str(error)) from error
+            e = error_answer(error)
+            raise StudentError(e["type"], e["message"], e["where"]) from error
 
     def close(self) -> None:
         pass
