@@ -2,7 +2,8 @@
 
 The README runs the suite on two pytest-xdist workers (``-n 2 --dist loadfile``: a file's tests stay on
 one worker, so module fixtures are built once and a notebook's cells run in order). Each worker grades
-with student users of its own, so a test that checks "no student process is left" sees only its own."""
+with student users of its own, so a test that checks "no student process is left" sees only its own.
+The files that take minutes go first (`LONGEST_FIRST`), so that the two workers finish together."""
 import os
 
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ...; unset with -n 0
@@ -16,3 +17,16 @@ from tiny_models import FAMILIES  # noqa: E402
 @pytest.fixture(params=FAMILIES)
 def family(request):
     return request.param
+
+
+#: The files that take minutes (measured: benchmarks/RESULTS.md), run first, longest first: a long file
+#: handed out last keeps one worker busy after the other has finished. The README's command passes
+#: ``--no-loadscope-reorder``, so xdist hands out files in this order, not sorted by their number of tests.
+LONGEST_FIRST = ("test_assignment.py", "test_classroom.py", "test_course.py", "test_tree_sampling.py",
+                 "test_student_edition.py", "test_selfcheck.py", "test_pairs.py", "test_grading_fairness.py",
+                 "test_batch.py", "08_serving_batches_and_trees.ipynb", "test_colab.py", "test_eagle.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order

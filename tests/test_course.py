@@ -157,7 +157,7 @@ def test_solved_hand_in_passes_handin_checks(course):
 def test_full_marks_for_the_solutions_and_not_implemented_for_the_stubs(solved, stubs):
     assert solved["score"] == solved["max_score"] == 45, solved["output"]
     # the notebooks ran under nbval: one line per check cell, no points (the only nbval run of the
-    # instructor's answers in the grading tests; test_assignment's five gradings skip it)
+    # instructor's answers in the grading tests; test_assignment's grading skips it)
     checks = [t for t in solved["tests"] if t["name"].startswith("checks")]
     assert checks and all(t["score"] == t["max_score"] == 0 for t in checks), checks
     data = stubs[1]

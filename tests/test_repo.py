@@ -23,6 +23,13 @@ def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one():
     assert tests in ci_lines  # CI runs the README's test command, verbatim
 
 
+def test_the_files_run_first_exist():
+    from conftest import LONGEST_FIRST
+
+    names = {p.name for folder in ("tests", "notebooks") for p in ROOT.joinpath(folder).iterdir()}
+    assert set(LONGEST_FIRST) <= names, set(LONGEST_FIRST) - names
+
+
 def test_every_cli_command_is_callable_with_help(capsys):
     for name, (command, _) in cli.COMMANDS.items():
         with pytest.raises(SystemExit) as exit_:

@@ -7,9 +7,11 @@ preset/drafter, so sweeps over several drafts read on one axis.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+if TYPE_CHECKING:  # matplotlib loads when a figure is drawn: a grading process (~1 s of imports) never draws one
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 from specdec_helpers.measure.results import BASELINE, METHOD_LABELS, SPECULATIVE, best_k
 
@@ -20,6 +22,8 @@ SPEC_STYLES = {"spec_cached": "o-", "spec_vectorized": "s--", "hf_assisted": "^:
 def _figure(width: float = 5.0, height: float = 3.4) -> tuple[Figure, Axes]:
     # Figure() directly, not plt.figure(): no pyplot backend is involved, so this works headless
     # (saving renders with Agg) and a sweep of plots does not pile up open pyplot figures.
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(width, height), layout="constrained")
     return fig, fig.add_subplot()
 
