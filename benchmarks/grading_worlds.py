@@ -11,8 +11,11 @@ is how a world-dependent judgement is found. Add a world it reports to WORLDS, w
 from __future__ import annotations
 
 import argparse
+import os
 import secrets
 import time
+
+import torch
 
 from specdec_helpers.assignment.grading import grader, mutations
 from specdec_helpers.assignment.grading.submission import reference_sources
@@ -39,6 +42,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="*", help="these worlds instead")
     parser.add_argument("--only", nargs="*", default=[], help="only these mutations (and not the reference)")
     args = parser.parse_args()
+    torch.set_num_threads(int(os.environ.get("SPECDEC_THREADS", "1")))  # as a grading child: near-ties break alike
     reference, points = reference_sources(), grader.load_config()["points"]
     seeds = args.seeds or [secrets.randbelow(10**6) for _ in range(args.worlds)]
     bad = 0

@@ -11,20 +11,13 @@ if _WORKER:  # before anything imports the grading modules, which read it once
     os.environ["SPECDEC_STUDENT_USER"] = f"specdec-{_WORKER}-student"
 
 import pytest  # noqa: E402
+from longest_first import LONGEST_FIRST  # noqa: E402
 from tiny_models import FAMILIES  # noqa: E402
 
 
 @pytest.fixture(params=FAMILIES)
 def family(request):
     return request.param
-
-
-#: The files that take minutes (measured: benchmarks/RESULTS.md), run first, longest first: a long file
-#: handed out last keeps one worker busy after the other has finished. The README's command passes
-#: ``--no-loadscope-reorder``, so xdist hands out files in this order, not sorted by their number of tests.
-LONGEST_FIRST = ("test_assignment.py", "test_classroom.py", "test_course.py", "test_tree_sampling.py",
-                 "test_student_edition.py", "test_selfcheck.py", "test_pairs.py", "test_grading_fairness.py",
-                 "test_batch.py", "08_serving_batches_and_trees.ipynb", "test_colab.py", "test_eagle.py")
 
 
 def pytest_collection_modifyitems(items):

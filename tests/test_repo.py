@@ -24,7 +24,7 @@ def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one():
 
 
 def test_the_files_run_first_exist():
-    from conftest import LONGEST_FIRST
+    from longest_first import LONGEST_FIRST
 
     names = {p.name for folder in ("tests", "notebooks") for p in ROOT.joinpath(folder).iterdir()}
     assert set(LONGEST_FIRST) <= names, set(LONGEST_FIRST) - names

@@ -1,8 +1,9 @@
 """Known-mistake catalog: each mistake students made (PA3 reports, office hours, reading the reference
-as a student would) as a variant of the reference's graded cell source, graded through the same
-child-process path as a submission, with the test that must catch it and a phrase of the feedback
-it must give. ``tests/test_assignment.py`` grades every mutation and checks both, so a change to the
-grader that stops naming a mistake fails CI.
+as a student would) as a variant of the reference's graded cell source, with the test that must catch
+it and a phrase of the feedback it must give. ``tests/test_assignment.py`` grades every mutation and
+checks both, so a change to the grader that stops naming a mistake fails CI. ``mistakes`` grades them
+in a child, as a submission; the tests and ``benchmarks/grading_worlds.py`` answer in this process
+(``in_process``), and a test keeps the two reports equal for a mutation of each kind of part.
 
     python -m specdec_helpers mistakes     # grade every mutation, print the catalog
 """
@@ -127,7 +128,9 @@ def grade_mutation(m: Mutation, reference: dict | None = None, seed: int | None 
                    in_process: bool = False) -> Report:
     """The implementation tests of the mutated part, run in a child like a submission's. ``in_process``:
     answered here instead (the catalog is the instructor's own code): the same `child.Server` and JSON
-    round trip without a child's start (~8 s of imports each), which tests/test_assignment.py keeps equal."""
+    round trip without a child's start (~8 s of imports each), which tests/test_assignment.py keeps equal.
+    In process nothing times out and a cell that fails to load raises here: fine for the instructor's own
+    catalog, never for a hand-in."""
     config = load_config()
     sources = m.sources(reference)
     factory = (lambda: InProcess(load_functions(sources))) if in_process else None
