@@ -14,8 +14,10 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,8 +34,8 @@ CONFIG = "test_timeout_s = 3600\n[points]\nspeedup = 0\nacceptance = 0\nbonus = 
 PER_STUDENT_S = 180
 
 
-def command(*args, timeout=1800, **kwargs) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+def command(*args, timeout=1800, env=None, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-m", "specdec_helpers", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, **kwargs)
 
@@ -43,22 +45,29 @@ def graded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("class")
     expected = handins.build_class(tmp / "class")
     (tmp / "class.toml").write_text(CONFIG)
+    # the run's own temporary folder (traversable, as /tmp is, by the student users): what it holds afterwards
+    # is what the gradings left behind (the sleeper is killed at its limit, past its own clean-up)
+    scratch = Path(tempfile.mkdtemp(prefix="class-run-tmp-"))
+    os.chmod(scratch, 0o711)
     start = time.perf_counter()
     # 6 at a time on 2 cores: a grading mostly waits for its sandboxed child, and the sleeper and the fork
     # storm, graded first, hold a worker each while sleeping
     done = command("grade", str(tmp / "class"), "--no-nbval", "--no-perf", "--config", str(tmp / "class.toml"),
-                   "--timeout", str(PER_STUDENT_S), "--jobs", "6", "--out", str(tmp / "out"))
+                   "--timeout", str(PER_STUDENT_S), "--jobs", "6", "--out", str(tmp / "out"),
+                   env={"TMPDIR": str(scratch)})
     seconds = time.perf_counter() - start
+    left = sorted(p.name for p in scratch.iterdir())
+    shutil.rmtree(scratch, ignore_errors=True)
     print(f"graded {len(expected)} students in {seconds:.0f} s (load {os.getloadavg()[0]:.1f})")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     with open(tmp / "out" / "gradebook.csv") as file:
         rows = {row["student"]: row for row in csv.DictReader(file)}
-    return expected, rows, tmp / "out", done
+    return expected, rows, tmp / "out", done, left
 
 
 @pytest.mark.slow
 def test_the_class_has_thirty_students_and_each_is_in_the_gradebook(graded):
-    expected, rows, out, done = graded
+    expected, rows, out, done, _ = graded
     assert len(expected) >= 30 and set(rows) == set(expected)
     assert f"graded {len(expected)} students" in done.stdout
     assert f"{len(expected)}/{len(expected)}" in done.stderr  # tqdm's progress bar
@@ -66,7 +75,7 @@ def test_the_class_has_thirty_students_and_each_is_in_the_gradebook(graded):
 
 @pytest.mark.slow
 def test_the_gradebook_is_exact(graded):
-    expected, rows, out, _ = graded
+    expected, rows, out, *_ = graded
     wrong = {}
     for name, want in expected.items():
         row = rows[name]
@@ -80,7 +89,7 @@ def test_the_gradebook_is_exact(graded):
 
 @pytest.mark.slow
 def test_the_flagged_pairs_are_exactly_the_copies(graded):
-    expected, rows, out, _ = graded
+    expected, rows, out, *_ = graded
     got = {name: set() for name in expected}
     for m in json.loads((out / "similarity.json").read_text()):
         got[m["student"]].add((m["part"], m["other"]))
@@ -94,7 +103,7 @@ def test_the_flagged_pairs_are_exactly_the_copies(graded):
 
 @pytest.mark.slow
 def test_each_student_has_the_graders_results_json(graded):
-    expected, rows, out, _ = graded
+    expected, rows, out, *_ = graded
     for name in expected:
         data = json.loads((out / "students" / name / "results.json").read_text())
         assert data["score"] == float(rows[name]["total"]), name
@@ -107,7 +116,7 @@ def test_each_student_has_the_graders_results_json(graded):
 
 @pytest.mark.slow
 def test_nothing_a_student_started_outlives_the_run(graded):
-    *_, out, _ = graded
+    _, _, out, *_ = graded
     left = [p.pid for p in psutil.process_iter(["cmdline"]) if handins.STORM_MARK in (p.info["cmdline"] or [])]
     assert left == []
     log = (out / "students" / "0_fork_storm" / "grade.log").read_text()
@@ -116,8 +125,16 @@ def test_nothing_a_student_started_outlives_the_run(graded):
 
 
 @pytest.mark.slow
+def test_no_grading_leaves_files_behind(graded):
+    """Each forked grading's views and scratch live in a folder of its own, deleted after its sweep: the sleeper
+    and the fork storm, killed at their limit, leave nothing either (each view is ~18 MB, a class has hundreds)."""
+    *_, left = graded
+    assert left == [], left
+
+
+@pytest.mark.slow
 def test_the_histogram_is_a_png(graded):
-    *_, out, _ = graded
+    _, _, out, *_ = graded
     assert (out / "histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import traceback
 
 from specdec_helpers.assignment.grading import contain
@@ -60,13 +62,22 @@ def _graded_here(argv: list[str], log: str) -> None:
 
 
 def grade(argv: list[str], log: str, timeout: float) -> int:
-    """Grade one student in a forked process within ``timeout`` seconds; then sweep what it left."""
+    """Grade one student in a forked process within ``timeout`` seconds; then sweep what it left and delete
+    its temporary folder (the kit views and scratch it made there: a grading killed at its time limit never
+    reaches its own clean-up)."""
     sys.stdout.flush()
     sys.stderr.flush()
+    folder = tempfile.mkdtemp(prefix="specdec-grading-")
+    os.chmod(folder, 0o711)  # the student user passes through to its view and scratch, and lists nothing
     pid = os.fork()
     if pid == 0:
+        tempfile.tempdir = folder
+        os.environ["TMPDIR"] = folder
         _graded_here(argv, log)
-    return contain.supervise(pid, timeout, say=lambda line: _note(log, line))
+    try:
+        return contain.supervise(pid, timeout, say=lambda line: _note(log, line))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _note(log: str, line: str) -> None:

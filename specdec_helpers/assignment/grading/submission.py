@@ -7,8 +7,10 @@ student's `privilege.Jail`.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,6 +47,7 @@ def notebooks_in(path) -> list[Path]:
         raise SubmissionError(f"{path} does not exist")
     if path.suffix == ".zip":
         folder = Path(tempfile.mkdtemp(prefix="specdec-handin-"))
+        atexit.register(shutil.rmtree, folder, True)  # a class run reads hundreds of zips
         try:
             with zipfile.ZipFile(path) as archive:
                 for member in archive.namelist():
