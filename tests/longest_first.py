@@ -2,7 +2,7 @@
 
 A long file handed out last keeps one xdist worker busy after the other has finished. The README's
 command passes ``--no-loadscope-reorder``, so xdist hands out files in this order rather than sorted by
-their number of tests. Per-file times: benchmarks/RESULTS.md ("CI under 20 minutes"). A plain module, not
+their number of tests. Per-file times: benchmarks/RESULTS.md ("The test suite's run time"). A plain module, not
 conftest.py (see tiny_models.py)."""
 
 LONGEST_FIRST = ("test_assignment.py", "test_classroom.py", "test_course.py", "test_tree_sampling.py",

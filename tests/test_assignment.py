@@ -15,7 +15,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from specdec_helpers import cli
 from specdec_helpers.assignment.student import cells
-from specdec_helpers.assignment.grading import grader, mutations, speed, submission
+from specdec_helpers.assignment.grading import grader, mutations, speed, submission, world
 from specdec_helpers.assignment.authoring import release
 from specdec_helpers.assignment.grading.sandbox import InProcess
 from specdec_helpers.assignment.grading.speed import Measurement
@@ -134,6 +134,22 @@ def test_released_notebooks_are_stubs_and_the_kit_has_no_catalog(tmp_path):
 # Grading worlds are drawn at grade time; CI uses fixed ones (deterministic runs), and
 # `benchmarks/grading_worlds.py --worlds N` scans many fresh ones for a world in which a test judges wrongly.
 WORLDS = (0, 1)
+
+
+def test_the_grading_seed_is_the_callers_then_the_environments_then_drawn(monkeypatch):
+    monkeypatch.setenv(world.SEED_ENV, "17")
+    assert world.grading_seed(3) == 3 and world.grading_seed() == 17
+    monkeypatch.setenv(world.SEED_ENV, "seventeen")
+    with pytest.raises(ValueError, match="SPECDEC_GRADE_SEED='seventeen' is not a whole number: set it to one"):
+        world.grading_seed()
+    monkeypatch.delenv(world.SEED_ENV)
+    assert len({world.grading_seed() for _ in range(20)}) > 1  # a fresh world per grading
+
+
+def test_grade_seed_fixes_the_world_of_the_grading_it_starts(monkeypatch, tmp_path):
+    monkeypatch.setenv(world.SEED_ENV, "0")  # restored after the test; grade --seed sets it for what it starts
+    assert cli.grade([str(tmp_path / "missing.zip"), "--seed", "123", "--results", str(tmp_path / "r.json")]) == 1
+    assert world.grading_seed() == 123
 
 
 @pytest.mark.slow

@@ -108,3 +108,8 @@ def test_no_module_exceeds_the_line_limit():
     big = sorted((s, n) for n, s in sizes.items() if s > MAX_LINES)
     assert not big, (f"modules over {MAX_LINES} lines; split each along a seam (one job a module): "
                      + ", ".join(f"{n} ({s} lines)" for s, n in reversed(big)))
+
+
+def test_the_readme_states_the_line_limit_this_test_keeps():
+    readme = (PACKAGE.parent / "README.md").read_text()
+    assert f"a module of more than {MAX_LINES} lines" in readme, "README.md's layers paragraph names another limit"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import re
 import sys
 import zipfile
@@ -27,6 +28,7 @@ from specdec_helpers.assignment.grading.grader import (
 from specdec_helpers.assignment.grading.grader import grade as grade_sources
 from specdec_helpers.assignment.student.handin import handin as write_handin
 from specdec_helpers.assignment.grading.speed import measure as measure_speed
+from specdec_helpers.assignment.grading.world import SEED_ENV
 from specdec_helpers.assignment.grading.submission import (
     SubmissionError,
     graded_parts,
@@ -133,6 +135,8 @@ def grade(argv=None) -> int:
     parser.add_argument("--no-nbval", action="store_true", help="do not run the notebooks under nbval")
     parser.add_argument("--visible-only", action="store_true", help="skip the hidden tests")
     parser.add_argument("--no-similarity", action="store_true", help="do not look for copied graded cells")
+    parser.add_argument("--seed", type=int, help="the test world's and timed prompts' seed, to repeat a grading "
+                                                 "(default: $SPECDEC_GRADE_SEED, else drawn per grading)")
     parser.add_argument("--results", help="where to write Gradescope's results.json (default: results.json); "
                                           "means one submission: a folder is then never taken for a class")
     group = parser.add_argument_group("a class at once (a folder of hand-ins; detected, or forced with --class)")
@@ -151,6 +155,8 @@ def grade(argv=None) -> int:
               "pip install -e '.[grade]' (or pip install -r requirements.txt)", file=sys.stderr)
         return 2
     quiet()
+    if args.seed is not None:  # read where the world and the timed prompts are drawn; a class's gradings inherit it
+        os.environ[SEED_ENV] = str(args.seed)
     if args.is_class and classroom is None:
         return _instructor_only("grade --class")
     if args.is_class and args.results:

@@ -1,4 +1,5 @@
-"""The decode loops: speculative decoding, and plain greedy decoding as its k = 0 special case."""
+"""The decode loops: speculative decoding, and plain greedy decoding as the same loop with a drafter that
+proposes nothing (`_NoDraft`)."""
 from __future__ import annotations
 
 import time

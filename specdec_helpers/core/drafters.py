@@ -34,7 +34,8 @@ class Drafter(Protocol):
     generator in miniature: ``get_candidates`` is `propose`, ``update_candidate_strategy`` is `update`).
 
     A round: ``propose`` on the text, one target pass, then ``update(n_kept)``: the loop's only word on what
-    survived. A drafter with state (a KV cache) rolls it back there and nowhere else; ``propose`` trusts it.
+    survived (``n_kept``: the length of the text kept, prompt included). A drafter with state (a KV cache) rolls
+    it back there and nowhere else; ``propose`` trusts it. (The tree loop drives a drafter's ``model`` itself.)
     Subclass it for the declarations' defaults (a plain draft: no target features, no HF model), or
     declare them yourself; the loops read them and never guess from attributes.
     """

@@ -5,7 +5,8 @@ Draft token ``j`` sits at position ``start + j`` (``start`` = length of the veri
 target's opinion about it is in the logits at position ``start - 1 + j``, never ``start + j``.
 Comparing with ``start + j`` checks each draft token against the target's guess for the *next*
 token, and acceptance collapses to about 1/vocabulary (PA3 students saw ~1/k).
-`score_draft` is the only function that does this indexing.
+In the chain loops `score_draft` is the only function that does this indexing (the tree and batch loops,
+`core/token_tree.py` and `core/batch.py`, index their own layouts).
 """
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""."""
+"""Benchmarks: the interleaved harness, Leviathan's theory, perf ratios, the results format."""

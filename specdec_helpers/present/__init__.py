@@ -1,1 +1,1 @@
-"""."""
+"""What people see: plots, tables, the report, widgets, the demo, notebook helpers."""

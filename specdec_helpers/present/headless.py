@@ -56,7 +56,11 @@ def _text(outputs) -> str:
 
 def run_notebook(path: Path, preset: str, timeout: float = 600, env: dict | None = None) -> NotebookRun:
     """Execute ``path`` in a fresh kernel (cells may error: each check cell is read on its own)."""
-    import nbclient
+    try:
+        import nbclient
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError("running notebooks headless needs nbclient, in the grader's packages: "
+                                  "pip install -e '.[grade]' (or pip install -r requirements.txt)") from None
     import nbformat
 
     scratch = Path(tempfile.mkdtemp(prefix="specdec-selfcheck-"))

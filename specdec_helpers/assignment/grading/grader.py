@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import json
-import secrets
 import time
 from fractions import Fraction
 from dataclasses import asdict, dataclass, field
@@ -31,7 +30,7 @@ from specdec_helpers.assignment.student.cells import is_stub, kit_references
 from specdec_helpers.assignment.grading.sandbox import Child, ChildFailed, Delegated, StudentError
 from specdec_helpers.assignment.grading.cases import EXERCISES, Ctx, TestCase
 from specdec_helpers.assignment.grading import suite, suite_decode
-from specdec_helpers.assignment.grading.world import Mistake
+from specdec_helpers.assignment.grading.world import Mistake, grading_seed
 from specdec_helpers.assignment.grading.speed import Measurement, baseline_of, grader_threads
 
 DEFAULT_CONFIG = {
@@ -242,7 +241,7 @@ def run_suite(sources: dict, points: dict, *, hidden: bool = True, timeout: floa
               child_factory: Callable | None = None) -> list[Result]:
     """Run the implementation tests against the graded cells ``sources`` (``{part: source}``), the
     student's code in a child process; each part's points are split over its tests by weight."""
-    seed = secrets.randbelow(10**6) if seed is None else seed
+    seed = grading_seed(seed)
     status = part_status(sources)
     runnable = {part: src for part, src in sources.items() if status.get(part) == "ok"}
     start = child_factory or (lambda: Child(runnable, ready_timeout=max(timeout, 10)))

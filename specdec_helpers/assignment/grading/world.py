@@ -2,12 +2,15 @@
 seed in the grader and in the child that runs student code, plus the child's instrumentation
 (forward-pass counters, a recording subclass).
 
-The grader picks the seed at grade time, so no test input can be known in advance.
+The grader picks the seed at grade time (`grading_seed`), so no test input can be known in advance; the
+tests and a regrade fix it with ``$SPECDEC_GRADE_SEED`` or ``grade --seed``.
 """
 from __future__ import annotations
 
 import copy
 import functools
+import os
+import secrets
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -35,6 +38,24 @@ def as_timed(model):
     from specdec_helpers.core.cpu_kernels import use_onednn_linears
 
     return use_onednn_linears(copy.deepcopy(model)).eval()
+
+
+SEED_ENV = "SPECDEC_GRADE_SEED"
+
+
+def grading_seed(seed: int | None = None) -> int:
+    """The seed of a grading's world and timed prompts: ``seed``, else ``$SPECDEC_GRADE_SEED`` (CI, a regrade:
+    the same inputs every run), else drawn now, so a submission cannot know its inputs in advance."""
+    if seed is not None:
+        return seed
+    value = os.environ.get(SEED_ENV, "").strip()
+    if not value:
+        return secrets.randbelow(10**6)
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{SEED_ENV}={value!r} is not a whole number: set it to one (e.g. 0) to grade in a fixed "
+                         "world, or unset it to draw a fresh world per grading") from None
 
 
 def perturbed_copy(model, scale: float = 0.15, seed: int = 1):
