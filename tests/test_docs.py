@@ -17,7 +17,7 @@ from specdec_helpers.cli import COMMANDS
 from specdec_helpers.assignment.student import notebook as nb  # what the notebooks import as nb
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", ROOT / "notebooks" / "README.md",
+DOCS = [ROOT / "README.md", ROOT / "notebooks" / "README.md", ROOT / "report" / "README.md",
         ROOT / "specdec_helpers" / "assignment" / "authoring" / "templates" / "STUDENT_README.md"]
 
 CODE = re.compile(r"`([^`\n]+)`")
@@ -25,6 +25,8 @@ PATH = re.compile(r"^[\w.\-]+(?:/[\w.\-*]*)+$|^[\w\-]+\.(?:py|md|ipynb|toml|txt|
 COMMAND = re.compile(r"python -m specdec_helpers ([a-z][a-z\-]*)")
 MODULE = re.compile(r"^specdec_helpers(?:\.\w+)+$")
 API = re.compile(r"^(sd|nb)\.(\w+)")
+#: a Markdown link or image to a file of the repository: [text](path) or ![text](path)
+LINK = re.compile(r"\]\(([^)\s#]+)\)")
 #: `module.name` with a short module name (`bench.measure_forward_cost`): the module is found by file name.
 SHORT = re.compile(r"^([a-z_]+)\.([A-Za-z_]\w*)$")
 STEMS = {p.stem: p for p in (ROOT / "specdec_helpers").rglob("*.py") if p.stem != "__init__"}
@@ -56,8 +58,8 @@ def _resolve(name: str, doc: Path) -> bool:
 
 
 def _paths(doc: Path) -> list[str]:
-    spans, _ = _spans(doc)
-    out = []
+    spans, text = _spans(doc)
+    out = [link for link in LINK.findall(text) if not link.startswith(("http", "mailto:", "{{"))]
     for span in spans:
         for word in span.split():
             word = word.strip("(),;")
@@ -99,7 +101,7 @@ def test_every_named_module_and_api_exists(doc):
                     except ImportError:
                         problems.append(word)
             short = SHORT.match(word)
-            if short and short[1] in STEMS and short[2] not in ("py", "md", "zip", "json", "toml", "ipynb", "txt", "html", "csv", "png", "log"):
+            if short and short[1] in STEMS and short[2] not in ("py", "md", "zip", "json", "toml", "ipynb", "txt", "html", "csv", "png", "log", "pdf"):
                 module = ".".join(STEMS[short[1]].relative_to(ROOT).with_suffix("").parts)
                 if not hasattr(importlib.import_module(module), short[2]):
                     problems.append(word)
@@ -114,3 +116,5 @@ def test_the_checker_catches_a_missing_path(tmp_path):
     doc = tmp_path / "README.md"
     doc.write_text("See `specdec_helpers/core/not_a_module.py` and `notebooks/README.md`.\n")
     assert [p for p in _paths(doc) if not _resolve(p, doc)] == ["specdec_helpers/core/not_a_module.py"]
+    doc.write_text("![the explorer](docs/no_such_picture.png) and [a page](https://example.org/x.png)\n")
+    assert [p for p in _paths(doc) if not _resolve(p, doc)] == ["docs/no_such_picture.png"]
