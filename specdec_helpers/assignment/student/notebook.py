@@ -1,4 +1,4 @@
-"""Everything notebooks 01-04 call, in one import: ``from specdec_helpers.assignment.student import notebook as nb``.
+"""Everything notebooks 01-08 call, in one import: ``from specdec_helpers.assignment.student import notebook as nb``.
 
 The set-up and verdict helpers of `present.notebook`, plus what the graded parts need: a pair whose
 draft is a model (the exercises draft with one), the check cells of the graded parts, and the
