@@ -171,7 +171,8 @@ def load_results(path) -> dict:
         raise ValueError(f"{path} is not a `bench` results file (it has no 'summary'); give the folder or file "
                          "that `python -m specdec_helpers bench` wrote")
     if not loaded:
-        raise FileNotFoundError(f"no `bench` results JSON in {path}; run `python -m specdec_helpers bench` first")
+        raise FileNotFoundError(f"no `bench` results JSON in {path}; run notebook 05 to its export (students) or "
+                                "`python -m specdec_helpers bench` (instructors) first")
     if len(loaded) == 1:
         return loaded[0]
     merged = dict(config=loaded[0]["config"], envs=[r["env"] for r in loaded if "env" in r], env=loaded[0].get("env"),
