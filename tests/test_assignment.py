@@ -146,10 +146,11 @@ def test_the_grading_seed_is_the_callers_then_the_environments_then_drawn(monkey
     assert len({world.grading_seed() for _ in range(20)}) > 1  # a fresh world per grading
 
 
-def test_grade_seed_fixes_the_world_of_the_grading_it_starts(monkeypatch, tmp_path):
-    monkeypatch.setenv(world.SEED_ENV, "0")  # restored after the test; grade --seed sets it for what it starts
-    assert cli.grade([str(tmp_path / "missing.zip"), "--seed", "123", "--results", str(tmp_path / "r.json")]) == 1
-    assert world.grading_seed() == 123
+def test_a_bad_grading_seed_stops_grade_before_it_grades(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv(world.SEED_ENV, "0x")
+    assert cli.grade([str(tmp_path / "missing.zip"), "--results", str(tmp_path / "r.json")]) == 2
+    assert "SPECDEC_GRADE_SEED='0x' is not a whole number" in capsys.readouterr().err
+    assert not (tmp_path / "r.json").exists()
 
 
 @pytest.mark.slow

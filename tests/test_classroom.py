@@ -144,9 +144,10 @@ def test_one_submission_is_still_graded_alone_and_flagged(tmp_path):
     results = tmp_path / "out" / "results.json"
     results.parent.mkdir()
     done = command("grade", str(folder), "--no-nbval", "--no-perf", "--visible-only", "--results", str(results),
-                   timeout=600)
+                   "--seed", "7", timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(results.read_text())
+    assert data["extra_data"]["world_seed"] == 7 and "hidden tests in world 7" in done.stdout  # a regrade repeats it
     assert data["score"] == 25.0 and "similarity" not in data["output"]  # students read the output
     flags = sorted(flag.split()[0] for flag in data["extra_data"]["similarity"])
     assert flags == ["decode≈reference", "draft≈reference", "verify≈reference"], flags

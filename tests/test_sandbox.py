@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import re
 import pwd
+import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -74,13 +76,14 @@ def test_the_student_user_has_no_rights_on_the_grader(jail, tmp_path_factory):
             kill -STOP {sleeper.pid} 2>/dev/null && echo stop_reference=ok || echo stop_reference=denied
             echo x > "$HOME/mine" && echo write_scratch=ok || echo write_scratch=denied
             echo cwd=$(pwd)
+            mv "$HOME" "$HOME-moved" 2>/dev/null && echo rename_scratch=ok || echo rename_scratch=denied
         """)
         got = outcomes(text)
         assert int(got["uid"]) == jail.user.pw_uid != 0, text
         assert got["cwd"] == str(jail.scratch) and got["write_scratch"] == "ok", text
         assert {k: v for k, v in got.items() if k not in ("uid", "cwd", "write_scratch")} == {
             name: "denied" for name in ("read_secret", "write_secret", "write_system", "write_kit", "signal_grader",
-                                        "stop_reference")}, text
+                                        "stop_reference", "rename_scratch")}, text
         state = Path(f"/proc/{sleeper.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         assert state != "T"  # the reference was not stopped
         assert not (ROOT / "specdec-x").exists()
@@ -334,3 +337,33 @@ def test_the_student_user_name_comes_from_the_environment_and_is_checked(monkeyp
         monkeypatch.setenv("SPECDEC_STUDENT_USER", bad)
         with pytest.raises(ValueError, match="SPECDEC_STUDENT_USER=.*unset it"):
             isolation._student_user()
+
+
+def test_the_kernel_launcher_never_follows_a_link_the_student_left_in_the_scratch(tmp_path):
+    """The scratch folder is the student's and outlives a notebook: a link named like the kernel's connection file
+    must not make the launcher (run as the grader) overwrite the link's target or hand it to the student."""
+    victim = tmp_path / "graders_file"
+    victim.write_text("the grader's\n")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (scratch / "kernel-connection.json").symlink_to(victim)  # what the student's code could do
+    connection = tmp_path / "connection.json"
+    connection.write_text('{"key": "abc"}')
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"scratch": str(scratch), "user": [os.getuid(), os.getgid()], "switch": False,
+                                "argv": ["/bin/true"], "env": {}}))
+    done = subprocess.run([sys.executable, "-m", "specdec_helpers.assignment.grading.privilege", "kernel", str(plan),
+                           str(connection)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert victim.read_text() == "the grader's\n"
+    mine = scratch / "kernel-connection.json"
+    assert not mine.is_symlink() and mine.read_text() == '{"key": "abc"}'
+
+
+def test_concurrent_gradings_share_one_lock_folder_whatever_their_tmpdir(monkeypatch, tmp_path):
+    """A class's forked gradings each have a TMPDIR of their own; their claims on student users must still meet."""
+    real_access = os.access
+    monkeypatch.setattr(isolation.os, "access", lambda path, mode: False if str(path) == "/run" else real_access(path, mode))
+    monkeypatch.setattr(isolation.tempfile, "tempdir", str(tmp_path))
+    assert isolation._lock_folder() == Path("/tmp/specdec-sandbox")

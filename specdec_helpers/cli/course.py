@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import re
 import sys
 import zipfile
@@ -28,7 +27,7 @@ from specdec_helpers.assignment.grading.grader import (
 from specdec_helpers.assignment.grading.grader import grade as grade_sources
 from specdec_helpers.assignment.student.handin import handin as write_handin
 from specdec_helpers.assignment.grading.speed import measure as measure_speed
-from specdec_helpers.assignment.grading.world import SEED_ENV
+from specdec_helpers.assignment.grading.world import grading_seed
 from specdec_helpers.assignment.grading.submission import (
     SubmissionError,
     graded_parts,
@@ -135,8 +134,9 @@ def grade(argv=None) -> int:
     parser.add_argument("--no-nbval", action="store_true", help="do not run the notebooks under nbval")
     parser.add_argument("--visible-only", action="store_true", help="skip the hidden tests")
     parser.add_argument("--no-similarity", action="store_true", help="do not look for copied graded cells")
-    parser.add_argument("--seed", type=int, help="the test world's and timed prompts' seed, to repeat a grading "
-                                                 "(default: $SPECDEC_GRADE_SEED, else drawn per grading)")
+    parser.add_argument("--seed", type=int, help="the hidden tests' world, to repeat a grading (its log and "
+                                                 "results.json's extra_data name the one drawn; default: "
+                                                 "$SPECDEC_GRADE_SEED, else drawn per grading)")
     parser.add_argument("--results", help="where to write Gradescope's results.json (default: results.json); "
                                           "means one submission: a folder is then never taken for a class")
     group = parser.add_argument_group("a class at once (a folder of hand-ins; detected, or forced with --class)")
@@ -155,8 +155,11 @@ def grade(argv=None) -> int:
               "pip install -e '.[grade]' (or pip install -r requirements.txt)", file=sys.stderr)
         return 2
     quiet()
-    if args.seed is not None:  # read where the world and the timed prompts are drawn; a class's gradings inherit it
-        os.environ[SEED_ENV] = str(args.seed)
+    try:  # a bad $SPECDEC_GRADE_SEED stops here, before minutes of nbval (and before a class's every student)
+        seed = grading_seed(args.seed)
+    except ValueError as error:
+        print(f"grade: {error}", file=sys.stderr)
+        return 2
     if args.is_class and classroom is None:
         return _instructor_only("grade --class")
     if args.is_class and args.results:
@@ -187,17 +190,19 @@ def grade(argv=None) -> int:
     for note in copies:  # a passed 0-point line: the table below lists only what did not pass
         print(f"{note.name}: {note.feedback}")
     print(privilege.describe(), flush=True)
+    print(f"hidden tests in world {seed} (grade --seed {seed} repeats them)", flush=True)
     with privilege.student():  # every process of the student's is gone on the way out, before results.json
         checks = unreadable + copies + ([] if args.no_nbval else run_nbval(paths, preset=config["performance"]["preset"]))
         report = grade_sources(sources, config, reference_sources=reference_sources(),
                                measure_fn=None if args.no_perf else measure_speed, hidden=not args.visible_only,
-                               source=str(args.submission), checks=checks)
+                               source=str(args.submission), checks=checks, seed=seed)
     print(report.table())
     if report.measurement.get("detail"):
         print("\nperformance:", json.dumps(report.measurement["detail"], indent=1))
     data = report.gradescope()
+    data["extra_data"] = {"world_seed": seed}  # extra_data: the instructor's, not shown to the student
     if similarity is not None and not args.no_similarity:
-        data["extra_data"] = {"similarity": _flag_copies(sources, results_path)}
+        data["extra_data"]["similarity"] = _flag_copies(sources, results_path)
     print(f"\ngraded in {report.seconds:.1f} s; wrote {args.results}")
     results_path.write_text(json.dumps(data, indent=2))
     return 0
@@ -230,6 +235,7 @@ def _grade_class(args, config: dict) -> int:
                                     ("--visible-only", args.visible_only)) if on]
     passed += ["--config", str(Path(args.config).resolve())] if args.config else []
     passed += ["--preset", args.preset] if args.preset else []
+    passed += ["--seed", str(args.seed)] if args.seed is not None else []  # else each student's own draw
     passed += [x for p in args.points or [] for x in ("--points", p)]
     passed += [x for t in args.threshold or [] for x in ("--threshold", t)]
     try:

@@ -210,7 +210,9 @@ def ensure_user(name: str = USER) -> pwd.struct_passwd:
 
 
 def _lock_folder() -> Path:
-    base = Path("/run") if os.access("/run", os.W_OK) else Path(tempfile.gettempdir())
+    # one folder for every grading on the machine (not $TMPDIR: a class's gradings each have their own), so that
+    # concurrent gradings see each other's claims
+    base = Path("/run") if os.access("/run", os.W_OK) else Path("/tmp")
     folder = base / "specdec-sandbox"
     try:
         st = os.lstat(folder)

@@ -133,7 +133,12 @@ class Jail:
         self.limits = (limits or Limits()).resolved()
         self.lock, self.user = (claim_user() if self.user_layer else (None, None))
         self.processes: list[subprocess.Popen] = []
-        self.scratch = Path(tempfile.mkdtemp(prefix="specdec-scratch-"))
+        # the scratch folder inside a folder of the grader's (0711): the student owns the scratch but cannot rename
+        # it or put a link in its place, so a path into it that the grader uses stays inside it
+        self.folder = Path(tempfile.mkdtemp(prefix="specdec-jail-"))
+        os.chmod(self.folder, 0o711)
+        self.scratch = self.folder / "scratch"
+        self.scratch.mkdir(mode=0o700)
         self.problems: list[str] = []  # kit paths the student's user could read (user layer without bwrap)
         if self.user:
             os.chown(self.scratch, self.user.pw_uid, self.user.pw_gid)
@@ -262,7 +267,7 @@ class Jail:
     def close(self) -> None:
         """Kill the student's processes, remove their files, free the user: after this, results.json."""
         self.kill()
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        shutil.rmtree(self.folder, ignore_errors=True)
         if self.user:
             remove_files_of(self.user.pw_uid)
             os.close(self.lock)
@@ -302,9 +307,16 @@ def _kernel(plan_path: str, connection_file: str) -> None:
     plan = json.loads(Path(plan_path).read_text())
     scratch = Path(plan["scratch"])
     mine = scratch / "kernel-connection.json"
-    shutil.copyfile(connection_file, mine)
-    if plan["user"]:
-        os.chown(mine, *plan["user"])
+    # The scratch folder is the student's, kept between notebooks: what is at that name may be their link to a
+    # file of the grader's, which copying and chown would follow (overwrite it, give it to the student). Never
+    # follow it: remove whatever is there and create the file anew; a link made in between fails the open.
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(mine)
+    fd = os.open(mine, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        if plan["user"]:
+            os.fchown(fd, *plan["user"])
+        out.write(Path(connection_file).read_bytes())
     if plan["switch"]:
         uid, gid = plan["user"]
         os.setgroups([])

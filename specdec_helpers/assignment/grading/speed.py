@@ -24,7 +24,6 @@ import torch
 from specdec_helpers.assignment.grading.child import encode
 from specdec_helpers.assignment.grading.rounds import check_rounds
 from specdec_helpers.assignment.grading.sandbox import Child, ChildFailed, StudentError
-from specdec_helpers.assignment.grading.world import grading_seed
 from specdec_helpers.core.checks import greedy_divergence
 from specdec_helpers.core.decode import greedy_decode
 from specdec_helpers.models.pairs import load_pair
@@ -109,7 +108,7 @@ def grader_threads():
 
 
 def _measure(student_sources: dict, reference_sources: dict, perf: dict, seed, timeout) -> Measurement:
-    rng = random.Random(grading_seed(seed))
+    rng = random.Random(seed)  # None: fresh prompts every grading, even in a fixed test world
     pair = load_pair(perf["preset"], progress=False)
     k = perf.get("num_speculative_tokens") or pair.num_speculative_tokens
     n_new, repeats = perf["max_new_tokens"], perf["repeats"]

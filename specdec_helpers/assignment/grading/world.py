@@ -3,7 +3,7 @@ seed in the grader and in the child that runs student code, plus the child's ins
 (forward-pass counters, a recording subclass).
 
 The grader picks the seed at grade time (`grading_seed`), so no test input can be known in advance; the
-tests and a regrade fix it with ``$SPECDEC_GRADE_SEED`` or ``grade --seed``.
+tests and a regrade fix it with ``$SPECDEC_GRADE_SEED`` or ``grade --seed`` (each grading names its world).
 """
 from __future__ import annotations
 
@@ -44,8 +44,9 @@ SEED_ENV = "SPECDEC_GRADE_SEED"
 
 
 def grading_seed(seed: int | None = None) -> int:
-    """The seed of a grading's world and timed prompts: ``seed``, else ``$SPECDEC_GRADE_SEED`` (CI, a regrade:
-    the same inputs every run), else drawn now, so a submission cannot know its inputs in advance."""
+    """The seed of a grading's test world: ``seed``, else ``$SPECDEC_GRADE_SEED`` (CI, a regrade: the same
+    inputs every run), else drawn now, so a submission cannot know its inputs in advance. (The timed prompts
+    are drawn apart: the child learns the world's seed, and must not learn them from it.)"""
     if seed is not None:
         return seed
     value = os.environ.get(SEED_ENV, "").strip()
@@ -54,8 +55,8 @@ def grading_seed(seed: int | None = None) -> int:
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"{SEED_ENV}={value!r} is not a whole number: set it to one (e.g. 0) to grade in a fixed "
-                         "world, or unset it to draw a fresh world per grading") from None
+        raise ValueError(f"{SEED_ENV}={value!r} is not a whole number: set it to one to grade in a fixed world "
+                         "(tests, a regrade), or unset it to draw a fresh world per grading") from None
 
 
 def perturbed_copy(model, scale: float = 0.15, seed: int = 1):
