@@ -193,8 +193,12 @@ def test_control_without_the_sandbox_the_cheats_win(bundle):
         done = run_autograder(root, SPECDEC_SANDBOX="none", SPECDEC_GRADE_ARGS="--no-nbval --no-perf")
         assert done.returncode == 0, done.stderr[-3000:]
         time.sleep(2)
-        data = json.loads((root / "results" / "results.json").read_text())
-        assert data == {"score": 100, "output": "CHEATED"}
+        for _ in range(50):  # the daemon truncates, then writes, every 0.5 s: an empty read is mid-write
+            text = (root / "results" / "results.json").read_text()
+            if text:
+                break
+            time.sleep(0.1)
+        assert json.loads(text) == {"score": 100, "output": "CHEATED"}
     finally:
         for pid in privilege.processes_of(0):  # the cheat's daemon (root here): ours to end
             try:
