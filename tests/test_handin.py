@@ -52,7 +52,7 @@ def test_untouched_kit_is_refused_with_one_line_per_problem(student, capsys):
     problems = [line for line in err.splitlines() if line.startswith("  - ")]
     assert len(problems) == 5, err  # the report; per notebook: stubs, not run
     assert "report/REPORT_TEMPLATE.md: 2 TODO paragraph(s)" in problems[0]
-    assert "notebooks/01_multiply.ipynb: 2 graded cell(s) still hold the stub (multiply, multiply_why)" in err
+    assert "notebooks/01_multiply.ipynb: 2 exercise cell(s) still hold the stub (multiply, multiply_why)" in err
     assert "notebooks/02_times.ipynb: not run" in err and "--force" in err
 
 
@@ -83,9 +83,9 @@ def test_each_kind_of_unfinished_cell_is_named(student):
     nbformat.write(nb, str(path))
     write_report(student)
     assert handin.problems(student) == [
-        "notebooks/01_multiply.ipynb: graded cell 'multiply_check' raised CheckFailed: ❌ Not yet: the product is "
+        "notebooks/01_multiply.ipynb: cell 'multiply_check' raised CheckFailed: ❌ Not yet: the product is "
         "wrong; fix it and run it again",
-        "notebooks/02_times.ipynb: graded cells not run (times): Run all, then save the notebook"]
+        "notebooks/02_times.ipynb: exercise or check cells not run (times): Run all, then save the notebook"]
 
 
 def test_report_elsewhere_counts_and_readme_does_not(student):

@@ -84,7 +84,7 @@ def _name(cell, index: int) -> str:
 
 
 def notebook_problems(path: Path, rel: str) -> list[str]:
-    """One line per kind of problem in one notebook's graded cells."""
+    """One line per kind of problem in one notebook's exercise cells (graded and practice) and check cells."""
     try:
         nb = nbformat.read(str(path), as_version=4)
     except Exception as error:  # not JSON, not a notebook
@@ -105,16 +105,17 @@ def notebook_problems(path: Path, rel: str) -> list[str]:
         for output in cell.outputs:
             if output.get("output_type") == "error":
                 message = (output.get("evalue") or "").strip().splitlines()
-                problems.append(f"{rel}: graded cell '{_name(cell, i)}' raised {output.get('ename', 'an error')}"
+                problems.append(f"{rel}: cell '{_name(cell, i)}' raised {output.get('ename', 'an error')}"
                                 + (f": {message[0][:120]}" if message else "") + "; fix it and run it again")
     if stubs:
-        problems.insert(0, f"{rel}: {len(stubs)} graded cell(s) still hold the stub ({', '.join(stubs)}): "
-                           "write your code in place of raise NotImplementedError() / YOUR ANSWER HERE")
+        problems.insert(0, f"{rel}: {len(stubs)} exercise cell(s) still hold the stub ({', '.join(stubs)}): "
+                           "write your code in place of raise NotImplementedError() / YOUR ANSWER HERE (practice "
+                           "exercises too: a notebook is handed in finished)")
     if unrun and len(unrun) == len(graded_code):
-        problems.append(f"{rel}: not run (none of its {len(unrun)} graded code cells has output): "
+        problems.append(f"{rel}: not run (none of its {len(unrun)} exercise and check cells has output): "
                         "Run all, then save the notebook")
     elif unrun:
-        problems.append(f"{rel}: graded cells not run ({', '.join(unrun)}): Run all, then save the notebook")
+        problems.append(f"{rel}: exercise or check cells not run ({', '.join(unrun)}): Run all, then save the notebook")
     return problems
 
 
