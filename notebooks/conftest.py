@@ -10,7 +10,9 @@
 - Every notebook cell is marked ``slow`` (the notebooks load the toy pair and run for minutes), so
   ``pytest -m "not slow"`` skips them.
 """
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -21,7 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("SPECDEC_PRESET", "toy")
 os.environ.setdefault("SPECDEC_THREADS", "1")
 os.environ.setdefault("SPECDEC_QUICK", "1")
-os.environ.setdefault("SPECDEC_EXPORT_DIR", tempfile.mkdtemp(prefix="specdec-nbval-export-"))
+if "SPECDEC_EXPORT_DIR" not in os.environ:
+    os.environ["SPECDEC_EXPORT_DIR"] = tempfile.mkdtemp(prefix="specdec-nbval-export-")
+    atexit.register(shutil.rmtree, os.environ["SPECDEC_EXPORT_DIR"], True)
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

@@ -7,6 +7,9 @@ asserted; the performance tests assert only what a cheat earns (nothing) or the 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -151,6 +154,16 @@ def test_a_bad_grading_seed_stops_grade_before_it_grades(monkeypatch, tmp_path, 
     assert cli.grade([str(tmp_path / "missing.zip"), "--results", str(tmp_path / "r.json")]) == 2
     assert "SPECDEC_GRADE_SEED='0x' is not a whole number" in capsys.readouterr().err
     assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.slow
+def test_a_worlds_model_folders_go_when_its_process_ends(tmp_path):
+    """The init tests' saved models (~17 MB a world) are deleted when the process that made them exits."""
+    script = "from specdec_helpers.assignment.grading import world\nprint(world.world(0).folders()[0])\n"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert Path(done.stdout.split()[-1]).parent.parent == tmp_path and list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow

@@ -143,9 +143,16 @@ def test_one_submission_is_still_graded_alone_and_flagged(tmp_path):
     folder = handins.write_handin(tmp_path / "copier", handins.copied_sources("renamed"))
     results = tmp_path / "out" / "results.json"
     results.parent.mkdir()
-    done = command("grade", str(folder), "--no-nbval", "--no-perf", "--visible-only", "--results", str(results),
-                   "--seed", "7", timeout=600)
+    scratch = Path(tempfile.mkdtemp(prefix="one-run-tmp-"))
+    os.chmod(scratch, 0o711)
+    try:
+        done = command("grade", str(folder), "--no-nbval", "--no-perf", "--visible-only", "--results", str(results),
+                       "--seed", "7", timeout=600, env={"TMPDIR": str(scratch)})
+        left = sorted(p.name for p in scratch.iterdir())
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-2000:]
+    assert left == [], left  # the test world's model folders, views, scratch: all gone with the grading
     data = json.loads(results.read_text())
     assert data["extra_data"]["world_seed"] == 7 and "hidden tests in world 7" in done.stdout  # a regrade repeats it
     assert data["score"] == 25.0 and "similarity" not in data["output"]  # students read the output

@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -76,10 +77,19 @@ def grade_on_gradescope(bundle: Path, handin_zip: Path, tmp: Path, grade_args: s
     with zipfile.ZipFile(handin_zip) as archive:  # Gradescope unpacks the upload into submission/
         archive.extractall(root / "submission")
     (root / "results").mkdir()
-    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "PYTHON": sys.executable, "SPECDEC_GRADE_ARGS": grade_args}
+    scratch = Path(tempfile.mkdtemp(prefix="gs-run-tmp-"))  # the grading's own TMPDIR
+    os.chmod(scratch, 0o711)  # traversable by the student user, as /tmp is
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "PYTHON": sys.executable, "SPECDEC_GRADE_ARGS": grade_args,
+           "TMPDIR": str(scratch)}
     env.pop("SPECDEC_CACHE_DIR", None)
-    done = subprocess.run([str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True, timeout=600)
+    try:
+        done = subprocess.run([str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True,
+                              timeout=600)
+        left = sorted(p.name for p in scratch.iterdir())
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert left == [], left  # nbval's work folder, the test world's models, the kit's views, the student's scratch
     data = json.loads((root / "results" / "results.json").read_text())
     assert "autograder failed" not in data.get("output", ""), data  # written by the grader, not the fallback
     return data

@@ -165,6 +165,7 @@ def run_nbval(paths: list[Path], instructor_dir=INSTRUCTOR_NOTEBOOKS, timeout: f
     finally:
         if own:
             jail.close()
+        shutil.rmtree(work, ignore_errors=True)  # the notebooks' copies and junit files, read above
     return results
 
 
