@@ -12,8 +12,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("SPECDEC_THREADS", "1")
 
 os.environ.setdefault("SPECDEC_PRESET", "toy")
-# every grading in the suite (CLI, Gradescope bundle, class run) in one fixed world, so CI runs repeat;
-# benchmarks/grading_worlds.py scans fresh ones
+# every grading in the suite (CLI, Gradescope bundle, class run) in one fixed test world, so CI's hidden-test
+# verdicts repeat (the timed prompts are still drawn per grading); benchmarks/grading_worlds.py scans fresh worlds
 os.environ.setdefault("SPECDEC_GRADE_SEED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -6,10 +6,11 @@ can make namespaces (``user+bwrap``); CI and Gradescope run as root.
 """
 from __future__ import annotations
 
-import os
-import re
-import pwd
 import json
+import os
+import pwd
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -166,11 +167,11 @@ def test_a_fork_bomb_is_bounded_and_ends_with_the_student(jail):
     process = jail.popen(["/bin/bash", "-c", "while :; do sleep 100 & done"],  # bash retries a failed fork
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     uid = jail.user.pw_uid
-    counts = []
-    for _ in range(30):  # however the shell fares once fork fails, the user never holds more than the limit
-        counts.append(len(isolation.processes_of(uid)))
+    counts, deadline = [], time.monotonic() + 60  # a loaded machine forks slowly: wait for the bomb to grow
+    while time.monotonic() < deadline and sum(c > 30 for c in counts) < 20:
+        counts.append(len(isolation.processes_of(uid)))  # then watch it at its peak for a while
         time.sleep(0.1)
-    assert 30 < max(counts) <= 40, counts  # Limits(processes=40)
+    assert 30 < max(counts) <= 40, counts  # Limits(processes=40): the user never holds more, however it fares
     jail.close()
     assert isolation.processes_of(uid) == [] and process.poll() is not None
 
@@ -367,3 +368,10 @@ def test_concurrent_gradings_share_one_lock_folder_whatever_their_tmpdir(monkeyp
     monkeypatch.setattr(isolation.os, "access", lambda path, mode: False if str(path) == "/run" else real_access(path, mode))
     monkeypatch.setattr(isolation.tempfile, "tempdir", str(tmp_path))
     assert isolation._lock_folder() == Path("/tmp/specdec-sandbox")
+    # a link left in its place (anyone may write /tmp) is removed, not followed
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    shutil.rmtree("/tmp/specdec-sandbox")
+    Path("/tmp/specdec-sandbox").symlink_to(elsewhere)
+    folder = isolation._lock_folder()
+    assert not folder.is_symlink() and folder.is_dir() and elsewhere.is_dir()

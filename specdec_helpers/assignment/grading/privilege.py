@@ -134,7 +134,7 @@ class Jail:
         self.lock, self.user = (claim_user() if self.user_layer else (None, None))
         self.processes: list[subprocess.Popen] = []
         # the scratch folder inside a folder of the grader's (0711): the student owns the scratch but cannot rename
-        # it or put a link in its place, so a path into it that the grader uses stays inside it
+        # it or put a link in its place (what they put inside it is theirs: the grader never follows it there)
         self.folder = Path(tempfile.mkdtemp(prefix="specdec-jail-"))
         os.chmod(self.folder, 0o711)
         self.scratch = self.folder / "scratch"
@@ -159,7 +159,8 @@ class Jail:
             if os.environ.get("SPECDEC_CACHE_DIR"):
                 base["SPECDEC_CACHE_DIR"] = os.environ["SPECDEC_CACHE_DIR"]
         else:
-            base = {**os.environ}
+            # no sandbox (or the reference): its temporary files still go where close() removes them
+            base = {**os.environ, "TMPDIR": str(self.scratch)}
         return {**base, **(extra or {})}
 
     @property

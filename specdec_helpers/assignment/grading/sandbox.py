@@ -65,10 +65,16 @@ class Child:
             if jail is None:
                 jail = self.own_jail = privilege.Jail(trusted=trusted)
         self.jail = jail
-        self.process = jail.popen(
-            [sys.executable, "-m", "specdec_helpers.assignment.grading.child", str(write_end)], env=env,
-            stdin=subprocess.PIPE, stdout=self.log_file, stderr=self.log_file, pass_fds=(write_end,), text=True)
-        os.close(write_end)
+        try:
+            self.process = jail.popen(
+                [sys.executable, "-m", "specdec_helpers.assignment.grading.child", str(write_end)], env=env,
+                stdin=subprocess.PIPE, stdout=self.log_file, stderr=self.log_file, pass_fds=(write_end,), text=True)
+        except BaseException:
+            os.close(read_end)
+            self._release()
+            raise
+        finally:
+            os.close(write_end)
         self.answers = os.fdopen(read_end, "r")
         self.buffer = ""
         self.ready = None
@@ -77,7 +83,11 @@ class Child:
             self.process.stdin.flush()
         except OSError:
             pass  # the child died at once: _receive says so
-        first = self._receive(ready_timeout, "loading your notebook's graded cells")
+        try:
+            first = self._receive(ready_timeout, "loading your notebook's graded cells")
+        except BaseException:  # no caller gets a child to close: free its jail (user, lock, folder) here
+            self.close()
+            raise
         self.ready = first.get("ready", {})
 
     # -- process control
@@ -148,6 +158,9 @@ class Child:
     def close(self) -> None:
         self.kill()
         self.answers.close()
+        self._release()
+
+    def _release(self) -> None:
         self.log_file.close()
         if self.own_jail is not None:
             self.own_jail.close()

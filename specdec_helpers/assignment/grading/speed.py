@@ -118,7 +118,8 @@ def _measure(student_sources: dict, reference_sources: dict, perf: dict, seed, t
                 for p in prompts]
     students = reference = None
     try:
-        reference, students = Child(reference_sources, trusted=True), Child(student_sources)
+        reference = Child(reference_sources, trusted=True)
+        students = Child(student_sources)  # if this fails, the finally below still closes the reference
         handles = {c: c.request("pair", timeout=timeout, preset=perf["preset"]) for c in (reference, students)}
         times = {"reference": [], "student": [], "greedy": []}
         identical, totals, problems = True, {"reference": [0, 0], "student": [0, 0]}, {}

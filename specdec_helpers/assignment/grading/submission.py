@@ -126,9 +126,16 @@ def with_instructor_cells(nb, instructor):
 def run_nbval(paths: list[Path], instructor_dir=INSTRUCTOR_NOTEBOOKS, timeout: float = 900,
               preset: str = "toy") -> list[Result]:
     """Run each notebook under nbval (its own pytest and kernel); one 0-point line per check cell."""
+    work = Path(tempfile.mkdtemp(prefix="specdec-nbval-"))
+    try:
+        return _run_nbval(paths, instructor_dir, timeout, preset, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the notebooks' copies and junit files, read by then
+
+
+def _run_nbval(paths: list[Path], instructor_dir, timeout: float, preset: str, work: Path) -> list[Result]:
     import nbformat
 
-    work = Path(tempfile.mkdtemp(prefix="specdec-nbval-"))
     copies = []
     for path in paths:
         nb = read_notebook(path)
@@ -144,11 +151,11 @@ def run_nbval(paths: list[Path], instructor_dir=INSTRUCTOR_NOTEBOOKS, timeout: f
     # the check cells' verdicts are graded; a class's grading spends its minutes on the hand-ins, not on plots
     kernel_env = {"SPECDEC_PRESET": preset, "SPECDEC_THREADS": "1", "SPECDEC_QUICK": "1",
                   "SPECDEC_EXPORT_DIR": str(jail.scratch / "export")}
-    kernel = jail.kernel_spec(work / "jupyter", kernel_env)
     env = {**os.environ, "SPECDEC_PRESET": preset, "SPECDEC_THREADS": "1", "PYTHONPATH": os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p), "JUPYTER_PATH": str(work / "jupyter")}
     results = []
     try:
+        kernel = jail.kernel_spec(work / "jupyter", kernel_env)
         for copy, nb in copies:
             junit = work / (copy.stem + ".xml")
             try:
@@ -165,7 +172,6 @@ def run_nbval(paths: list[Path], instructor_dir=INSTRUCTOR_NOTEBOOKS, timeout: f
     finally:
         if own:
             jail.close()
-        shutil.rmtree(work, ignore_errors=True)  # the notebooks' copies and junit files, read above
     return results
 
 
