@@ -190,7 +190,10 @@ def test_control_without_the_sandbox_the_cheats_win(bundle):
     """The same student with ``SPECDEC_SANDBOX=none`` (today's rights): the forged results.json stands."""
     root = gradescope_root(bundle)
     try:
-        done = run_autograder(root, SPECDEC_SANDBOX="none", SPECDEC_GRADE_ARGS="--no-nbval --no-perf")
+        # its own TMPDIR: the grader the cheat kills leaves its jail and world folders there, not in /tmp
+        (root / "tmp").mkdir()
+        done = run_autograder(root, SPECDEC_SANDBOX="none", SPECDEC_GRADE_ARGS="--no-nbval --no-perf",
+                              TMPDIR=str(root / "tmp"))
         assert done.returncode == 0, done.stderr[-3000:]
         time.sleep(2)
         for _ in range(50):  # the daemon truncates, then writes, every 0.5 s: an empty read is mid-write
