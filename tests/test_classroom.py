@@ -14,10 +14,8 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,6 +23,7 @@ import psutil
 import pytest
 
 import classroom_handins as handins
+from leftovers import leftovers
 from specdec_helpers.assignment.grading import classroom, contain
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,19 +44,15 @@ def graded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("class")
     expected = handins.build_class(tmp / "class")
     (tmp / "class.toml").write_text(CONFIG)
-    # the run's own temporary folder (traversable, as /tmp is, by the student users): what it holds afterwards
-    # is what the gradings left behind (the sleeper is killed at its limit, past its own clean-up)
-    scratch = Path(tempfile.mkdtemp(prefix="class-run-tmp-"))
-    os.chmod(scratch, 0o711)
     start = time.perf_counter()
     # 6 at a time on 2 cores: a grading mostly waits for its sandboxed child, and the sleeper and the fork
-    # storm, graded first, hold a worker each while sleeping
-    done = command("grade", str(tmp / "class"), "--no-nbval", "--no-perf", "--config", str(tmp / "class.toml"),
-                   "--timeout", str(PER_STUDENT_S), "--jobs", "6", "--out", str(tmp / "out"),
-                   env={"TMPDIR": str(scratch)})
+    # storm, graded first, hold a worker each while sleeping. `left`: what the gradings left in the run's
+    # TMPDIR (the sleeper is killed at its limit, past its own clean-up)
+    with leftovers() as (tmpdir, left):
+        done = command("grade", str(tmp / "class"), "--no-nbval", "--no-perf", "--config", str(tmp / "class.toml"),
+                       "--timeout", str(PER_STUDENT_S), "--jobs", "6", "--out", str(tmp / "out"),
+                       env={"TMPDIR": str(tmpdir)})
     seconds = time.perf_counter() - start
-    left = sorted(p.name for p in scratch.iterdir())
-    shutil.rmtree(scratch, ignore_errors=True)
     print(f"graded {len(expected)} students in {seconds:.0f} s (load {os.getloadavg()[0]:.1f})")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     with open(tmp / "out" / "gradebook.csv") as file:
@@ -143,14 +138,9 @@ def test_one_submission_is_still_graded_alone_and_flagged(tmp_path):
     folder = handins.write_handin(tmp_path / "copier", handins.copied_sources("renamed"))
     results = tmp_path / "out" / "results.json"
     results.parent.mkdir()
-    scratch = Path(tempfile.mkdtemp(prefix="one-run-tmp-"))
-    os.chmod(scratch, 0o711)
-    try:
+    with leftovers() as (tmpdir, left):
         done = command("grade", str(folder), "--no-nbval", "--no-perf", "--visible-only", "--results", str(results),
-                       "--seed", "7", timeout=600, env={"TMPDIR": str(scratch)})
-        left = sorted(p.name for p in scratch.iterdir())
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+                       "--seed", "7", timeout=600, env={"TMPDIR": str(tmpdir)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert left == [], left  # the test world's model folders, views, scratch: all gone with the grading
     data = json.loads(results.read_text())

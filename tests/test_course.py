@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import nbformat
 import pytest
 
 from course_notebooks import solution_lines
+from leftovers import leftovers
 from specdec_helpers.assignment.authoring import autograder, notebook_sync, release
 
 from specdec_helpers.assignment.student import handin
@@ -77,17 +77,11 @@ def grade_on_gradescope(bundle: Path, handin_zip: Path, tmp: Path, grade_args: s
     with zipfile.ZipFile(handin_zip) as archive:  # Gradescope unpacks the upload into submission/
         archive.extractall(root / "submission")
     (root / "results").mkdir()
-    scratch = Path(tempfile.mkdtemp(prefix="gs-run-tmp-"))  # the grading's own TMPDIR
-    os.chmod(scratch, 0o711)  # traversable by the student user, as /tmp is
-    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "PYTHON": sys.executable, "SPECDEC_GRADE_ARGS": grade_args,
-           "TMPDIR": str(scratch)}
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "PYTHON": sys.executable, "SPECDEC_GRADE_ARGS": grade_args}
     env.pop("SPECDEC_CACHE_DIR", None)
-    try:
-        done = subprocess.run([str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True,
-                              timeout=600)
-        left = sorted(p.name for p in scratch.iterdir())
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    with leftovers() as (tmpdir, left):
+        done = subprocess.run([str(root / "source" / "run_autograder")], env={**env, "TMPDIR": str(tmpdir)},
+                              capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert left == [], left  # nbval's work folder, the test world's models, the kit's views, the student's scratch
     data = json.loads((root / "results" / "results.json").read_text())
