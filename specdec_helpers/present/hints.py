@@ -48,6 +48,11 @@ HINTS: dict[str, tuple[str, str]] = {
                           "nothing left to feed (an empty input: 'cannot reshape tensor of 0 elements').",
                           "before feeding, crop self.draft_cache so that it holds at most L - 1 positions of "
                           "input_ids (crop_cache(cache, n)); then the last token of input_ids is always fed."),
+    "draft_cache": ("the draft cache (notebook 02's generate_draft_tokens) still holds rejected draft tokens after a "
+                    "round, so the next draft continues a text that is not input_ids.",
+                    "at the start of generate_draft_tokens crop self.draft_cache to min(cache_length, L - 1) positions, "
+                    "then feed input_ids[:, cache_length(cache):]; the target cache is a separate matter "
+                    "(verify_tokens_cached)."),
     "verify": ("row j of the k + 1 judging rows is the target's prediction at position L - 1 + j.",
                "one target pass over input_ids + draft; logits[0, L - 1 : L + k] are the judging rows; accepted_position "
                "counts leading matches, and accepted_tokens adds the argmax of row accepted_position."),

@@ -60,6 +60,12 @@ class Remote:
             self.counters[key] += answer[key]
         return answer["result"]
 
+    def watched(self, method: str, *args, **kwargs) -> tuple[object, list[str]]:
+        """``(result, faults)``: the call run with a simulated GPU (`devices.DeviceWatch`)."""
+        answer = self._child.request("call", timeout=self._timeout, handle=self._handle, method=method,
+                                     args=encode(list(args)), kwargs=encode(kwargs), watch=True)
+        return answer["result"], answer["device_faults"]
+
     def __getattr__(self, method: str):
         if method.startswith("_"):
             raise AttributeError(method)

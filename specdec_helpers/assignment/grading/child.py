@@ -23,6 +23,7 @@ import torch
 
 from specdec_helpers.assignment.student import decoder as decoder_module
 from specdec_helpers.assignment.grading import world as world_module
+from specdec_helpers.assignment.grading.devices import DeviceWatch
 from specdec_helpers.assignment.student.cells import load_functions
 from specdec_helpers.assignment.student.decoder import DecoderBase, build_decoder
 
@@ -98,6 +99,22 @@ def decode(value):
     return value
 
 
+def on_device(value, decoder):
+    """``value`` (decoded arguments) with every tensor on the decoder's device: the device of its target
+    model's weights, where student code meets them (JSON brings tensors to the CPU)."""
+    model = getattr(decoder, "target_model", None)
+    device = next(model.parameters()).device if isinstance(model, torch.nn.Module) else None
+    if device is None or device.type == "cpu":
+        return value
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, list):
+        return [on_device(v, decoder) for v in value]
+    if isinstance(value, dict):
+        return {k: on_device(v, decoder) for k, v in value.items()}
+    return value
+
+
 def _where(error: BaseException) -> str:
     frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith("<graded cell")]
     return f" (in {frames[-1].name}, line {frames[-1].lineno}: {frames[-1].line})" if frames else ""
@@ -153,17 +170,23 @@ class Server:
                         vocab_size=getattr(getattr(model, "config", None), "vocab_size", None))
         return info
 
-    def op_call(self, handle, method, args=(), kwargs=None, probe=False):
+    def op_call(self, handle, method, args=(), kwargs=None, probe=False, watch=False):
         decoder = self.objects[handle]
         fn = getattr(decoder, method)
+        args, kwargs = on_device(decode(list(args)), decoder), on_device(decode(kwargs or {}), decoder)
+        if watch:  # where each tensor would live on a GPU (`devices`)
+            models = (getattr(decoder, "target_model", None), getattr(decoder, "draft_model", None))
+            with DeviceWatch(models, (args, kwargs)) as w, torch.inference_mode():
+                out = fn(*args, **kwargs)
+            return {"result": encode(out), "device_faults": w.faults}
         if probe:
             with world_module.probe(decoder) as p:
                 with torch.inference_mode():
-                    out = fn(*decode(list(args)), **decode(kwargs or {}))
+                    out = fn(*args, **kwargs)
             return {"result": encode(out), "target_calls": p.target_calls, "draft_positions": p.draft_positions,
                     "draft_calls": p.draft_calls, "target_positions": p.target_positions}
         with torch.inference_mode():
-            return {"result": encode(fn(*decode(list(args)), **decode(kwargs or {})))}
+            return {"result": encode(fn(*args, **kwargs))}
 
     def op_cache_length(self, handle, which):
         from specdec_helpers.core.cache import cache_length
@@ -190,12 +213,13 @@ class Server:
         decoder = self.objects[handle]
         decoder.log = []
         with torch.inference_mode():
-            out = decoder.generate_ids(decode(ids), max_tokens, k, use_cache=True)
+            out = decoder.generate_ids(on_device(decode(ids), decoder), max_tokens, k, use_cache=True)
         return {"result": encode(out), "log": encode(decoder.log)}
 
     def op_greedy(self, handle, ids, max_tokens):
         with torch.inference_mode():
-            return {"result": encode(DecoderBase.greedy_ids(self.objects[handle], decode(ids), max_tokens))}
+            decoder = self.objects[handle]
+            return {"result": encode(DecoderBase.greedy_ids(decoder, on_device(decode(ids), decoder), max_tokens))}
 
 
 def main(argv=None) -> int:

@@ -22,7 +22,7 @@ ROOT = PACKAGE.parent
 #: Never in the student's view: the instructor's tools; nor grading/ (hidden tests, the grader) but for CHILD_NEEDS.
 HIDDEN_PARTS = ("assignment/authoring",)
 #: ... except what the child and the student's notebooks import from grading/.
-CHILD_NEEDS = ("__init__.py", "child.py", "world.py", "sandbox.py", "privilege.py", "isolation.py")
+CHILD_NEEDS = ("__init__.py", "child.py", "devices.py", "world.py", "sandbox.py", "privilege.py", "isolation.py")
 #: ... and what the notebooks' check cells import (the visible tests: hidden ones are stripped, as in `release`).
 KERNEL_NEEDS = CHILD_NEEDS + ("grader.py", "suite.py", "suite_decode.py", "speed.py")
 

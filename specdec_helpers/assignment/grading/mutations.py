@@ -46,6 +46,7 @@ _EOS_STOP = "if accepted_tokens[-1] == eos:"
 _PICK = "verify = self.verify_tokens_cached if use_cache else self.verify_tokens_vectorized"
 _COUNT = ('        stats["proposed"] += draft.shape[1]\n        stats["accepted"] += accepted_position\n'
           '        stats["rounds"] += 1\n')
+_NEW = "new = torch.tensor([accepted_tokens], dtype=input_ids.dtype, device=input_ids.device)"
 _LOAD = "model = AutoModelForCausalLM.from_pretrained(model_name, dtype=dtype).to(self.device).eval()"
 
 CATALOG = [
@@ -113,6 +114,13 @@ CATALOG = [
              (("input_ids = torch.cat([input_ids, new], dim=1)",
                "input_ids = torch.cat([input_ids.cpu(), new.cpu()], dim=1).to(self.device)"),),
              "decode.decode_rounds", "to the CPU every round"),
+    Mutation("new_tokens_on_cpu", "the new tokens are built without the input's device (crashes on a GPU only)",
+             "decode", ((_NEW, _NEW.replace(", device=input_ids.device", "")),), "decode.decode_device",
+             "(the models are on cuda, the new tensor on the cpu)"),
+    Mutation("eos_count_after_cut", "a round cut at EOS counts the tokens it kept, not its accepted draft tokens",
+             "decode", (('        stats["accepted"] += accepted_position\n', ""),
+                        (_NEW, 'stats["accepted"] += len(accepted_tokens) - 1\n        ' + _NEW)),
+             "decode.decode_stats", "tokens kept after the cut at EOS"),
     Mutation("models_not_moved", "the models are never moved to the decoder's device", "init",
              ((_LOAD, _LOAD.replace(".to(self.device)", "")),), "init.init_device", "never moved"),
     Mutation("no_pad_token", "the tokenizer's missing pad token is not set", "init",

@@ -47,6 +47,8 @@ class Runner(Protocol):
 
     def alive(self) -> bool: ...
 
+    def cpu_seconds(self) -> float: ...
+
     def close(self) -> None: ...
 
 
@@ -114,6 +116,25 @@ class Child:
         if not self.jail.trusted:
             self.jail.kill()
 
+    def cpu_seconds(self) -> float:
+        """CPU time the child and every process it started have used, as the kernel accounts it: read from
+        outside, so student code can add to it but never take from it (its own counters it can patch)."""
+        import psutil
+
+        total = 0.0
+        try:
+            root = psutil.Process(self.process.pid)
+            processes = [root] + root.children(recursive=True)
+        except psutil.Error:
+            return total
+        for process in processes:
+            try:
+                t = process.cpu_times()
+            except psutil.Error:
+                continue
+            total += t.user + t.system + t.children_user + t.children_system
+        return total
+
     def output_tail(self, chars: int = 600) -> str:
         self.log_file.seek(0)
         return self.log_file.read().decode(errors="replace")[-chars:].strip()
@@ -179,6 +200,9 @@ class InProcess:
 
     def alive(self) -> bool:
         return True
+
+    def cpu_seconds(self) -> float:
+        return time.process_time()
 
     def request(self, op: str, timeout: float = 60, **kwargs):
         try:  # the same JSON round trip as the child's answers

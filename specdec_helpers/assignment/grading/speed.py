@@ -122,7 +122,7 @@ def _measure(student_sources: dict, reference_sources: dict, perf: dict, seed, t
         students = Child(student_sources)  # if this fails, the finally below still closes the reference
         handles = {c: c.request("pair", timeout=timeout, preset=perf["preset"]) for c in (reference, students)}
         times = {"reference": [], "student": [], "greedy": []}
-        identical, totals, problems = True, {"reference": [0, 0], "student": [0, 0]}, {}
+        identical, totals, problems, notes = True, {"reference": [0, 0], "student": [0, 0]}, {}, {}
         for run in range(repeats + perf["warmup"]):
             order = [("reference", reference, students), ("student", students, reference)]
             if run % 2:
@@ -143,8 +143,9 @@ def _measure(student_sources: dict, reference_sources: dict, perf: dict, seed, t
                     continue
                 rounds = check_rounds(pair.draft, ids, got, answer["log"], k, n_new)
                 if not rounds.speculates:
-                    problems.setdefault(who, rounds.problem or "no draft token was ever verified: the decoder does "
-                                                             "not speculate")
+                    problems.setdefault(who, rounds.why_not())
+                if rounds.note:
+                    notes.setdefault(who, rounds.note)
                 totals[who][0] += rounds.accepted
                 totals[who][1] += rounds.proposed
                 if run >= perf["warmup"]:
@@ -173,7 +174,8 @@ def _measure(student_sources: dict, reference_sources: dict, perf: dict, seed, t
         detail=dict(preset=pair.preset, device=torch.device(pair.device).type, k=k, max_new_tokens=n_new, repeats=repeats, baseline=baseline,
                     student_s=[round(t, 4) for t in times["student"]],
                     reference_s=[round(t, 4) for t in times["reference"]],
-                    greedy_s=[round(t, 4) for t in times["greedy"]], problem=problems.get("student", "")))
+                    greedy_s=[round(t, 4) for t in times["greedy"]], problem=problems.get("student", ""),
+                    note=notes.get("student", "")))
 
 
 def _stopped_at_eos(got: list[int], want: list[int], pair) -> bool:

@@ -1,9 +1,12 @@
 """The decode part's tests (``verify_tokens_cached`` and ``generate_ids``), listed in `TESTS` at the end."""
 from __future__ import annotations
 
+import time
+
 import torch
 
 from specdec_helpers.assignment.grading.cases import Counted, TestCase, expect_greedy, unpack
+from specdec_helpers.assignment.grading.devices import advice
 from specdec_helpers.assignment.grading.rounds import check_rounds
 from specdec_helpers.assignment.grading.suite import check_verify
 from specdec_helpers.assignment.grading.world import Mistake, greedy_tokens
@@ -51,6 +54,39 @@ def decode_cache_reused(ctx):
                       "expected with a KV cache: the target cache is passed around but never reused, so the target "
                       "re-reads the whole text every round. Keep self.target_cache across rounds and feed only "
                       "input_ids[:, cache_length(cache):] plus the draft")
+    ### BEGIN HIDDEN TESTS
+    _cache_reused_outside(ctx)
+    ### END HIDDEN TESTS
+
+
+### BEGIN HIDDEN TESTS
+def _cache_reused_outside(ctx, length: int = 900, new: int = 24, margin: float = 3.0):
+    """The position counter above runs in the student's process, where code can patch it. So the same
+    question is also asked of the kernel: the child's CPU time (`sandbox.Child.cpu_seconds`, read from
+    outside) to decode ``new`` tokens after a long prompt with a draft that is nearly always rejected, against
+    the grader's own cached decoding of the same. Re-reading the text costs a full pass per round (about
+    ``new`` times the prefill): several times the grader's time, where a reused cache costs about the same."""
+    from specdec_helpers.core.decode import speculative_decode
+
+    g = torch.Generator().manual_seed(ctx.seed + 11)
+    prompt = torch.randint(3, ctx.world.vocab, (1, length), generator=g)
+    decoder = ctx.decoder(draft="other")
+    before = ctx.child.cpu_seconds()
+    ctx.decode(decoder, prompt, new)
+    used = ctx.child.cpu_seconds() - before
+    own = float("inf")
+    for _ in range(2):  # the faster of two: the first may pay one-time costs
+        start = time.process_time()
+        with torch.inference_mode():
+            speculative_decode(ctx.world.target, ctx.world.other, prompt, max_new_tokens=new,
+                               num_speculative_tokens=4, eos_token_id=None)
+        own = min(own, time.process_time() - start)
+    if used > margin * own + 0.2:
+        raise Mistake(f"decoding {new} tokens after a {length}-token prompt took {used:.2f} s of CPU time, where a "
+                      f"decoder that reuses its target cache takes about {own:.2f} s (measured outside your process): "
+                      "the target re-reads the whole text every round. Keep self.target_cache across rounds and feed "
+                      "only input_ids[:, cache_length(cache):] plus the draft")
+### END HIDDEN TESTS
 
 
 def decode_max_tokens(ctx):
@@ -112,9 +148,14 @@ def decode_one_pass(ctx):
 
 def decode_stats(ctx):
     prompt, g, i = _eos_case(ctx.world, 20)
-    for eos, ids, what in ((None, ctx.world.prompts[1], ""), (g[i], prompt, f" with eos_token_id={g[i]}")):
-        decoder = ctx.decoder(eos=eos)
-        ctx.decode(decoder, ids, 20)
+    # the third: a draft that always agrees and k = i + 2, so the round that ends at EOS accepted draft tokens
+    # past it: they were accepted by verification and count, though the text is cut after the EOS
+    for eos, ids, what, draft, k in ((None, ctx.world.prompts[1], "", "draft", 4),
+                                     (g[i], prompt, f" with eos_token_id={g[i]}", "draft", 4),
+                                     (g[i], prompt, f" with eos_token_id={g[i]} inside the accepted draft", "same",
+                                      i + 2)):
+        decoder = ctx.decoder(draft=draft, eos=eos)
+        ctx.decode(decoder, ids, 20, k=k)
         log = [entry for entry in decoder.log if entry[0] == "verify"]
         proposed = sum(entry[2] for entry in log)
         accepted = sum(unpack(entry[3], "verify")[1] for entry in log)
@@ -128,6 +169,9 @@ def decode_stats(ctx):
         if stats.get("accepted") != accepted:
             extra = " (it counts the target's correction/bonus tokens as accepted draft tokens)" if \
                 stats.get("accepted") == accepted + len(log) else ""
+            if draft == "same" and eos is not None and not extra:
+                extra = (" (it counts the tokens kept after the cut at EOS: the round's accepted draft tokens are its "
+                         "accepted_position, whatever the cut keeps)")
             raise Mistake(f"stats['accepted']{what} = {stats.get('accepted')} but verification accepted {accepted} "
                           f"draft tokens{extra}: only draft tokens that matched count; the token the target adds each "
                           "round is not a draft token, and counting it inflates the acceptance rate")
@@ -152,6 +196,16 @@ def decode_rounds(ctx):
             raise Mistake(f"generate_ids moved tensors to the CPU {moves} times in {rounds.rounds} rounds (.cpu(), "
                           ".numpy() or .to('cpu')): it moves the new tokens to the CPU every round, and on a GPU each "
                           "move waits for the device. Build the new tokens on input_ids.device and keep the text there")
+
+
+def decode_device(ctx):
+    """Every tensor on the device of the tensors it meets, checked on a CPU with a simulated GPU (`devices`)."""
+    prompt, g, i = _eos_case(ctx.world, 20)
+    for draft, use_cache in (("other", True), ("draft", False)):
+        decoder = ctx.decoder(draft=draft, eos=g[i])
+        _, faults = decoder.watched("generate_ids", prompt.clone(), 20, 4, use_cache=use_cache)
+        if faults:
+            raise Mistake(f"generate_ids(use_cache={use_cache}) would crash on a GPU: {advice(faults)}")
 
 
 ### BEGIN HIDDEN TESTS
@@ -190,6 +244,7 @@ TESTS = (
     TestCase("decode", "counts proposed and accepted draft tokens correctly", 1, decode_stats),
     TestCase("decode", "rounds the grader can follow: k drafted, verified once, tokens kept on the device", 1,
              decode_rounds),
+    TestCase("decode", "builds every tensor on the models' device (a GPU simulated on the CPU)", 1, decode_device),
 ### BEGIN HIDDEN TESTS
     TestCase("decode", "equals greedy with drafts that always / never agree, k = 1 and 8", 2, decode_edges, hidden=True),
     TestCase("decode", "an EOS id inside the prompt does not stop decoding", 1, decode_eos_in_prompt, hidden=True),

@@ -92,7 +92,14 @@ def kit_references(source: str) -> list[str]:
     except SyntaxError:
         return []
     found = []
+    # the modules that reach any other module, under whatever name the cell binds them to (import sys as s)
+    loaders = {"sys", "importlib", "decoder"} | {alias.asname for node in ast.walk(tree) if isinstance(node, ast.Import)
+                                                 for alias in node.names if alias.asname and
+                                                 alias.name.split(".")[0] in ("sys", "importlib", "builtins")}
     for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("sys", "importlib", "builtins"):
+            found += [f"from {node.module} import {a.name}" for a in node.names
+                      if a.name in ("modules", "import_module", "__import__", "*", "reload", "util", "machinery")]
         if isinstance(node, ast.ImportFrom):
             module = node.module or ""
             if module.startswith("specdec_helpers") and module not in ALLOWED_KIT_IMPORTS:
@@ -105,7 +112,7 @@ def kit_references(source: str) -> list[str]:
         elif isinstance(node, ast.Name) and node.id in ("__import__", "STANDINS", "exec", "eval", "compile"):
             found.append(node.id)
         elif isinstance(node, ast.Attribute) and node.attr in ("modules", "import_module", "STANDINS") and \
-                isinstance(node.value, ast.Name) and node.value.id in ("sys", "importlib", "decoder"):
+                isinstance(node.value, ast.Name) and node.value.id in loaders:
             found.append(f"{node.value.id}.{node.attr}")
     return found
 

@@ -60,29 +60,49 @@ def check_part(part: str, **functions) -> None:
     child = InProcess({**others, **functions})
     results = run_suite({part: "# defined in this notebook"}, {part: 1}, hidden=False, only=[part], seed=0,
                         child_factory=lambda: child)
-    if not print_verdict(part, results):
-        if {r.status for r in results} == {"not implemented"}:
-            raise CheckFailed("Not done yet: the graded cell above still raises NotImplementedError. Write your code "
-                              "in place of raise NotImplementedError(), run the cell, then run this check again.")
-        if any("NameError" in r.feedback for r in results):
-            raise CheckFailed(f"Not yet: a name your graded cell uses is not defined in it. The grader runs the cell on "
-                              f"its own: {ALONE}")
-        missing = next((r.feedback for r in results if "PartMissing" in r.feedback), None)
-        if missing:
-            raise CheckFailed("Not yet: this check runs your earlier parts too, and one is missing: "
-                              + missing.split("PartMissing: ", 1)[-1])
-        raise CheckFailed("Not yet: see the checks above. Fix the cell, run it, run this check again. "
-                          + notebook.hint_text(_hint_for(part, results)))
+    if print_verdict(part, results):
+        if part == "decode" and all(name in others for name in PARTS["draft"]):  # the student's own from 02
+            _check_drafting(child)
+        return
+    if {r.status for r in results} == {"not implemented"}:
+        raise CheckFailed("Not done yet: the graded cell above still raises NotImplementedError. Write your code "
+                          "in place of raise NotImplementedError(), run the cell, then run this check again.")
+    if any("NameError" in r.feedback for r in results):
+        raise CheckFailed(f"Not yet: a name your graded cell uses is not defined in it. The grader runs the cell on "
+                          f"its own: {ALONE}")
+    missing = next((r.feedback for r in results if "PartMissing" in r.feedback), None)
+    if missing:
+        raise CheckFailed("Not yet: this check runs your earlier parts too, and one is missing: "
+                          + missing.split("PartMissing: ", 1)[-1])
+    raise CheckFailed("Not yet: see the checks above. Fix the cell, run it, run this check again. "
+                      + notebook.hint_text(_hint_for(part, results)))
+
+
+def _check_drafting(child) -> None:
+    """04's check: the loop's output is right even with a draft cache that holds rejected tokens (only the
+    acceptance suffers), so name the drafting part from notebook 02 here when its own check fails."""
+    drafted = run_suite({"draft": "# from notebook 02"}, {"draft": 1}, hidden=False, only=["draft"], seed=0,
+                        child_factory=lambda: child)
+    wrong = next((r for r in drafted if not r.passed and r.status != "not implemented"), None)
+    if wrong is not None:
+        raise CheckFailed(f"Your decode loop is right, but your drafting part (notebook 02) fails its check: {wrong.name}: "
+                          f"{wrong.feedback} " + notebook.hint_text(_hint_for("draft", drafted)))
 
 
 #: Crash texts that mean one likely mistake, and the hint that names it (the crash alone does not).
 CRASH_HINTS = {"cannot reshape tensor of 0 elements": "draft_stale_cache"}
 
 
+#: Feedback that names the part of the decoder that is wrong, and the hint for it.
+CAUSE_HINTS = {"draft cache": "draft_cache", "target cache": "decode"}
+
+
 def _hint_for(part: str, results) -> str:
-    """The hint id for a failed check of ``part``: a named likely mistake when a crash text shows it."""
+    """The hint id for a failed check of ``part``: a named likely mistake when a crash text shows it, else the
+    cache the feedback names (the draft's or the target's), else the part's own."""
     text = " ".join(r.feedback for r in results if not r.passed)
-    return next((hint for crash, hint in CRASH_HINTS.items() if crash in text and part == "draft"), part)
+    crash = next((hint for crash, hint in CRASH_HINTS.items() if crash in text and part == "draft"), None)
+    return crash or next((hint for cause, hint in CAUSE_HINTS.items() if cause in text), part)
 
 
 ALONE = "define or import everything it uses inside that cell (a helper from another cell is not there)."

@@ -1,0 +1,153 @@
+"""Grading fair to every honest decoder, closed to the last cheats (issue 34), and GPU-only mistakes caught
+on a CPU (issue 33): a stale draft cache costs the drafting points only, the EOS count and device mistakes
+are named, a patched position counter earns nothing, aliases of sys/importlib are seen.
+
+Student code runs in a child process here, as in grading; timings are never asserted (the speed item is
+scored from a `Measurement` the test builds, or only checked for what blocks it).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec_helpers.assignment.grading import grader, mutations, speed, submission
+from specdec_helpers.assignment.grading.devices import DeviceWatch
+from specdec_helpers.assignment.grading.sandbox import InProcess
+from specdec_helpers.assignment.student import check, cells
+from specdec_helpers.assignment.student.cells import load_functions
+
+POINTS = grader.load_config()["points"]
+STALE = next(m for m in mutations.CATALOG if m.name == "draft_cache_stale")
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return submission.reference_sources()
+
+
+@pytest.mark.slow
+def test_a_stale_draft_cache_loses_the_drafting_points_only(reference):
+    sources = STALE.sources(reference)
+    results = grader.run_suite(sources, POINTS, only=["draft", "decode"], seed=0)
+    lost = [r for r in results if not r.passed]
+    assert lost and all(r.item == "draft" and "draft cache" in r.feedback for r in lost), lost
+    assert grader.exact_sum([r.score for r in results if r.item == "decode"]) == POINTS["decode"]
+    perf = dict(grader.load_config()["performance"], repeats=2, max_new_tokens=32, warmup=0)
+    m = speed.measure(sources, reference, perf, seed=0)
+    # its rounds are speculative decoding; acceptance is what its verifications accepted, never 0 by decree
+    assert m.identical and m.speculates and not m.error, m.detail
+    assert 0 < m.acceptance <= 1 and "draft cache" in m.detail["note"]
+    # so its measured numbers decide, as for any decoder: passing numbers earn the points
+    passing = speed.Measurement(0.76, 0.48, reference_acceptance=0.5, detail=m.detail)
+    scores = {r.item: r.score for r in grader.performance_results(passing, grader.load_config())}
+    assert scores["speedup"] == POINTS["speedup"] and scores["acceptance"] == POINTS["acceptance"]
+
+
+def test_drafts_not_from_the_draft_model_earn_no_more_acceptance_than_it():
+    """A draft taken from the target itself (all accepted) counts as what the draft model would have had
+    accepted; arbitrary drafts (no draft model run) are not speculative decoding."""
+    from specdec_helpers.assignment.grading.rounds import check_rounds
+    from specdec_helpers.assignment.grading.world import greedy_tokens, world
+
+    w = world(0)
+    prompt, k, n = w.prompts[1], 4, 12
+    text = greedy_tokens(w.target, prompt, n)
+
+    def log_for(draft_of):
+        log, position = [], 0
+        while position < n:
+            draft = draft_of(position)[: max(0, min(k, n - position - 1))]
+            m = next((j for j, t in enumerate(draft) if text[position + j] != t), len(draft))
+            log.append(("verify", prompt.shape[1] + position, len(draft), (text[position: position + m + 1], m),
+                        "verify_tokens_cached", draft))
+            position += m + 1
+        return log + [("generate", len(log), 0, 0)]
+
+    honest = check_rounds(w.draft, prompt, text, log_for(
+        lambda p: greedy_tokens(w.draft, torch.tensor([prompt[0].tolist() + text[:p]]), k)), k, n)
+    oracle = check_rounds(w.draft, prompt, text, log_for(lambda p: text[p: p + k]), k, n)
+    junk = check_rounds(w.draft, prompt, text, log_for(lambda p: [(text[p + j] + 1) % w.vocab for j in range(k)]
+                                                                if p + k < n else []), k, n)
+    assert honest.speculates and honest.off_greedy == 0 and not honest.note
+    assert oracle.off_greedy > 0 and oracle.accepted <= oracle.greedy_accepted
+    assert oracle.accepted < oracle.proposed  # the target's own drafts: all accepted, but not counted so
+    assert junk.greedy_accepted > 0 and junk.accepted == 0
+    assert not junk.speculates and "do not come from the draft model" in junk.why_not()
+
+
+def test_the_eos_count_and_device_mistakes_are_named(reference):
+    for name, phrase in (("eos_count_after_cut", "tokens kept after the cut at EOS"),
+                         ("new_tokens_on_cpu", "on a GPU this raises")):
+        m = next(m for m in mutations.CATALOG if m.name == name)
+        report = mutations.grade_mutation(m, reference, seed=0, in_process=True)
+        lost = [r for r in report.results if not r.passed]
+        assert [r.test_id for r in lost] == [m.test_id] and phrase in lost[0].feedback, lost
+        assert not lost[0].hidden  # the visible check in notebook 04 catches it too
+        if name == "new_tokens_on_cpu":
+            assert "cpu" in lost[0].feedback and "cuda" in lost[0].feedback
+
+
+def test_the_simulated_gpu_sees_what_cuda_refuses_and_nothing_else():
+    model = torch.nn.Linear(4, 4)
+    ids = torch.ones(1, 3, dtype=torch.long)
+    cases = {
+        "cat with a host tensor": (lambda: torch.cat([ids, torch.tensor([[2]])], dim=1), True),
+        "cat with the input's device": (lambda: torch.cat([ids, torch.tensor([[2]], device=ids.device)], 1), False),
+        "moved with .to(ids.device)": (lambda: torch.cat([ids, torch.tensor([[2]]).to(ids.device)], 1), False),
+        "new_tensor keeps the device": (lambda: torch.cat([ids, ids.new_tensor([[2]])], 1), False),
+        "0-dim host scalar": (lambda: ids + torch.tensor(1), False),
+        "indexing with a host index": (lambda: ids[0, torch.tensor([0, 1])], False),
+        "moved to cpu, then mixed": (lambda: ids.cpu() + ids, True),
+        "a weight times a host input": (lambda: model(torch.ones(2, 4)), True),
+    }
+    for name, (run, faulty) in cases.items():
+        with DeviceWatch([model], [ids]) as watch:
+            run()
+        assert bool(watch.faults) == faulty, (name, watch.faults)
+
+
+PATCHED_COUNTER = '''
+_world = getattr(__builtins__, "get", lambda *a: None)("__im" "port__") or getattr(__builtins__, "__im" "port__")
+_world = _world("specdec_helpers.assignment.grading.world", fromlist=["Probe"])
+
+
+def _few(self, module, args, kwargs):
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    self.target_calls += 1
+    self.target_positions += min(5, int(ids.shape[-1]))
+
+
+_world.Probe._on_target = _few
+'''
+
+
+@pytest.mark.slow
+def test_patching_the_position_counter_earns_nothing(reference):
+    """The cheat of issue 34: the target re-reads the whole text every round, and the counter in the student's
+    own process is patched to report 5 positions a pass. The kernel's CPU time, read from outside, tells."""
+    rereads = reference["decode"].replace(
+        "fed = torch.cat([input_ids[:, cache_length(cache):], draft_tokens], dim=1)",
+        "crop_cache(cache, 0)\n    fed = torch.cat([input_ids, draft_tokens], dim=1)")
+    assert cells.kit_references(rereads + PATCHED_COUNTER) == []  # the static check does not see this one
+    for source, caught in ((rereads + PATCHED_COUNTER, True), (reference["decode"], False)):
+        results = {r.test_id: r for r in grader.run_suite(dict(reference, decode=source), POINTS, only=["decode"], seed=0)}
+        reused = results["decode.decode_cache_reused"]
+        assert reused.passed != caught, reused
+        if caught:
+            assert "measured outside your process" in reused.feedback
+            assert [t for t, r in results.items() if not r.passed] == ["decode.decode_cache_reused"]
+
+
+def test_aliases_of_sys_and_importlib_are_seen():
+    for source in ("import importlib as _loader\nf = _loader.import_module('specdec_helpers.core.verify')\n",
+                   "import sys as _system\nf = _system.modules['specdec_helpers.core.verify']\n",
+                   "from importlib import import_module\nf = import_module('specdec_helpers.core.verify')\n"):
+        assert cells.kit_references(source), source
+    assert cells.kit_references("import torch\nimport math as m\nx = m.sqrt(2)\n") == []
+
+
+def test_notebook_04s_check_names_a_stale_draft_cache_from_notebook_02(reference):
+    functions = load_functions(STALE.sources(reference))
+    with pytest.raises(check.CheckFailed, match=r"drafting part \(notebook 02\).*draft cache"):
+        check._check_drafting(InProcess(functions))
+    check._check_drafting(InProcess(load_functions(reference)))  # a right one passes silently
