@@ -31,6 +31,7 @@ def assert_one_line_error(argv, phrase, capsys):
     (["demo", "-k", "0"], "must be 1 or more, got 0"),  # once fell back to the preset's k
     (["demo", "--prompt", ""], "--prompt is empty"),  # once fell back to the default prompt
     (["demo", "--prompt", "  "], "--prompt is empty"),
+    (["demo", "--preset", ""], "--preset is empty; name one of toy, smollm2-135m"),  # once ran 'auto' silently
     (["demo", "--max-new-tokens", "-5"], "must be 1 or more, got -5"),
     (["bench", "--ks", "abc"], "expected a whole number >= 1, got 'abc'"),
     (["bench", "--ks=-2"], "must be 1 or more, got -2"),

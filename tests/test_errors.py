@@ -45,6 +45,8 @@ def test_bad_arguments(target, kwargs, error, message):
     "ids, error, message",
     [
         (torch.tensor([[]], dtype=torch.long), ValueError, "the prompt is empty"),
+        ([], ValueError, "the prompt is empty"),  # once: "must hold integer token ids, got dtype torch.float32"
+        ([[1, 2], [], [3]], ValueError, "prompt 1 of the 3 is empty"),  # a list of prompts: names the empty one
         (torch.tensor([[1.0, 2.0]]), TypeError, "must hold integer token ids"),
         ("hello", TypeError, "must be a torch tensor of token ids"),
         (torch.tensor([[1, 2, 64]]), ValueError, r"token id 64 is outside the target's vocabulary \[0, 64\)"),

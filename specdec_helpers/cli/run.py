@@ -82,6 +82,8 @@ def _demo_args(argv):
     args = parser.parse_args(argv)
     if args.prompt is not None and not args.prompt.strip():
         parser.error("--prompt is empty; give some text, or leave --prompt out for the preset's own prompt")
+    if args.preset is not None and not args.preset.strip():
+        parser.error(f"--preset is empty; name one of {', '.join(PRESETS)}, or leave --preset out for the default")
     return args
 
 

@@ -111,6 +111,10 @@ def _prompts(target, input_ids, attention_mask) -> list[torch.Tensor]:
         if attention_mask is not None:
             raise ValueError("give either a list of prompts (no padding, no mask) or a padded tensor with its mask")
         rows = list(input_ids)
+        empty = [b for b, row in enumerate(rows) if hasattr(row, "__len__") and len(row) == 0]
+        if empty:
+            raise ValueError(f"prompt {empty[0]} of the {len(rows)} is empty; give each prompt at least one token "
+                             "(e.g. the tokenizer's BOS token)")
     else:
         raise TypeError(f"input_ids must be a [batch, length] tensor or a list of prompts, got {type(input_ids).__name__}")
     return [checks.check_input_ids(target, row)[0] for row in rows]  # each: ids checked, on the target's device

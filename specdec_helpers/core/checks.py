@@ -46,6 +46,8 @@ def check_positive_int(value, name: str, minimum: int) -> int:
 def check_input_ids(target, input_ids) -> torch.Tensor:
     """A ``[1, L]`` LongTensor on the target's device, with every id inside its vocabulary."""
     if isinstance(input_ids, (list, tuple)):
+        if not input_ids or all(isinstance(row, (list, tuple)) and not row for row in input_ids):
+            raise ValueError("the prompt is empty; give at least one token (e.g. the tokenizer's BOS token)")
         input_ids = torch.tensor(input_ids)
     if not isinstance(input_ids, torch.Tensor):
         raise TypeError(
