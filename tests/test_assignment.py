@@ -313,9 +313,10 @@ def test_delegating_to_the_kit_earns_nothing(reference):
     results = grader.run_suite(sources, POINTS, only=["verify", "draft"], seed=0)
     assert sum(r.score for r in results) == 0
     assert any("kit" in r.feedback for r in results if r.item == "verify")
-    # No import statement to see: the child catches the call itself.
-    sources["verify"] = ("import importlib as il\n\ndef accept_draft(self, target_logits, draft_tokens):\n"
-                         "    r = il.import_module('specdec_helpers.core.verify').accept_greedy(target_logits, "
+    # No import statement to see (an alias of importlib is seen since issue 34): the child catches the call itself.
+    sources["verify"] = ("_load = getattr(__builtins__, 'get', lambda *a: None)('__im' 'port__') or "
+                         "getattr(__builtins__, '__im' 'port__')\n\ndef accept_draft(self, target_logits, draft_tokens):\n"
+                         "    r = _load('specdec_helpers.core.verify', fromlist=['x']).accept_greedy(target_logits, "
                          "draft_tokens.reshape(-1))\n    return r.tokens.tolist(), r.num_accepted\n\n"
                          + reference["verify"].split("@torch.inference_mode()")[-1].join(["import torch\n\n@torch.inference_mode()", ""]))
     assert cells.kit_references(sources["verify"]) == []
@@ -361,7 +362,10 @@ def test_performance_scoring_relative_on_cpu_absolute_on_gpu(tmp_path):
     assert score(Measurement(0.6, 0.3, reference_acceptance=0.52)) == {"speedup": 0, "acceptance": 0, "bonus": 0}
     assert score(Measurement(1.2, 0.6, speculates=False, reference_acceptance=0.5))["speedup"] == 0
     gpu = dict(device="cuda", baseline="greedy")  # what `speed.baseline_of` picks on a GPU
-    assert speed.baseline_of({"baseline": "auto"}, "cuda") == "greedy" and speed.baseline_of({}, "cpu") == "reference"
+    assert speed.baseline_of({"baseline": "auto", "preset": "pythia-1.4b/160m"}, "cuda") == "greedy"
+    assert speed.baseline_of({}, "cpu") == "reference"
+    # the course's offline pairs on a GPU: PA3's 75% bar was set for Pythia; the reference must get full marks
+    assert speed.baseline_of({"baseline": "auto", "preset": "toy"}, "cuda") == "reference"
     (tmp_path / "c.json").write_text(json.dumps({"performance": {"baseline": "gredy"}}))
     with pytest.raises(ValueError, match="performance.baseline must be 'auto', 'greedy' or 'reference'"):
         grader.load_config(tmp_path / "c.json")

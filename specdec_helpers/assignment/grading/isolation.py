@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import os
 import pwd
 import re
@@ -165,6 +166,8 @@ def bwrap_args(scratch: Path, share_net: bool = False, kind: str = "child") -> l
     args += ([] if os.geteuid() == 0 else ["--unshare-user"]) + ([] if share_net else ["--unshare-net"])
     for system in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"):
         args += ["--ro-bind-try", system, system]
+    for gpu in sorted(glob.glob("/dev/nvidia*")):  # --dev makes a /dev without them: CUDA would see no GPU
+        args += ["--dev-bind", gpu, gpu]
     roots = python_roots()
     folder = view(kind)
     made = set()

@@ -203,9 +203,11 @@ def decode_device(ctx):
     prompt, g, i = _eos_case(ctx.world, 20)
     for draft, use_cache in (("other", True), ("draft", False)):
         decoder = ctx.decoder(draft=draft, eos=g[i])
-        _, faults = decoder.watched("generate_ids", prompt.clone(), 20, 4, use_cache=use_cache)
+        out, faults = decoder.watched("generate_ids", prompt.clone(), 20, 4, use_cache=use_cache)
         if faults:
             raise Mistake(f"generate_ids(use_cache={use_cache}) would crash on a GPU: {advice(faults)}")
+        got = out[0, prompt.shape[1]:].tolist() if isinstance(out, torch.Tensor) and out.dim() == 2 else []
+        expect_greedy(got, g[: i + 1], f"generate_ids(use_cache={use_cache}) with eos_token_id={g[i]}" + EARLIER)
 
 
 ### BEGIN HIDDEN TESTS
