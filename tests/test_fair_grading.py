@@ -46,7 +46,7 @@ def test_a_stale_draft_cache_loses_the_drafting_points_only(reference):
 def test_drafts_not_from_the_draft_model_earn_no_more_acceptance_than_it():
     """A draft taken from the target itself (all accepted) counts as what the draft model would have had
     accepted; arbitrary drafts (no draft model run) are not speculative decoding."""
-    from specdec_helpers.assignment.grading.rounds import check_rounds
+    from specdec_helpers.assignment.grading.replay import check_rounds
     from specdec_helpers.assignment.grading.world import greedy_tokens, world
 
     w = world(0)

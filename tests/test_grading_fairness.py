@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from specdec_helpers.assignment.authoring import release
-from specdec_helpers.assignment.grading import cases, grader, rounds, speed, suite, suite_decode, world
+from specdec_helpers.assignment.grading import cases, grader, replay, speed, suite, suite_decode, world
 from specdec_helpers.assignment.grading.submission import reference_sources
 
 POINTS = grader.load_config()["points"]
@@ -173,7 +173,7 @@ def test_a_decoder_that_reports_only_what_passes_is_caught(reference):
 
 
 def test_round_rule_is_stated_and_names_the_cause():
-    assert "ONE call of self.verify_tokens_cached" in rounds.ROUND_RULE and rounds.ROUND_RULE in rounds.__doc__
+    assert "ONE call of self.verify_tokens_cached" in replay.ROUND_RULE and replay.ROUND_RULE in replay.__doc__
 
 
 # --------------------------------------------------------------------------- picked at grade time

@@ -8,7 +8,7 @@ warm-up or memo can know it); the runs alternate (reference, student, student, r
 child that is not being timed is paused (SIGSTOP) so it cannot steal the CPU. Time is the wall
 time from sending the request to receiving the answer. Every timed output is compared with greedy
 decoding that the grader computed itself. Acceptance is the grader's: it replays the draft's greedy
-proposals on the rounds it observed (`rounds.check_rounds`: verification calls, target passes) and
+proposals on the rounds it observed (`replay.check_rounds`: verification calls, target passes) and
 rejects rounds that break the rule stated in notebook 04.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specdec_helpers.assignment.grading.child import encode
-from specdec_helpers.assignment.grading.rounds import check_rounds
+from specdec_helpers.assignment.grading.replay import check_rounds
 from specdec_helpers.assignment.grading.sandbox import Child, ChildFailed, StudentError
 from specdec_helpers.core.checks import greedy_divergence
 from specdec_helpers.core.decode import greedy_decode
@@ -38,7 +38,7 @@ class Measurement:
     speedup: float  # median of paired runs: baseline time / student time (`baseline_of`: greedy or the reference)
     acceptance: float  # accepted / proposed draft tokens, replayed by the grader
     identical: bool = True  # every timed output equal to the target's greedy output
-    speculates: bool = True  # the observed rounds follow `rounds.ROUND_RULE` and verify at least one draft token
+    speculates: bool = True  # the observed rounds follow `replay.ROUND_RULE` and verify at least one draft token
     reference_acceptance: float = 0.0
     detail: dict = field(default_factory=dict)
     error: str = ""

@@ -7,7 +7,7 @@ import torch
 
 from specdec_helpers.assignment.grading.cases import Counted, TestCase, expect_greedy, unpack
 from specdec_helpers.assignment.grading.devices import advice
-from specdec_helpers.assignment.grading.rounds import check_rounds
+from specdec_helpers.assignment.grading.replay import check_rounds
 from specdec_helpers.assignment.grading.suite import check_verify
 from specdec_helpers.assignment.grading.world import Mistake, greedy_tokens
 
@@ -180,7 +180,7 @@ def decode_stats(ctx):
 
 
 def decode_rounds(ctx):
-    """The rounds the grader observes (`rounds.ROUND_RULE`), as in the timed runs: k tokens drafted, one
+    """The rounds the grader observes (`replay.ROUND_RULE`), as in the timed runs: k tokens drafted, one
     verification and one target pass per round, new tokens kept on the decoder's device."""
     for draft, index, max_tokens, k in (("same", 0, 11, 4), ("draft", 1, 20, 4), ("other", 2, 13, 3)):
         decoder = ctx.decoder(draft=draft)
