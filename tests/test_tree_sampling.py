@@ -307,7 +307,7 @@ def unclamped(p, q):
 @pytest.mark.parametrize("wrong", [unnormalised, pytest.param(swapped, marks=slow),
                                    pytest.param(unclamped, marks=slow), pytest.param(lambda p, q: p, marks=slow)])
 def test_notebook_check_fails_a_wrong_residual(wrong):
-    from specdec_helpers.present.trees import check_tree_residual
+    from specdec_helpers.present.tree_lesson import check_tree_residual
 
     ok, message = check_tree_residual(wrong)
     assert not ok and "p = " in message, message
@@ -316,7 +316,7 @@ def test_notebook_check_fails_a_wrong_residual(wrong):
 @pytest.mark.slow
 def test_notebook_check_passes_the_right_residual_and_says_unfinished():
     from specdec_helpers.present import notebook as nb
-    from specdec_helpers.present.trees import check_tree_residual
+    from specdec_helpers.present.tree_lesson import check_tree_residual
 
     ok, message = check_tree_residual(residual_distribution)
     assert ok, message

@@ -17,7 +17,8 @@ import warnings
 from specdec_helpers.measure.sweep import PA3_PROMPTS
 # Notebooks reach the kit through `sd.` and `nb.` only: nb.benchmarking (05), nb.plots, nb.tables, nb.trees (07),
 # nb.widgets.
-from specdec_helpers.present import benchmarking, plots, tables, trees, widgets  # noqa: F401
+from specdec_helpers.present import benchmarking, plots, tables, widgets  # noqa: F401
+from specdec_helpers.present import tree_lesson as trees  # noqa: F401 - notebook 07 calls it nb.trees
 from specdec_helpers.present.benchmarking import export_dir, matches_greedy  # noqa: F401
 from specdec_helpers.present.hints import HINTS, hint_text
 from specdec_helpers.models.toy import TOY_PROMPTS
