@@ -62,10 +62,6 @@ class VerifyResult:
     token_list: list[int] | None = field(default=None, repr=False, compare=False)  # ``tokens`` on the host, when already read
 
     @property
-    def next_token(self) -> int:
-        return int(self.tokens[-1])
-
-    @property
     def is_bonus(self) -> bool:
         return self.num_accepted == self.num_proposed
 

@@ -23,9 +23,6 @@ class Table:
     def __iter__(self):  # `to_markdown(*table)` reads naturally
         return iter((self.columns, self.rows, self.formats))
 
-    def text_rows(self) -> list[list[str]]:
-        return [[_fmt(v, f) for v, f in zip(row, self.formats)] for row in self.rows]
-
 
 def _fmt(value, spec: str) -> str:
     if value is None or (isinstance(value, float) and value != value):
