@@ -338,21 +338,25 @@ def test_a_decoder_that_does_not_speculate_earns_no_performance_points(reference
 @pytest.mark.slow
 @pytest.mark.parametrize("baseline", ["reference", "greedy"])
 def test_memoizing_and_slowing_the_baseline_do_not_help(reference, baseline):
-    """Against either baseline (the CPU default, and greedy decoding as on a GPU): the greedy runs the
-    grader times happen in the reference's child, which the student's code never reaches."""
+    """Against either baseline (the CPU default, and greedy decoding as on a GPU). Both effects are made
+    visible without a clock: a memo hit returns a wrong text (so a hit would show as a difference from
+    greedy), and the greedy loop the student patches raises (so greedy run in the student's child would
+    fail the measurement). The grader's greedy runs happen in the reference's child, which the student's
+    code never reaches, on prompts made at grade time, which no memo knows."""
     memo = reference["decode"].replace("def generate_ids(self, input_ids", "def _unused(self, input_ids") \
         + ("\n\n_MEMO = {}\n\n\ndef generate_ids(self, input_ids, max_tokens=100, num_speculative_tokens=5, use_cache=True):\n"
            "    key = tuple(input_ids[0].tolist())\n"
-           "    if key not in _MEMO:\n"
-           "        _MEMO[key] = _unused(self, input_ids, max_tokens, num_speculative_tokens, use_cache)\n"
-           "    type(self).greedy_ids = lambda *a, **k: __import__('time').sleep(5)\n"
+           "    type(self).greedy_ids = lambda *a, **k: 1 / 0\n"
+           "    if key in _MEMO:\n"
+           "        return _MEMO[key].flip(-1)\n"
+           "    _MEMO[key] = _unused(self, input_ids, max_tokens, num_speculative_tokens, use_cache)\n"
            "    return _MEMO[key]\n")
     perf = dict(grader.load_config()["performance"], repeats=2, max_new_tokens=32, baseline=baseline)
     assert "generate_ids" in cells.load_functions({"decode": memo})  # the cell runs: no stand-in hides it
     m = speed.measure(dict(reference, decode=memo), reference, perf, seed=1)
-    assert m.identical and m.detail["baseline"] == baseline
-    assert len(m.detail["greedy_s"]) == (2 if baseline == "greedy" else 0)
-    assert 0 < m.speedup < (1.5 if baseline == "reference" else 3.0)  # fresh prompts: the memo never hits
+    assert m.identical and not m.error and m.detail["baseline"] == baseline  # no memo hit
+    assert len(m.detail["greedy_s"]) == (2 if baseline == "greedy" else 0)  # the patched greedy was never run
+    assert m.speedup > 0
 
 
 def test_performance_scoring_relative_on_cpu_absolute_on_gpu(tmp_path):
