@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from specdec_helpers.assignment.grading import packages
 from specdec_helpers.assignment.grading.isolation import (  # noqa: F401 - USER, processes_of: for callers
     USER,
     apply_limits,
@@ -53,7 +54,7 @@ from specdec_helpers.assignment.grading.isolation import (  # noqa: F401 - USER,
 )
 
 SWITCH_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")  # what setpriv needs in bwrap to become the student
-PASS_ENV = ("SPECDEC_PRESET", "SPECDEC_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "LANG", "LC_ALL",
+PASS_ENV = ("SPECDEC_PRESET", "SPECDEC_DTYPE", "SPECDEC_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "LANG", "LC_ALL",
             "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM", "CUDA_VISIBLE_DEVICES",
             # where hub presets' models are: the student's user must be able to read that folder (bubblewrap
             # does not show it yet: grading a hub preset in bubblewrap needs it bound, see the README)
@@ -152,15 +153,18 @@ class Jail:
     # -- starting
     def env(self, extra: dict | None = None, kind: str = "child") -> dict:
         base = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
+        kit = None  # where the child finds the kit: the grader's own, or (sandboxed) the student's view of it
         if not self.trusted and (self.user_layer or self.bwrap_layer):
             base |= {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(self.scratch),
                      "TMPDIR": str(self.scratch), "PYTHONPATH": str(view(kind)), "PYTHONDONTWRITEBYTECODE": "1",
                      "MPLCONFIGDIR": str(self.scratch / ".matplotlib"), "USER": self.name, "LOGNAME": self.name}
             if os.environ.get("SPECDEC_CACHE_DIR"):
                 base["SPECDEC_CACHE_DIR"] = os.environ["SPECDEC_CACHE_DIR"]
+            kit = str(view(kind) / "specdec_helpers")
         else:
             # no sandbox (or the reference): its temporary files still go where close() removes them
             base = {**os.environ, "TMPDIR": str(self.scratch)}
+        base[packages.ENV] = packages.expected(kit)  # the child checks it imports what the grader does
         return {**base, **(extra or {})}
 
     @property
