@@ -12,7 +12,7 @@ from pathlib import Path
 
 from specdec_helpers.assignment.student import check as check_module
 from specdec_helpers.assignment.grading import grader as grader_module
-from specdec_helpers.assignment.grading import privilege
+from specdec_helpers.assignment.grading import packages, privilege
 from specdec_helpers.assignment.student import handin as handin_module
 from specdec_helpers.assignment.student.cells import read_notebook
 from specdec_helpers.assignment.student.check import run_check
@@ -191,11 +191,17 @@ def grade(argv=None) -> int:
         print(f"{note.name}: {note.feedback}")
     print(privilege.describe(), flush=True)
     print(f"hidden tests in world {seed} (grade --seed {seed} repeats them)", flush=True)
-    with privilege.student():  # every process of the student's is gone on the way out, before results.json
-        checks = unreadable + copies + ([] if args.no_nbval else run_nbval(paths, preset=config["performance"]["preset"]))
-        report = grade_sources(sources, config, reference_sources=reference_sources(),
-                               measure_fn=None if args.no_perf else measure_speed, hidden=not args.visible_only,
-                               source=str(args.submission), checks=checks, seed=seed)
+    try:
+        with privilege.student() as jail:  # every process of the student's is gone on the way out, before results.json
+            if not args.no_nbval:  # (the graded cells' child checks this too, but after nbval's minutes)
+                packages.verify(jail)
+            checks = unreadable + copies + ([] if args.no_nbval else run_nbval(paths, preset=config["performance"]["preset"]))
+            report = grade_sources(sources, config, reference_sources=reference_sources(),
+                                   measure_fn=None if args.no_perf else measure_speed, hidden=not args.visible_only,
+                                   source=str(args.submission), checks=checks, seed=seed)
+    except packages.PackagesDiffer as error:  # the grader's setup, not the student's code: grade nothing
+        print(f"grade: not graded: {error}", file=sys.stderr)
+        return 2
     print(report.table())
     if report.measurement.get("detail"):
         print("\nperformance:", json.dumps(report.measurement["detail"], indent=1))

@@ -70,3 +70,24 @@ def mismatch(environ=None) -> str | None:
         return None
     return ("the process that runs student code imports other packages than the grader, so its grade would be "
             "wrong: " + "; ".join(problems) + ". " + FIX)
+
+
+def verify(jail, timeout: float = 300) -> None:
+    """Raise `PackagesDiffer` when a process started in ``jail`` (a `privilege.Jail`) imports other packages
+    than this one: a few seconds, before minutes of nbval kernels that would run on them."""
+    import subprocess
+    import sys
+
+    process = jail.popen([sys.executable, "-m", __name__], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out, _ = process.communicate(timeout=timeout)
+    if process.returncode == 3:
+        raise PackagesDiffer(out.strip().splitlines()[-1])
+    if process.returncode != 0:
+        raise PackagesDiffer(f"a process of the sandbox could not check its packages (exit {process.returncode}): "
+                             f"{out.strip()[-600:]}. {FIX}")
+
+
+if __name__ == "__main__":
+    problem = mismatch()
+    print(problem or "same packages as the grader")
+    raise SystemExit(3 if problem else 0)
