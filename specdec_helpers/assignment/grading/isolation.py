@@ -6,6 +6,7 @@ import ast
 import contextlib
 import fcntl
 import functools
+import importlib.util
 import os
 import pwd
 import re
@@ -196,9 +197,23 @@ def readable_by(path: Path, uid: int, gid: int) -> bool:
 # --------------------------------------------------------------------------- bubblewrap
 
 
+def package_dirs() -> list[Path]:
+    """The folders the grader imports torch and transformers from (its site-packages, or a user site, a
+    PYTHONPATH entry, a .pth's folder): shown to the student's processes and put on their path after the kit's
+    view, so that they import the grader's own packages (`packages` checks it)."""
+    found = set()
+    for name in ("torch", "transformers"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            folder = Path(spec.origin).resolve().parents[1]
+            if folder != ROOT:  # the kit's own checkout: its view stands in for it
+                found.add(folder)
+    return sorted(found)
+
+
 def python_roots() -> list[Path]:
     roots = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
-    roots |= {Path(p).resolve() for p in site.getsitepackages() if Path(p).is_dir()}
+    roots |= {Path(p).resolve() for p in site.getsitepackages() if Path(p).is_dir()} | set(package_dirs())
     cache = os.environ.get("SPECDEC_CACHE_DIR")
     if cache and Path(cache).is_dir():
         roots.add(Path(cache).resolve())

@@ -45,6 +45,7 @@ from specdec_helpers.assignment.grading.isolation import (  # noqa: F401 - USER,
     claim_user,
     ensure_user,
     namespace_members,
+    package_dirs,
     processes_of,
     readable_by,
     remove_files_of,
@@ -156,7 +157,8 @@ class Jail:
         kit = None  # where the child finds the kit: the grader's own, or (sandboxed) the student's view of it
         if not self.trusted and (self.user_layer or self.bwrap_layer):
             base |= {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(self.scratch),
-                     "TMPDIR": str(self.scratch), "PYTHONPATH": str(view(kind)), "PYTHONDONTWRITEBYTECODE": "1",
+                     "TMPDIR": str(self.scratch), "PYTHONDONTWRITEBYTECODE": "1",
+                     "PYTHONPATH": os.pathsep.join(map(str, [view(kind), *package_dirs()])),
                      "MPLCONFIGDIR": str(self.scratch / ".matplotlib"), "USER": self.name, "LOGNAME": self.name}
             if os.environ.get("SPECDEC_CACHE_DIR"):
                 base["SPECDEC_CACHE_DIR"] = os.environ["SPECDEC_CACHE_DIR"]
@@ -197,6 +199,11 @@ class Jail:
             if not readable_by(path, self.user.pw_uid, self.user.pw_gid):
                 raise RuntimeError(f"the user {self.user.pw_name} that runs student code cannot run {path} (a folder "
                                    "on its path is private): use a Python all users can run, or install bubblewrap")
+            hidden = [str(p) for p in package_dirs() if not readable_by(p, self.user.pw_uid, self.user.pw_gid)]
+            if hidden:
+                raise RuntimeError(f"the user {self.user.pw_name} that runs student code cannot read the grader's "
+                                   f"packages in {', '.join(hidden)} (a folder on the way is private): install them "
+                                   "where all users can read them, or install bubblewrap")
 
     def popen(self, argv: list[str], env: dict | None = None, **kwargs) -> subprocess.Popen:
         self.runnable(argv[0])
