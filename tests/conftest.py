@@ -11,6 +11,7 @@ if _WORKER:  # before anything imports the grading modules, which read it once
     os.environ["SPECDEC_STUDENT_USER"] = f"specdec-{_WORKER}-student"
 
 import pytest  # noqa: E402
+import sandbox_required  # noqa: E402
 from longest_first import LONGEST_FIRST  # noqa: E402
 from tiny_models import FAMILIES  # noqa: E402
 
@@ -23,3 +24,9 @@ def family(request):
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order
+
+
+def pytest_runtest_setup(item):
+    marker = item.get_closest_marker("sandbox")  # root (and bubblewrap): skip, or fail with SPECDEC_REQUIRE_SANDBOX=1
+    if marker is not None:
+        sandbox_required.require(**marker.kwargs)

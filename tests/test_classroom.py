@@ -25,6 +25,7 @@ import pytest
 import classroom_handins as handins
 from leftovers import leftovers
 from specdec_helpers.assignment.grading import classroom, contain
+from specdec_helpers.cli import course as cli_course
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "test_timeout_s = 3600\n[points]\nspeedup = 0\nacceptance = 0\nbonus = 0\n"
@@ -274,3 +275,29 @@ def test_the_per_student_limit_is_the_commands_and_defaults_to_twenty_minutes(tm
     assert limits == [1200, 7]
     with pytest.raises(SystemExit):  # a limit must be a positive number of seconds
         cli.grade([str(tmp_path / "class"), "--timeout", "0"])
+
+
+def test_missing_output_folders_are_made_before_grading_and_unusable_ones_refused(tmp_path, monkeypatch, capsys):
+    """A class run once graded 4 hand-ins for 252 s, then crashed writing similarity.html into a --results folder
+    that did not exist: no gradebook. Output folders are made (or refused) before the first student."""
+    from specdec_helpers import cli
+
+    folder = tmp_path / "submission"
+    for name in ("a", "b"):  # looks like a class; --results grades it as one submission (as Gradescope does)
+        handins.write_handin(folder / name, None, zipped=True, notebooks=handins.GRADED_NOTEBOOKS[:1])
+    results = tmp_path / "not" / "made" / "results.json"
+    assert cli.grade([str(folder), "--no-nbval", "--no-perf", "--results", str(results)]) in (0, 1)
+    assert json.loads(results.read_text())["tests"]
+    assert "looks like a class, but --results grades it as ONE submission" in capsys.readouterr().err
+    (tmp_path / "a-file").write_text("")
+    graded = []
+    monkeypatch.setattr(cli_course, "grade_sources", lambda *a, **k: graded.append(1))
+    assert cli.grade([str(folder), "--no-nbval", "--no-perf", "--results", str(tmp_path / "a-file" / "r.json")]) == 2
+    assert "cannot write there" in capsys.readouterr().err and graded == []
+    # a class: --out made before grade_class starts; one that cannot be made stops before it
+    seen = []
+    monkeypatch.setattr(classroom, "grade_class", lambda f, out, *a, **k: seen.append(Path(out).is_dir()) or [])
+    assert cli.grade([str(folder), "--class", "--no-nbval", "--no-perf", "--out", str(tmp_path / "x" / "y")]) == 0
+    assert seen == [True] and (tmp_path / "x" / "y" / "students").is_dir()
+    assert cli.grade([str(folder), "--class", "--no-nbval", "--out", str(tmp_path / "a-file" / "out")]) == 2
+    assert "cannot make the class's output folder" in capsys.readouterr().err and seen == [True]

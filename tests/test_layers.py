@@ -46,10 +46,21 @@ def layer_of(name: str) -> int | None:
     return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
 
 
+def holds_code(path: Path) -> bool:
+    """More than a docstring, imports and ``__all__``: an ``__init__`` that runs or defines something."""
+    body = ast.parse(path.read_text()).body
+    return any(not (isinstance(node, (ast.Import, ast.ImportFrom))
+                    or isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                    or isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["__all__"])
+               for node in body)
+
+
 def graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports. An edge into a package's ``__init__`` that only gathers its
+    submodules is reached through them, so it does not count; one into an ``__init__`` that holds code does
+    (``cli/__init__.py``: importing it from the library is an upward import)."""
     mods = modules()
-    # a package's __init__ is reached through its submodules, so only real modules count as edges
-    return {name: {t for t in imports_of(path, set(mods)) if not mods[t].name == "__init__.py"}
+    return {name: {t for t in imports_of(path, set(mods)) if mods[t].name != "__init__.py" or holds_code(mods[t])}
             for name, path in mods.items()}
 
 

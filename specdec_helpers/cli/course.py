@@ -12,7 +12,7 @@ from pathlib import Path
 
 from specdec_helpers.assignment.student import check as check_module
 from specdec_helpers.assignment.grading import grader as grader_module
-from specdec_helpers.assignment.grading import privilege
+from specdec_helpers.assignment.grading import packages, privilege
 from specdec_helpers.assignment.student import handin as handin_module
 from specdec_helpers.assignment.student.cells import read_notebook
 from specdec_helpers.assignment.student.check import run_check
@@ -166,10 +166,19 @@ def grade(argv=None) -> int:
         parser.error("--results is for one submission; a class's results go under --out")
     # --results (as Gradescope's run_autograder passes it) means one submission, whatever the folder holds
     one_class = classroom is not None and (args.is_class or (not args.results and classroom.is_class(args.submission)))
+    if args.results and not one_class and classroom is not None and classroom.is_class(args.submission):
+        print(f"note: {args.submission} looks like a class, but --results grades it as ONE submission (as Gradescope "
+              "does); to grade each student, leave out --results and give --out DIR", file=sys.stderr)
     args.results = args.results or "results.json"
     results_path = Path(args.results)
     if not one_class:
-        results_path.unlink(missing_ok=True)  # a stale results.json must never pass for this grading's
+        try:  # its folder now, not after minutes of grading (similarity.html goes beside it too)
+            results_path.parent.mkdir(parents=True, exist_ok=True)
+            results_path.unlink(missing_ok=True)  # a stale results.json must never pass for this grading's
+        except OSError as error:
+            print(f"grade: --results {args.results}: cannot write there ({error}); name a file in a folder you can "
+                  "write", file=sys.stderr)
+            return 2
     try:
         config = load_config(args.config, _pairs(args.points, "points"), _pairs(args.threshold, "threshold"), args.preset)
     except (OSError, ValueError) as error:  # a missing or invalid --config: one line, no traceback
@@ -191,11 +200,17 @@ def grade(argv=None) -> int:
         print(f"{note.name}: {note.feedback}")
     print(privilege.describe(), flush=True)
     print(f"hidden tests in world {seed} (grade --seed {seed} repeats them)", flush=True)
-    with privilege.student():  # every process of the student's is gone on the way out, before results.json
-        checks = unreadable + copies + ([] if args.no_nbval else run_nbval(paths, preset=config["performance"]["preset"]))
-        report = grade_sources(sources, config, reference_sources=reference_sources(),
-                               measure_fn=None if args.no_perf else measure_speed, hidden=not args.visible_only,
-                               source=str(args.submission), checks=checks, seed=seed)
+    try:
+        with privilege.student() as jail:  # every process of the student's is gone on the way out, before results.json
+            if not args.no_nbval:  # (the graded cells' child checks this too, but after nbval's minutes)
+                packages.verify(jail)
+            checks = unreadable + copies + ([] if args.no_nbval else run_nbval(paths, preset=config["performance"]["preset"]))
+            report = grade_sources(sources, config, reference_sources=reference_sources(),
+                                   measure_fn=None if args.no_perf else measure_speed, hidden=not args.visible_only,
+                                   source=str(args.submission), checks=checks, seed=seed)
+    except packages.PackagesDiffer as error:  # the grader's setup, not the student's code: grade nothing
+        print(f"grade: not graded: {error}", file=sys.stderr)
+        return 2
     print(report.table())
     if report.measurement.get("detail"):
         print("\nperformance:", json.dumps(report.measurement["detail"], indent=1))
@@ -231,6 +246,13 @@ def _grade_class(args, config: dict) -> int:
         print(f"grade --class: {folder} is not a folder of hand-ins", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else folder.resolve().with_name(folder.resolve().name + "-grades")
+    try:  # made (or refused) before the first student is graded
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "students").mkdir(exist_ok=True)
+    except OSError as error:
+        print(f"grade: --out {out}: cannot make the class's output folder there ({error}); name a folder you can "
+              "write", file=sys.stderr)
+        return 2
     passed = [flag for flag, on in (("--no-perf", args.no_perf), ("--no-nbval", args.no_nbval),
                                     ("--visible-only", args.visible_only)) if on]
     passed += ["--config", str(Path(args.config).resolve())] if args.config else []

@@ -7,6 +7,7 @@ Drafter) into a draft. The table of presets is `presets`, hub loading `hub`, the
 """
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,8 +35,18 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+DTYPE_NAMES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
 def default_dtype(device) -> torch.dtype:
-    """fp16 on a GPU (half the memory, tensor cores); fp32 on CPU, where fp16 matmuls are slow."""
+    """``$SPECDEC_DTYPE`` (fp32, fp16, bf16: e.g. the notebooks and the grader in another dtype, as selfcheck
+    --dtype runs them) when set; else fp16 on a GPU (half the memory, tensor cores) and fp32 on a CPU, where
+    fp16 matmuls are slow."""
+    name = os.environ.get("SPECDEC_DTYPE", "")
+    if name:
+        if name not in DTYPE_NAMES:
+            raise ValueError(f"SPECDEC_DTYPE={name!r}: choose one of {', '.join(DTYPE_NAMES)}, or unset it")
+        return DTYPE_NAMES[name]
     return torch.float16 if torch.device(device).type == "cuda" else torch.float32
 
 

@@ -2,13 +2,14 @@
 
 Sections (each can be skipped): greedy equality, sampling (chi-square), tree decoding, ours vs HF greedy
 and HF assisted generation with Leviathan's bound (`measure.device_checks`, on the chosen device and
-dtype); the notebooks' check cells run headless (`present.headless`; the notebooks pick their own device:
-CUDA and fp16 when there is a GPU); and the grader on the reference solution at the preset (on a GPU
-preset, with PA3's absolute bars). The result is a list of rows and one JSON file.
+dtype); the notebooks' check cells run headless (`present.headless`; the notebooks pick their own device,
+CUDA when there is a GPU, and ``--dtype``'s dtype, else fp16 on a GPU); and the grader on the reference
+solution at the preset in that dtype (on a GPU preset, with PA3's absolute bars). The result is a list of rows and one JSON file.
 """
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +65,18 @@ def plan(options: Options) -> list[tuple[str, str]]:
 
 
 def run(options: Options, progress=None) -> dict:
-    """Run the sections not skipped; returns the JSON-ready result (``passed``: no row FAILed)."""
+    """Run the sections not skipped; returns the JSON-ready result (``passed``: no row FAILed). A ``dtype``
+    other than auto reaches the notebooks' kernels and the grader's children too (``$SPECDEC_DTYPE``)."""
+    saved = os.environ.get("SPECDEC_DTYPE")
+    if options.dtype != "auto" and options.dtype in DTYPES:
+        os.environ["SPECDEC_DTYPE"] = options.dtype
+    try:
+        return _run(options, progress)
+    finally:
+        os.environ.pop("SPECDEC_DTYPE", None) if saved is None else os.environ.__setitem__("SPECDEC_DTYPE", saved)
+
+
+def _run(options: Options, progress=None) -> dict:
     unknown = set(options.skip) - set(SECTIONS)
     if unknown:
         raise ValueError(f"--skip {','.join(sorted(unknown))}: unknown section; choose from {', '.join(SECTIONS)}")

@@ -24,6 +24,7 @@ import torch
 from specdec_helpers.assignment.student import decoder as decoder_module
 from specdec_helpers.assignment.grading import world as world_module
 from specdec_helpers.assignment.grading.devices import DeviceWatch
+from specdec_helpers.assignment.grading.packages import mismatch
 from specdec_helpers.assignment.student.cells import load_functions
 from specdec_helpers.assignment.student.decoder import DecoderBase, build_decoder
 
@@ -238,6 +239,10 @@ def main(argv=None) -> int:
         answers.write(json.dumps(message) + "\n")
         answers.flush()
 
+    differ = mismatch()  # other torch/transformers/kit than the grader's: stop before grading wrong
+    if differ:
+        send({"packages": differ})
+        return 3
     real = poison()
     status, functions = {}, {}
     for part, source in sources.items():

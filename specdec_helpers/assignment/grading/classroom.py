@@ -8,7 +8,8 @@ run goes on. Then, in ``out``:
 
 - ``students/NAME/results.json`` (Gradescope's format; the class run adds the similarity flags under
   ``extra_data``) and ``students/NAME/grade.log`` (what grading printed);
-- ``gradebook.csv``: student, points per part, total, max, status, flags;
+- ``gradebook.csv``: student, points per part, total, max, status, flags (a row as soon as each student is
+  graded, with their results.json: an interrupted run keeps what it graded);
 - ``histogram.png``: the totals;
 - ``similarity.html`` / ``similarity.json``: near-copies among the graded cells (`similarity`),
   between students, with the reference and with the kit, side by side. Flags are for the instructor
@@ -223,7 +224,8 @@ def grade_class(folder, out, grade_args: list[str], *, jobs: int | None = None, 
         with tqdm(total=len(students), desc=f"grading ({jobs} at a time)", unit="student", disable=not progress) as bar:
             futures = [pool.submit(grade_one, s, out, grade_args, timeout, max_score, workers) for s in students]
             for future in as_completed(futures):
-                student = future.result()
+                student = future.result()  # its results.json is written; the gradebook gets its row now
+                write_gradebook([s for s in students if s.status], out / "gradebook.csv")
                 bar.set_postfix_str(f"{student.name}: {student.status}", refresh=False)
                 bar.update()
     except BaseException:  # Ctrl-C: no further student starts, the ones being graded are stopped and swept
@@ -233,10 +235,10 @@ def grade_class(folder, out, grade_args: list[str], *, jobs: int | None = None, 
     finally:
         pool.shutdown(wait=True)
         workers.close()
+    write_histogram(students, out / "histogram.png")
     if reference is not None:
         flag_copies(students, reference, out)
-    write_gradebook(students, out / "gradebook.csv")
-    write_histogram(students, out / "histogram.png")
+        write_gradebook(students, out / "gradebook.csv")  # again, with the flags
     return students
 
 

@@ -2,9 +2,12 @@
 the student's read-only view of the kit, bubblewrap's arguments, resource limits."""
 from __future__ import annotations
 
+import ast
 import contextlib
 import fcntl
+import functools
 import glob
+import importlib.util
 import os
 import pwd
 import re
@@ -20,12 +23,11 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2]  # specdec_helpers/
 ROOT = PACKAGE.parent
-#: Never in the student's view: the instructor's tools; nor grading/ (hidden tests, the grader) but for CHILD_NEEDS.
+#: Never in the student's view: the instructor's tools; nor grading/ (hidden tests, the grader) but for `needs`.
 HIDDEN_PARTS = ("assignment/authoring",)
-#: ... except what the child and the student's notebooks import from grading/.
-CHILD_NEEDS = ("__init__.py", "child.py", "devices.py", "world.py", "sandbox.py", "privilege.py", "isolation.py")
-#: ... and what the notebooks' check cells import (the visible tests: hidden ones are stripped, as in `release`).
-KERNEL_NEEDS = CHILD_NEEDS + ("grader.py", "suite.py", "suite_decode.py", "speed.py")
+#: Where the student's processes start: the graded cells' child; the notebooks' kernels, which may import any
+#: library module (the package, core/, models/, measure/, present/, assignment/student/) but no command (cli/).
+ROOTS = {"child": ("specdec_helpers.assignment.grading.child",), "kernel": ("library",)}
 
 
 def _student_user() -> str:
@@ -75,13 +77,58 @@ def bwrap_works() -> bool:
 _views: dict = {}
 
 
+def _module_file(name: str) -> Path | None:
+    rel = Path(*name.split(".")[1:])
+    for candidate in (PACKAGE / rel / "__init__.py", PACKAGE / rel.with_suffix(".py")) if rel.parts else ():
+        if candidate.is_file():
+            return candidate
+    return PACKAGE / "__init__.py" if not rel.parts else None
+
+
+def _imports(path: Path) -> set[str]:
+    """Every kit module ``path`` names in an import statement, at any depth (lazy imports included)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in found if name.split(".")[0] == "specdec_helpers"}
+
+
+@functools.lru_cache(maxsize=None)
+def needs(kind: str) -> tuple[str, ...]:
+    """The files of grading/ that the student's processes of ``kind`` import (`ROOTS`, then every kit module
+    they import, read from the sources): the only ones in their view. Derived, so a new module cannot be
+    forgotten (a kernel without one fails every notebook's set-up cell)."""
+    roots = list(ROOTS[kind])
+    if "library" in roots:
+        roots.remove("library")
+        for path in PACKAGE.rglob("*.py"):
+            name = ".".join(("specdec_helpers", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
+            if not name.startswith(("specdec_helpers.assignment.grading", "specdec_helpers.assignment.authoring",
+                                    "specdec_helpers.cli", "specdec_helpers.__main__")):
+                roots.append(name)
+    seen, todo = {}, roots
+    while todo:
+        name = todo.pop()
+        path = None if name in seen or ".assignment.authoring" in name else _module_file(name)
+        if path is None:
+            continue
+        seen[name] = path
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))] + sorted(_imports(path))
+    grading = PACKAGE / "assignment" / "grading"
+    return tuple(sorted({p.name for p in seen.values() if p.parent == grading}))
+
+
 def view(kind: str = "child") -> Path:
     """A read-only copy of the kit's package without the instructor's parts: what the student's processes
-    import (``child``: the graded cells' child, grading/ only `CHILD_NEEDS`; ``kernel``: the notebooks'
-    kernels, grading/ only `KERNEL_NEEDS` with the hidden tests stripped). Made once per grading process."""
+    import (``child``: the graded cells' child; ``kernel``: the notebooks' kernels, with the hidden tests
+    stripped); of grading/ only what they import (`needs`). Made once per grading process."""
     if kind in _views and _views[kind].is_dir():
         return _views[kind]
-    needs = CHILD_NEEDS if kind == "child" else KERNEL_NEEDS
+    wanted = needs(kind)
     folder = Path(tempfile.mkdtemp(prefix=f"specdec-{kind}-view-"))
 
     def ignore(directory, names):
@@ -91,12 +138,12 @@ def view(kind: str = "child") -> Path:
             path = f"{rel}/{name}".removeprefix("./")
             if path in HIDDEN_PARTS:
                 skip.add(name)
-            if rel == "assignment/grading" and name not in needs:
+            if rel == "assignment/grading" and name not in wanted:
                 skip.add(name)
         return skip
 
     shutil.copytree(PACKAGE, folder / "specdec_helpers", ignore=ignore)
-    from specdec_helpers.assignment.authoring.release import strip
+    from specdec_helpers.assignment.grading.editions import strip  # (shipped: the student kit's check makes views too)
 
     if kind != "child":
         for path in (folder / "specdec_helpers" / "assignment" / "grading").glob("*.py"):
@@ -151,9 +198,23 @@ def readable_by(path: Path, uid: int, gid: int) -> bool:
 # --------------------------------------------------------------------------- bubblewrap
 
 
+def package_dirs() -> list[Path]:
+    """The folders the grader imports torch and transformers from (its site-packages, or a user site, a
+    PYTHONPATH entry, a .pth's folder): shown to the student's processes and put on their path after the kit's
+    view, so that they import the grader's own packages (`packages` checks it)."""
+    found = set()
+    for name in ("torch", "transformers"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            folder = Path(spec.origin).resolve().parents[1]
+            if folder != ROOT:  # the kit's own checkout: its view stands in for it
+                found.add(folder)
+    return sorted(found)
+
+
 def python_roots() -> list[Path]:
     roots = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
-    roots |= {Path(p).resolve() for p in site.getsitepackages() if Path(p).is_dir()}
+    roots |= {Path(p).resolve() for p in site.getsitepackages() if Path(p).is_dir()} | set(package_dirs())
     cache = os.environ.get("SPECDEC_CACHE_DIR")
     if cache and Path(cache).is_dir():
         roots.add(Path(cache).resolve())

@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from specdec_helpers.assignment.grading import packages
 from specdec_helpers.assignment.grading.isolation import (  # noqa: F401 - USER, processes_of: for callers
     USER,
     apply_limits,
@@ -44,6 +45,7 @@ from specdec_helpers.assignment.grading.isolation import (  # noqa: F401 - USER,
     claim_user,
     ensure_user,
     namespace_members,
+    package_dirs,
     processes_of,
     readable_by,
     remove_files_of,
@@ -53,7 +55,7 @@ from specdec_helpers.assignment.grading.isolation import (  # noqa: F401 - USER,
 )
 
 SWITCH_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")  # what setpriv needs in bwrap to become the student
-PASS_ENV = ("SPECDEC_PRESET", "SPECDEC_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "LANG", "LC_ALL",
+PASS_ENV = ("SPECDEC_PRESET", "SPECDEC_DTYPE", "SPECDEC_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "LANG", "LC_ALL",
             "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM", "CUDA_VISIBLE_DEVICES",
             # where hub presets' models are: the student's user must be able to read that folder (bubblewrap
             # does not show it yet: grading a hub preset in bubblewrap needs it bound, see the README)
@@ -152,15 +154,19 @@ class Jail:
     # -- starting
     def env(self, extra: dict | None = None, kind: str = "child") -> dict:
         base = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
+        kit = None  # where the child finds the kit: the grader's own, or (sandboxed) the student's view of it
         if not self.trusted and (self.user_layer or self.bwrap_layer):
             base |= {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(self.scratch),
-                     "TMPDIR": str(self.scratch), "PYTHONPATH": str(view(kind)), "PYTHONDONTWRITEBYTECODE": "1",
+                     "TMPDIR": str(self.scratch), "PYTHONDONTWRITEBYTECODE": "1",
+                     "PYTHONPATH": os.pathsep.join(map(str, [view(kind), *package_dirs()])),
                      "MPLCONFIGDIR": str(self.scratch / ".matplotlib"), "USER": self.name, "LOGNAME": self.name}
             if os.environ.get("SPECDEC_CACHE_DIR"):
                 base["SPECDEC_CACHE_DIR"] = os.environ["SPECDEC_CACHE_DIR"]
+            kit = str(view(kind) / "specdec_helpers")
         else:
             # no sandbox (or the reference): its temporary files still go where close() removes them
             base = {**os.environ, "TMPDIR": str(self.scratch)}
+        base[packages.ENV] = packages.expected(kit)  # the child checks it imports what the grader does
         return {**base, **(extra or {})}
 
     @property
@@ -193,6 +199,11 @@ class Jail:
             if not readable_by(path, self.user.pw_uid, self.user.pw_gid):
                 raise RuntimeError(f"the user {self.user.pw_name} that runs student code cannot run {path} (a folder "
                                    "on its path is private): use a Python all users can run, or install bubblewrap")
+            hidden = [str(p) for p in package_dirs() if not readable_by(p, self.user.pw_uid, self.user.pw_gid)]
+            if hidden:
+                raise RuntimeError(f"the user {self.user.pw_name} that runs student code cannot read the grader's "
+                                   f"packages in {', '.join(hidden)} (a folder on the way is private): install them "
+                                   "where all users can read them, or install bubblewrap")
 
     def popen(self, argv: list[str], env: dict | None = None, **kwargs) -> subprocess.Popen:
         self.runnable(argv[0])

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from specdec_helpers.assignment.grading import privilege
 from specdec_helpers.assignment.grading.child import decode, error_answer
+from specdec_helpers.assignment.grading.packages import PackagesDiffer
 
 
 class ChildFailed(Exception):
@@ -90,6 +91,9 @@ class Child:
         except BaseException:  # no caller gets a child to close: free its jail (user, lock, folder) here
             self.close()
             raise
+        if "packages" in first:  # the grader's own setup is wrong, not the student's code: stop grading
+            self.close()
+            raise PackagesDiffer(first["packages"])
         self.ready = first.get("ready", {})
 
     # -- process control

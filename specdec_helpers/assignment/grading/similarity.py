@@ -32,7 +32,7 @@ import numpy as np
 from copydetect import CodeFingerprint, compare_files
 from copydetect.utils import get_copied_slices, highlight_overlap
 
-from specdec_helpers.assignment.authoring.release import strip
+from specdec_helpers.assignment.grading.editions import strip
 
 PACKAGE = Path(__file__).resolve().parents[2]
 #: Kit code a graded cell could be copied from (paths inside the package; absent ones are skipped).

@@ -8,6 +8,7 @@ student's `privilege.Jail`.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import shutil
@@ -155,6 +156,7 @@ def _run_nbval(paths: list[Path], instructor_dir, timeout: float, preset: str, w
         p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p), "JUPYTER_PATH": str(work / "jupyter")}
     results = []
     try:
+        _beside_the_kernels(copies, jail)
         kernel = jail.kernel_spec(work / "jupyter", kernel_env)
         for copy, nb in copies:
             junit = work / (copy.stem + ".xml")
@@ -173,6 +175,19 @@ def _run_nbval(paths: list[Path], instructor_dir, timeout: float, preset: str, w
         if own:
             jail.close()
     return results
+
+
+def _beside_the_kernels(copies, jail) -> None:
+    """The notebooks in the kernels' working folder (the jail's scratch), as they sit side by side in the
+    student's: a check that reads an earlier notebook's part (`cells.earlier_parts`) finds it in the sandbox.
+    Never through a link the student's code may have left there: removed, then created anew."""
+    for copy, _ in copies:
+        target = jail.scratch / copy.name
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(target)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as out:
+            out.write(copy.read_bytes())
 
 
 def _verdict(report: str) -> str:
