@@ -155,7 +155,9 @@ def test_one_submission_is_still_graded_alone_and_flagged(tmp_path):
 @pytest.mark.slow
 def test_one_worker_grades_students_one_after_another(tmp_path):
     """A worker imports the grader once and forks a grading per student (`grade_worker`); it ends with its input."""
-    workers = classroom.Workers()
+    from specdec_helpers.cli.course import WORKER
+
+    workers = classroom.Workers(WORKER)
     try:
         for name in ("ana", "ben"):
             folder = handins.write_handin(tmp_path / name, None, notebooks=handins.GRADED_NOTEBOOKS[:1])

@@ -240,6 +240,10 @@ def _flag_copies(sources: dict, results_path: Path) -> list[str]:
     return [f"{m.part}≈{m.other} {m.similarity:.2f}" for m in matches]
 
 
+#: A class's grading worker (`specdec_helpers/cli/worker.py`): it runs `grade` for each student, forked.
+WORKER = [sys.executable, "-m", "specdec_helpers.cli.worker"]
+
+
 def _grade_class(args, config: dict) -> int:
     folder = Path(args.submission)
     if not folder.is_dir():
@@ -261,7 +265,7 @@ def _grade_class(args, config: dict) -> int:
     passed += [x for p in args.points or [] for x in ("--points", p)]
     passed += [x for t in args.threshold or [] for x in ("--threshold", t)]
     try:
-        students = classroom.grade_class(folder, out, passed, jobs=args.jobs, timeout=args.timeout,
+        students = classroom.grade_class(folder, out, passed, worker=WORKER, jobs=args.jobs, timeout=args.timeout,
                                          reference=None if args.no_similarity else reference_sources(),
                                          max_score=_max_score(config))
     except ValueError as error:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specdec_helpers.assignment.grading import similarity
-from specdec_helpers.assignment.grading import contain, grade_worker
+from specdec_helpers.assignment.grading import contain
 from specdec_helpers.assignment.grading.grader import LABELS
 from specdec_helpers.assignment.grading.submission import SubmissionError, graded_parts, notebooks_in, readable
 
@@ -94,8 +94,8 @@ LOST = -2  # the worker died or answered nonsense before the student's grading e
 class Workers:
     """The grading workers (`grade_worker`), started on first use: at most one per thread grading at a time."""
 
-    def __init__(self, command: list[str] | None = None):
-        self.command = command or [sys.executable, "-m", grade_worker.__name__]
+    def __init__(self, command: list[str]):
+        self.command = command  # the worker's command line (cli's: it runs ``grade``)
         self.idle: queue.SimpleQueue = queue.SimpleQueue()
         self.started: list[subprocess.Popen] = []
         self.closed = False
@@ -207,9 +207,11 @@ def graded_sources(student: Student) -> dict[str, str]:
         return {}
 
 
-def grade_class(folder, out, grade_args: list[str], *, jobs: int | None = None, timeout: float = 1200,
-                reference: dict | None = None, max_score: float = 0.0, progress: bool = True) -> list[Student]:
-    """Grade every student of ``folder`` into ``out``; returns the students with their results and flags."""
+def grade_class(folder, out, grade_args: list[str], *, worker: list[str], jobs: int | None = None,
+                timeout: float = 1200, reference: dict | None = None, max_score: float = 0.0,
+                progress: bool = True) -> list[Student]:
+    """Grade every student of ``folder`` into ``out`` with workers started as ``worker`` (a command line: the
+    command-line layer's, which runs ``grade``); returns the students with their results and flags."""
     from tqdm.auto import tqdm
 
     out = Path(out)
@@ -218,7 +220,7 @@ def grade_class(folder, out, grade_args: list[str], *, jobs: int | None = None, 
     if not students:
         raise ValueError(f"{folder}: no student hand-ins (a zip or a folder per student) found")
     jobs = jobs or os.cpu_count() or 1
-    workers = Workers()
+    workers = Workers(worker)
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
         with tqdm(total=len(students), desc=f"grading ({jobs} at a time)", unit="student", disable=not progress) as bar:

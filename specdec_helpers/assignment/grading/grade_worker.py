@@ -1,5 +1,6 @@
-"""A class's grading worker: ``python -m specdec_helpers.assignment.grading.grade_worker`` (`classroom` starts
-one per job slot).
+"""A class's grading worker: `classroom` starts one per job slot, as ``python -m specdec_helpers.cli.worker``
+(the command line's entry point: grading a student is running ``grade``, a command, and this library module
+imports no command).
 
 A grading process spent ~12 s of CPU importing torch, transformers and the grader before it graded anything
 (about half of one student's CPU on the 2-core machine); a class paid that once per student. A worker imports
@@ -22,19 +23,19 @@ import signal
 import sys
 import tempfile
 import traceback
+from typing import Callable
 
 from specdec_helpers.assignment.grading import contain
 
 
 def preload() -> None:
-    """What every grading imports: the command line, the grader, and the toy pair's model family."""
+    """What every grading imports: the grader and the toy pair's model family (the caller brings the command)."""
     import transformers.models.gpt_neox.modeling_gpt_neox  # noqa: F401
 
-    import specdec_helpers.cli  # noqa: F401
     from specdec_helpers.assignment.grading import grader  # noqa: F401
 
 
-def _graded_here(argv: list[str], log: str) -> None:
+def _graded_here(run: Callable[[list[str]], int], argv: list[str], log: str) -> None:
     """In the forked process (the worker's process group: killing that group ends both): output to ``log``,
     then ``grade`` as on the command line."""
     code = 1
@@ -45,9 +46,7 @@ def _graded_here(argv: list[str], log: str) -> None:
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         os.dup2(out, 1)
         os.dup2(out, 2)
-        from specdec_helpers import cli
-
-        code = cli.main(["grade", *argv])
+        code = run(argv)
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
     except BaseException:  # noqa: BLE001 - whatever happens, this process ends here, with the reason in the log
@@ -61,7 +60,7 @@ def _graded_here(argv: list[str], log: str) -> None:
         os._exit(code)
 
 
-def grade(argv: list[str], log: str, timeout: float) -> int:
+def grade(run: Callable[[list[str]], int], argv: list[str], log: str, timeout: float) -> int:
     """Grade one student in a forked process within ``timeout`` seconds; then sweep what it left and delete
     its temporary folder (the kit views and scratch it made there: a grading killed at its time limit never
     reaches its own clean-up)."""
@@ -73,7 +72,7 @@ def grade(argv: list[str], log: str, timeout: float) -> int:
     if pid == 0:
         tempfile.tempdir = folder
         os.environ["TMPDIR"] = folder
-        _graded_here(argv, log)
+        _graded_here(run, argv, log)
     try:
         return contain.supervise(pid, timeout, say=lambda line: _note(log, line))
     finally:
@@ -85,21 +84,18 @@ def _note(log: str, line: str) -> None:
         print(line, file=file)
 
 
-def main() -> int:
+def main(run: Callable[[list[str]], int]) -> int:
+    """Serve jobs from stdin until it ends; ``run(argv)`` grades one student (``grade``'s arguments)."""
     contain.become_subreaper()
     contain.on_stop_sweep()
     try:
         preload()
         for line in sys.stdin:
             job = json.loads(line)
-            status = grade(list(job["argv"]), str(job["log"]), float(job["timeout"]))
+            status = grade(run, list(job["argv"]), str(job["log"]), float(job["timeout"]))
             print(json.dumps({"status": status}), flush=True)
     except KeyboardInterrupt:  # stopped at any point, even between a fork and its supervision
         return 130
     finally:
         contain.kill_descendants()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
