@@ -92,22 +92,24 @@ def _chain(target, draft, decoder, k: int):
 
 def compare_tree_chain_sampling(target, draft=None, prompts=(), *, tree=DEFAULT_TREE, temperature: float = 0.8,
                                 top_k: int | None = None, top_p: float | None = None, max_new_tokens: int = 64,
-                                seed: int = 0, show: bool = True) -> list[dict]:
+                                seed: int = 0, show: bool = True, score=None) -> list[dict]:
     """Sampling: chains vs trees (both rules of `core.tree_sampling`), in tokens per target call.
 
     The same chains as `compare_tree_chain` (as deep as the tree; with its node budget), each run once per
     prompt with its own seeded generator. Every method samples the target's own distribution, so the
     texts differ; what is compared is how many tokens a target pass yields. ``ratio`` is tokens per
     call over the depth-matched chain's. Read it from one run: sampling makes it noisy on few prompts.
+    ``score``: the chains' scoring pass (`speculative_decode`'s ``score=``; the student edition has none of its own:
+    ``nb.your_scoring(decoder)``). Without one, a chain the kit refuses is left out, with a note.
     """
     target, draft, ids, widths = _inputs(target, draft, prompts, tree)
     depth, budget = len(widths), sum(widths)
     warp = dict(temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens)
     methods = {
         f"chain k={depth}": lambda x, g: speculative_decode(target, draft, x, num_speculative_tokens=depth,
-                                                            generator=g, **warp),
+                                                            generator=g, score=score, **warp),
         f"chain k={budget}": lambda x, g: speculative_decode(target, draft, x, num_speculative_tokens=budget,
-                                                             generator=g, **warp),
+                                                             generator=g, score=score, **warp),
     }
     for rule in ("specinfer", "sequoia"):
         methods[f"tree {list(widths)} {rule}"] = (
@@ -116,10 +118,15 @@ def compare_tree_chain_sampling(target, draft=None, prompts=(), *, tree=DEFAULT_
     rows = []
     for name, run in methods.items():
         new = calls = accepted = proposed = 0
-        for i, x in enumerate(ids):
-            stats = run(x, torch.Generator(device=x.device).manual_seed(seed + i)).stats
-            new, calls = new + stats.new_tokens, calls + stats.target_calls
-            accepted, proposed = accepted + stats.accepted, proposed + stats.proposed
+        try:
+            for i, x in enumerate(ids):
+                stats = run(x, torch.Generator(device=x.device).manual_seed(seed + i)).stats
+                new, calls = new + stats.new_tokens, calls + stats.target_calls
+                accepted, proposed = accepted + stats.accepted, proposed + stats.proposed
+        except StudentEditionError:
+            print(f"{name} left out: the student edition of the kit has no scoring pass of its own (that is your "
+                  "notebook 03); pass score=nb.your_scoring(decoder) to run the chains on yours.")
+            continue
         rows.append(dict(method=name, tokens_per_target_call=new / calls if calls else 0.0,
                          nodes_per_target_call=proposed / calls if calls else 0.0,
                          accepted_per_target_call=accepted / calls if calls else 0.0))

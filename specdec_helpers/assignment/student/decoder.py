@@ -169,7 +169,7 @@ def missing_part(name: str):
 from specdec_helpers.core.cache import crop_cache, new_cache  # noqa: E402 - the stand-ins' imports
 from specdec_helpers.core.decode import speculative_decode as _kit_decode  # noqa: E402
 from specdec_helpers.core.drafters import ModelDrafter  # noqa: E402
-from specdec_helpers.core.verify import accept_greedy, score_draft  # noqa: E402
+from specdec_helpers.core import verify as _verify  # noqa: E402 - looked up per call, so the grader's guards see it
 
 
 def _load(self, model_name: str, role: str):
@@ -202,13 +202,13 @@ def standin_generate_draft_tokens(self, input_ids, attention_mask=None, num_spec
 
 
 def standin_accept_draft(self, target_logits, draft_tokens):
-    result = accept_greedy(target_logits, draft_tokens.reshape(-1))
+    result = _verify.accept_greedy(target_logits, draft_tokens.reshape(-1))
     return result.tokens.tolist(), result.num_accepted
 
 
 @torch.inference_mode()
 def standin_verify_tokens_vectorized(self, input_ids, draft_tokens, attention_mask=None):
-    result = accept_greedy(score_draft(self.target_model, input_ids, draft_tokens), draft_tokens.reshape(-1))
+    result = _verify.accept_greedy(_verify.score_draft(self.target_model, input_ids, draft_tokens), draft_tokens.reshape(-1))
     return result.tokens.tolist(), result.num_accepted
 
 
@@ -216,8 +216,8 @@ def standin_verify_tokens_vectorized(self, input_ids, draft_tokens, attention_ma
 def standin_verify_tokens_cached(self, input_ids, draft_tokens, attention_mask=None):
     if self.target_cache is None:
         self.target_cache = new_cache(self.target_model)
-    logits = score_draft(self.target_model, input_ids, draft_tokens, self.target_cache)
-    result = accept_greedy(logits, draft_tokens.reshape(-1))
+    logits = _verify.score_draft(self.target_model, input_ids, draft_tokens, self.target_cache)
+    result = _verify.accept_greedy(logits, draft_tokens.reshape(-1))
     crop_cache(self.target_cache, input_ids.shape[1] + result.num_accepted)
     return result.tokens.tolist(), result.num_accepted
 
