@@ -4,9 +4,9 @@ fp32 fails here, on a machine without a GPU.
 
 ``SPECDEC_DTYPE=fp16`` makes `load_pair` (and so every notebook's pair) load the toy models in half precision;
 each notebook runs in a pytest child of its own, as the README's nbval run does, with that variable set. All
-eight run: in fp16 on the shared 2-core machine they took 10-26 s each, 135 s together (2026-11-27, load 3.3;
-the fp32 run of the same notebooks is `tests/test_notebooks.py`'s job and nbval's over ``notebooks/``), which
-adds about a minute to CI's two workers, well inside its budget; so no subset is needed. A notebook that cannot
+eight run, no subset: in fp16 on the shared 2-core machine they took 10-28 s each, 135 s one after another and
+167 s as this file (beside another test run), 2026-11-26 at load 3.2 (benchmarks/RESULTS.md). The file stays on
+one xdist worker, so it adds at most about 3 minutes to CI's wall time (12 min, budget 20), within the 4 it may. A notebook that cannot
 run (no nbval, no kernel, a cell that fails or is skipped) fails its test: nothing here skips.
 """
 from __future__ import annotations
