@@ -26,7 +26,6 @@ from specdec_helpers.core.tree import (
 from specdec_helpers.core.verify import (
     VerifyResult,
     accept_sampled,
-    score_draft,
     verify_tokens_vectorized,
 )
 from specdec_helpers.measure.batching import batch_costs, batch_sweep, predicted_batch_speedup
@@ -50,5 +49,5 @@ __all__ = [
     "benchmark", "expected_speedup", "expected_tokens_per_step", "measure_forward_cost", "run_sweep",
     "DecodeOutput", "DecodeStats", "KSchedule", "Drafter", "HybridDrafter", "TokenTree", "TreeStep",
     "TreeUnsupportedError", "check_tree_support", "compare_tree_chain", "tree_speculative_decode", "ModelDrafter", "PromptLookupDrafter", "Proposal", "Sampler",
-    "Step", "accept_sampled", "VerifyResult", "greedy_decode", "score_draft", "speculative_decode", "verify_tokens_vectorized",
+    "Step", "accept_sampled", "VerifyResult", "greedy_decode", "speculative_decode", "verify_tokens_vectorized",
 ]

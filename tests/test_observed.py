@@ -219,3 +219,33 @@ def test_the_notebooks_trace_is_observed_decode_and_your_drafter_follows_the_pro
     out = speculative_decode(pair.target, drafter, PROMPT, max_new_tokens=12, num_speculative_tokens=3)
     assert decoder.draft_cache is None  # update(0): a new text
     assert torch.equal(out.sequences, hf_greedy(pair.target, PROMPT, 12)) and out.stats.accepted > 0
+
+
+class RowsDecoder(PA3Decoder):
+    """PA3's shape of verification: ``verify_tokens_vectorized`` hands its rows of logits to ``accept_draft``."""
+
+    def accept_draft(self, target_logits, draft_tokens):
+        result = accept_greedy(target_logits, draft_tokens.reshape(-1))
+        return result.tokens.tolist(), result.num_accepted
+
+    @torch.inference_mode()
+    def verify_tokens_vectorized(self, input_ids, draft_tokens, attention_mask=None):
+        return self.accept_draft(score_draft(self.target_model, input_ids, draft_tokens), draft_tokens)
+
+
+def test_sampling_on_a_decoders_scoring_pass_is_the_kits_sampling(pair):
+    """`speculative_decode(score=decoder_scoring(decoder))` (notebook 06 on the student's scoring from 03) samples
+    exactly what the kit's own scoring pass samples; a verify that hands accept_draft no rows is named."""
+    import specdec_helpers as sd
+    from specdec_helpers.measure.observed import decoder_scoring
+
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    kw = dict(max_new_tokens=12, num_speculative_tokens=3, temperature=1.0, use_cache=False)
+    score = decoder_scoring(RowsDecoder(pair.target, pair.draft))
+    kit = sd.speculative_decode(pair.target, pair.draft, ids, generator=torch.Generator().manual_seed(0), **kw)
+    ours = sd.speculative_decode(pair.target, pair.draft, ids, generator=torch.Generator().manual_seed(0), score=score, **kw)
+    assert torch.equal(kit.sequences, ours.sequences) and kit.stats.accepted == ours.stats.accepted
+    with pytest.raises(ValueError, match=r"k \+ 1 = 4 rows of logits.*0 calls"):
+        decoder_scoring(PA3Decoder(pair.target, pair.draft))(pair.target, ids, torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="one prompt"):
+        sd.speculative_decode(pair.target, pair.draft, [ids[0], ids[0]], score=score, **kw)

@@ -214,8 +214,8 @@ def test_specdec_dtype_sets_what_load_pair_picks_and_a_bad_one_is_named(monkeypa
 
     monkeypatch.setenv("SPECDEC_DTYPE", "bf16")
     assert default_dtype("cpu") == torch.bfloat16
-    monkeypatch.setenv("SPECDEC_DTYPE", "half")
-    with pytest.raises(ValueError, match="SPECDEC_DTYPE='half': choose one of fp32, fp16, bf16"):
+    monkeypatch.setenv("SPECDEC_DTYPE", "fp8")
+    with pytest.raises(ValueError, match="SPECDEC_DTYPE='fp8' is not a dtype the kit knows: use one of fp32, fp16, bf16"):
         default_dtype("cpu")
     monkeypatch.delenv("SPECDEC_DTYPE")
     assert default_dtype("cpu") == torch.float32

@@ -25,12 +25,12 @@ GRADED_LINES = [
     "crop_cache(cache, length + result.num_accepted)",
     "crop_cache(self.cache, n_kept)",
     "crop_cache(self.target_cache, input_ids.shape[1] + result.num_accepted)",
-    "cache = new_cache(target) if use_cache else None",
+    "cache = new_cache(target) if use_cache and score is None else None",
     "return speculative_decode(target, _NoDraft()",
     "standin_verify_tokens_cached",
     "standin_generate_draft_tokens",
     "_kit_decode",
-    "accept_greedy(score_draft(",
+    "accept_greedy(_verify.score_draft(",
     "inspect.getsource(ModelDrafter",
 ]
 
@@ -58,6 +58,24 @@ def test_no_graded_implementation_survives_in_the_text(kit):
     # ...and the instructor edition does hold them (the search looks for something real).
     instructor = "\n".join(p.read_text() for p in (release.ROOT / "specdec_helpers").rglob("*.py"))
     assert [line for line in GRADED_LINES if line in instructor and "getsource" not in line] == GRADED_LINES[:-1]
+
+
+def test_the_release_scan_finds_no_scoring_pass(kit, tmp_path):
+    """Issue 34: the kit holds no implementation of notebook 03's off-by-one scoring pass (the target's logits cut to
+    the k + 1 rows that judge a draft), under any name or alias. The scan finds the instructor's own (`score_draft`)
+    and one planted under another name, so it looks for something real."""
+    found = [place for path in sorted((kit / "specdec_helpers").rglob("*.py"))
+             for place in release.scoring_passes(path.read_text(), path.relative_to(kit).as_posix())]
+    assert not found, found
+    instructor = release.scoring_passes((release.ROOT / "specdec_helpers/core/verify.py").read_text(), "verify.py")
+    assert instructor and "-(k + 1)" in instructor[0]
+    planted = tmp_path / "kit" / "specdec_helpers" / "measure" / "helpers.py"
+    planted.parent.mkdir(parents=True)
+    planted.write_text("def rows_for(model, ids, draft):\n"
+                       "    n = ids.shape[1]\n"
+                       "    return model(ids).logits[0][n - 1 : n + draft.numel()]\n")
+    with pytest.raises(release.ReleaseError, match="a scoring pass is in the kit: specdec_helpers/measure/helpers.py:3"):
+        release.verify(tmp_path / "kit", {})
 
 
 def test_every_instructor_only_region_is_gone(kit):
@@ -114,9 +132,23 @@ def test_the_released_package_refuses_greedy_and_names_the_notebook(kit):
                 raise SystemExit("a greedy building block ran in the student edition")
             except StudentEditionError as error:
                 assert "notebook 0" in str(error)
-        # Sampling still works; greedy decoding is Hugging Face's generate.
+        # No scoring pass of the kit's own (notebook 03's heart), under any name: sampling needs the student's.
+        import specdec_helpers.core.decode as decode_module, specdec_helpers.core.verify as verify_module
+        assert not hasattr(sd, "score_draft") and not hasattr(decode_module, "score_draft")
+        for call in (lambda: verify_module.score_draft(target, ids, torch.tensor([1, 2])),
+                     lambda: sd.speculative_decode(target, draft, ids, max_new_tokens=8, temperature=1.0)):
+            try:
+                call()
+                raise SystemExit("the kit scored a draft in the student edition")
+            except StudentEditionError as error:
+                assert "notebook 03" in str(error) and "score=nb.your_scoring(decoder)" in str(error), error
+        def my_scoring(target, input_ids, draft_tokens):  # what a student writes in notebook 03
+            start, k = input_ids.shape[1], draft_tokens.numel()
+            logits = target(torch.cat([input_ids, draft_tokens.view(1, -1)], dim=1)).logits[0]
+            return logits[start - 1 : start + k]
+        # Sampling works on the student's scoring pass; greedy decoding is Hugging Face's generate.
         out = sd.speculative_decode(target, draft, ids, max_new_tokens=8, temperature=1.0,
-                                    generator=torch.Generator().manual_seed(0))
+                                    generator=torch.Generator().manual_seed(0), score=my_scoring)
         assert out.sequences.shape == (1, 12) and out.stats.target_calls >= 2
         hf = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=8,
                              pad_token_id=0)
@@ -252,7 +284,7 @@ def test_the_released_measures_leave_out_what_the_kit_refuses(kit):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["02_draft_generation", "03_vectorized_verification", "04_kv_cached_verification",
-                                  "07_tree_speculation", "08_serving_batches_and_trees"])
+                                  "06_speculative_sampling", "07_tree_speculation", "08_serving_batches_and_trees"])
 def test_released_notebooks_run_on_the_students_decoder(kit, name, tmp_path):
     """A student who finished notebooks 01-04 (here: the instructor's copies) and this notebook's exercises
     runs the released notebook top to bottom without an error: its checks pass in the student kit (which
@@ -281,8 +313,9 @@ def test_released_notebooks_run_on_the_students_decoder(kit, name, tmp_path):
         for key, value in old.items():
             os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
     text = "\n".join(str(o.get("text", "")) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-    assert "❌" not in text and "StudentEditionError" not in text, text[-3000:]
-    if name < "05":
+    assert "❌" not in text and "StudentEditionError" not in text and "left out: the student edition of the kit has no " \
+        "scoring pass" not in text, text[-3000:]
+    if name < "07":
         return
     assert "decode  (04): yours" in text and "chain k=5 " in text and "chain k=9 " in text, text[-3000:]
     if name.startswith("08"):

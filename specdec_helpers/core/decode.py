@@ -10,6 +10,7 @@ from torch.profiler import (
 )
 
 from specdec_helpers.core import checks
+from specdec_helpers.core import verify as verification  # `verification.score_draft`, looked up per call: no alias here
 from specdec_helpers.core.adaptive import KSchedule, as_schedule
 from specdec_helpers.core.batch import batch_speculative_decode, is_batch
 from specdec_helpers.core.cache import crop_cache, new_cache
@@ -18,7 +19,7 @@ from specdec_helpers.core.drafters import Drafter, Proposal, as_drafter, exclusi
 from specdec_helpers.core.rounds import DecodeOutput, DecodeStats, Step, Text, cut_at_eos
 from specdec_helpers.core.sampling import Sampler
 from specdec_helpers.core.timing import sync_device
-from specdec_helpers.core.verify import score_draft, verify
+from specdec_helpers.core.verify import verify
 
 
 STUDENT_MIN_TEMPERATURE = checks.STUDENT_MIN_TEMPERATURE
@@ -53,6 +54,7 @@ def speculative_decode(
     generator: torch.Generator | None = None,
     compile: bool = False,
     attention_mask=None,
+    score=None,
 ) -> DecodeOutput:
     """Generate with ``draft`` proposing and ``target`` verifying; output is the target's own.
 
@@ -66,12 +68,19 @@ def speculative_decode(
     (``perf --compile``; what it gave here is in benchmarks/RESULTS.md).
     The student edition (``release``) refuses greedy and near-greedy use, and verifies without a cache:
     greedy speculative decoding is what the students write in notebooks 02-04.
+    ``score``: the target's scoring pass, ``score(target, input_ids [1, L], draft_tokens [k]) -> logits [k + 1, vocab]``
+    (row ``j`` judges draft token ``j``, row ``k`` gives the bonus), in place of the kit's `verify.score_draft`; it
+    reads no cache, so the target re-reads the text each round. The student edition has no scoring pass of its
+    own: there sampling needs the student's, ``score=nb.your_scoring(decoder)`` (notebook 06).
     Every prompt token is read, pad tokens too: ``generate(ids)`` without an attention mask masks pads
     out, so pass prompts without padding (`ModelPair.encode` refuses text that encodes to a pad token).
     A batch (``[B, L]`` ids with B > 1, a list of prompts, or any ``attention_mask``) goes to
     `batch.batch_speculative_decode` and returns a `batch.BatchDecodeOutput`.
     """
     if is_batch(input_ids, attention_mask):
+        if score is not None:
+            raise ValueError("score= (a scoring pass of your own) decodes one prompt at a time; pass one [1, L] prompt, "
+                             "or leave score out for a batch")
         return batch_speculative_decode(
             target, None if isinstance(draft, _NoDraft) else draft, input_ids, attention_mask,
             max_new_tokens=max_new_tokens, num_speculative_tokens=num_speculative_tokens, temperature=temperature,
@@ -92,8 +101,13 @@ def speculative_decode(
     checks.check_draft_model(drafter.model, input_ids, max_new_tokens)
     if compile:
         checks.check_compilable(use_cache, drafter)
+    if score is not None and (compile or drafter.needs_target_features or not callable(score)):
+        raise ValueError("score= must be a function score(target, input_ids, draft_tokens) -> logits [k + 1, vocab]; it "
+                         "reads no cache and returns no target features, so use it without compile=True and with a draft "
+                         "that needs none (not 'eagle')")
     with exclusive(drafter):  # stateful: one decode at a time per drafter (see `exclusive`)
-        return _decode_loop(target, drafter, input_ids, max_new_tokens, schedule, sampler, eos, use_cache, compile)
+        return _decode_loop(target, drafter, input_ids, max_new_tokens, schedule, sampler, eos, use_cache, compile,
+                            score)
 
 
 def greedy_decode(target, input_ids, *, max_new_tokens: int = 100, eos_token_id=None, use_cache: bool = True,
@@ -128,14 +142,14 @@ def generate_greedy(target, input_ids, *, max_new_tokens: int = 100, eos_token_i
 
 
 def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: KSchedule, sampler, eos, use_cache,
-                 compile=False):
+                 compile=False, score=None):
     """The rounds, written out: draft, one target pass, verify, append, roll both back to the kept text."""
     ### BEGIN INSTRUCTOR ONLY
     if compile:  # the same loop, with the target's compiled forward over a static cache
         target = compiled_forward(target)
         cache = target.new_cache(input_ids.shape[1] + max_new_tokens)
     else:
-        cache = new_cache(target) if use_cache else None
+        cache = new_cache(target) if use_cache and score is None else None  # a caller's score= reads no cache
     ### STUDENT EDITION
     # cache = None  # no cached verification here (notebook 04's exercise): the target re-reads the text
     ### END INSTRUCTOR ONLY
@@ -148,10 +162,12 @@ def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: 
         with record_function("specdec::draft"):
             proposal = drafter.propose(context, min(schedule.current, text.room), sampler)
         with record_function("specdec::target_forward"):  # the positions the cache lacks, then the draft
-            if drafter.needs_target_features:  # e.g. `eagle`: it reads what the target computed
-                logits, features = score_draft(target, context, proposal.tokens, cache, features=True)
+            if score is not None:  # the caller's own scoring pass (the student's, from notebook 03)
+                logits, features = score(target, context, proposal.tokens), None
+            elif drafter.needs_target_features:  # e.g. `eagle`: it reads what the target computed
+                logits, features = verification.score_draft(target, context, proposal.tokens, cache, features=True)
             else:
-                logits, features = score_draft(target, context, proposal.tokens, cache), None
+                logits, features = verification.score_draft(target, context, proposal.tokens, cache), None
         with record_function("specdec::accept"):
             result = verify(logits, proposal.tokens, proposal.probs, sampler)
             emitted = text.append(result.tokens, result.token_list)

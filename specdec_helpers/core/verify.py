@@ -6,7 +6,9 @@ target's opinion about it is in the logits at position ``start - 1 + j``, never 
 Comparing with ``start + j`` checks each draft token against the target's guess for the *next*
 token, and acceptance collapses to about 1/vocabulary (PA3 students saw ~1/k).
 In the chain loops `score_draft` is the only function that does this indexing (the tree and batch loops,
-`core/token_tree.py` and `core/batch.py`, index their own layouts).
+`core/token_tree.py` and `core/batch.py`, index their own layouts). It is the heart of notebook 03, so the
+student edition holds none (``release`` scans for one): there `speculative_decode(..., score=...)` samples with
+the student's own scoring pass (notebook 06: ``nb.your_scoring(decoder)``).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import torch
 
 from specdec_helpers.core.cache import cache_kwargs, cache_length
 from specdec_helpers.core.checks import (  # checks imports nothing from here
+    StudentEditionError,  # noqa: F401 - raised by the student edition's score_draft
     check_input_ids,
     student_edition,  # noqa: F401 - raised by the student edition (`release` keeps only its STUDENT EDITION parts)
 )
@@ -31,6 +34,7 @@ def score_draft(target, input_ids: torch.Tensor, draft_tokens: torch.Tensor, cac
     ``features=True`` returns ``(logits, hidden)`` instead: the target's last hidden states of every
     fed position ``[1, fed, H]`` (the last ``fed`` positions of text + draft), for drafts that read them.
     """
+    ### BEGIN INSTRUCTOR ONLY
     k = draft_tokens.numel()
     fed = input_ids[:, cache_length(cache):]
     if k:
@@ -40,6 +44,13 @@ def score_draft(target, input_ids: torch.Tensor, draft_tokens: torch.Tensor, cac
                  output_hidden_states=features)
     logits = out.logits[0, -(k + 1):]
     return (logits, last_hidden(out)) if features else logits
+    ### STUDENT EDITION
+    # raise StudentEditionError(
+    #     "the target's scoring pass (score_draft) is not in the student edition of the kit: it is what you write in "
+    #     "notebook 03 (`verify_tokens_vectorized`: one target pass, the k + 1 rows of logits that judge the draft). "
+    #     "To sample with the kit's loop, pass yours: decoder = nb.your_decoder(\"06\", pair), then "
+    #     "sd.speculative_decode(..., temperature=T, score=nb.your_scoring(decoder)) (notebook 06 does).")
+    ### END INSTRUCTOR ONLY
 
 
 def last_hidden(out) -> torch.Tensor:

@@ -38,6 +38,7 @@ from specdec_helpers.measure.results import (
     SPECULATIVE,
     SPECULATIVE_METHODS,
 )
+from specdec_helpers.measure.speedup import ratio_words
 from specdec_helpers.measure.theory import estimate_alpha
 
 
@@ -64,18 +65,22 @@ def acceptance_by_position(steps) -> dict:
     return dict(proposed=proposed, accepted=accepted)
 
 
-def _method_summary(times, new_tokens, baseline_median=None) -> dict:
+def _method_summary(times, new_tokens, baseline=None) -> dict:
+    """One method's timings. Its rate, ``median_tokens_per_second``, is the median new tokens over the median
+    time; ``speedup`` is this rate over ``baseline``'s (a `_method_summary` too): one definition of tokens per
+    second for every method, and the speedup computed from those same numbers (PA3's ``avg_*``, means of
+    per-run values, stay for comparison, but a mean of rates can disagree with a ratio of medians under load)."""
     tps = [n / t if t > 0 else 0.0 for n, t in zip(new_tokens, times)]
     s = spread(times)
     summary = dict(
         times=times, new_tokens=new_tokens, tokens_per_second=tps,
         avg_time=statistics.fmean(times), avg_tokens_per_second=statistics.fmean(tps),
         median_time=s["median"], q1_time=s["q1"], q3_time=s["q3"], min_time=s["min"], max_time=s["max"],
-        median_tokens_per_second=statistics.median(tps),
+        median_tokens_per_second=statistics.median(new_tokens) / s["median"] if s["median"] > 0 else 0.0,
     )
-    if baseline_median:
-        summary["speedup"] = baseline_median / s["median"]
-        summary["latency_reduction"] = (1 - s["median"] / baseline_median) * 100
+    if baseline and baseline["median_tokens_per_second"]:
+        summary["speedup"] = summary["median_tokens_per_second"] / baseline["median_tokens_per_second"]
+        summary["latency_reduction"] = (1 - s["median"] / baseline["median_time"]) * 100
     return summary
 
 
@@ -129,11 +134,11 @@ def _assemble(run: dict, keys: dict, skipped: dict, reference, meta: dict, targe
     """One PA3-shaped result from the jobs ``keys`` (method name -> job key) of an interleaved run."""
     ok = {name: key for name, key in keys.items() if key not in run["errors"]}
     baseline = next((name for name in (BASELINE, "greedy") if name in ok), None)
-    baseline_median = spread(run["times"][ok[baseline]])["median"] if baseline else None
+    base = _method_summary(run["times"][ok[baseline]], run["tokens"][ok[baseline]]) if baseline else None
     results = dict(meta, reference_new_tokens=count_new_tokens(reference, meta["prompt_length"]), methods={})
     for name, key in ok.items():
         out = run["outputs"][key]
-        summary = _method_summary(run["times"][key], run["tokens"][key], baseline_median)
+        summary = _method_summary(run["times"][key], run["tokens"][key], base)
         if target is None:
             summary["identical"] = summary["matches_greedy"] = bool(
                 out.sequences.shape == reference.shape and torch.equal(out.sequences.cpu(), reference.cpu()))
@@ -230,7 +235,8 @@ def benchmark_ks(target, draft, input_ids, ks, *, max_new_tokens: int = 100, rep
 
 def _add_pa3_keys(results: dict, baseline: str | None) -> None:
     """PA3's result shape: results['speculative'|'baseline'] and the headline numbers."""
-    keys = ("times", "tokens_per_second", "avg_time", "avg_tokens_per_second", "median_time")
+    keys = ("times", "tokens_per_second", "avg_time", "avg_tokens_per_second", "median_time", "median_tokens_per_second",
+            "new_tokens")
     methods = results["methods"]
     speculative = next((m for m in (SPECULATIVE, "spec_vectorized") if "times" in methods.get(m, {})), None)
     results["speculative"] = {key: methods[speculative][key] for key in keys} if speculative else None
@@ -247,18 +253,19 @@ def _add_pa3_keys(results: dict, baseline: str | None) -> None:
 
 
 def print_pa3(results: dict, file=None) -> None:
-    """The lines PA3's notebook printed, so students can compare with their own."""
+    """PA3's headline lines, with one definition of tokens per second for both decoders (the median new tokens
+    over the median time of the timed runs) and the speedup as the ratio of those two printed rates."""
     say = lambda text: print(text, file=file or sys.stdout)  # noqa: E731
-    if results.get("speculative"):
-        spec = results["speculative"]
-        say(f"Average speculative decoding time: {spec['avg_time']:.2f} seconds")
-        say(f"Average speculative tokens per second: {spec['avg_tokens_per_second']:.2f}")
-    if results.get("baseline"):
-        base = results["baseline"]
-        say(f"Average baseline decoding time: {base['avg_time']:.2f} seconds")
-        say(f"Average baseline tokens per second: {base['avg_tokens_per_second']:.2f}")
-    if "speedup" in results:
-        say(f"Speedup: {results['speedup']:.2f}x")
+    rates = {}
+    for role in ("speculative", "baseline"):
+        m = results.get(role)
+        if m:
+            rates[role] = m["median_tokens_per_second"]
+            say(f"{role.capitalize()} decoding: median time {m['median_time']:.2f} seconds over {len(m['times'])} runs, "
+                f"{rates[role]:.2f} tokens per second (new tokens / median time)")
+    if "speedup" in results and len(rates) == 2:
+        say(f"Speedup: {rates['speculative']:.2f} / {rates['baseline']:.2f} tokens per second = {results['speedup']:.2f}x; "
+            + ratio_words(results["baseline"]["times"], results["speculative"]["times"], results["speedup"]))
         say(f"Latency reduction: {results['latency_reduction']:.2f}%")
     if "acceptance_rate" in results:
         say(f"Draft token acceptance rate: {results['acceptance_rate']:.2%}")

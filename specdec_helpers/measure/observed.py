@@ -9,6 +9,7 @@ Nothing of the decoder's own counters is trusted, and nothing here knows how the
 """
 from __future__ import annotations
 
+import copy
 import time
 
 import torch
@@ -111,3 +112,31 @@ def decoder_method(decoder, num_speculative_tokens: int, use_cache: bool = True)
     def run(input_ids, max_new_tokens):
         return observed_decode(decoder, input_ids, max_new_tokens, num_speculative_tokens, use_cache)
     return run
+
+
+def decoder_scoring(decoder):
+    """The decoder's own scoring pass as ``score(target, input_ids [1, L], draft_tokens [k]) -> logits [k + 1, vocab]``,
+    for ``speculative_decode(..., score=...)``: its ``verify_tokens_vectorized`` (PA3's, notebook 03) on a copy of
+    the decoder whose ``accept_draft`` only records the rows of logits it is handed (and answers "none accepted":
+    the caller's rule decides, e.g. rejection sampling). Nothing here selects a row: the rows are the decoder's."""
+    check_decoder(decoder)
+
+    def score(target, input_ids, draft_tokens):
+        seen = []
+
+        def record(target_logits, draft):
+            seen.append(target_logits)
+            return target_logits[:1].argmax(-1).tolist(), 0  # a well-formed answer, never used
+
+        probe = copy.copy(decoder)
+        probe.target_model, probe.accept_draft = target, record
+        probe.verify_tokens_vectorized(input_ids, draft_tokens.reshape(1, -1))
+        k = draft_tokens.numel()
+        rows = seen[0] if len(seen) == 1 else None
+        if not isinstance(rows, torch.Tensor) or rows.dim() != 2 or rows.shape[0] != k + 1:
+            got = f"{len(seen)} calls" if len(seen) != 1 else \
+                f"a {type(rows).__name__} of shape {tuple(getattr(rows, 'shape', ()))}"
+            raise ValueError(f"verify_tokens_vectorized must hand accept_draft the k + 1 = {k + 1} rows of logits that "
+                             f"judge the draft, once per call; it gave {got} (notebook 03's exercise)")
+        return rows
+    return score

@@ -95,6 +95,23 @@ def speedup(baseline_times, times, tokens_per_call: float | None = None, max_spr
     return result
 
 
+def ratio_words(baseline_times, times, ratio: float | None = None) -> str:
+    """A timed comparison as a sentence that says when its number is noise (what notebooks print): ``ratio``
+    (default: the median per-round ratio ``baseline / time``, `speedup`) with the rounds' range; "within noise"
+    when that range straddles 1, "noisy" when it is wider than `MAX_SPREAD`, "not a result" from a single round.
+    ``baseline_times``, ``times``: seconds, one per interleaved round."""
+    s = speedup(baseline_times, times)
+    ratio = s.ratio if ratio is None else ratio
+    if s.rounds < 2:
+        return f"{ratio:.2f}x from a single round: its noise is unknown, so it is not a result (time more rounds)"
+    span = f"{s.low:.2f}x to {s.high:.2f}x, {s.rounds_words}"
+    if s.low <= 1 <= s.high:
+        return f"within noise: {ratio:.2f}x, but the rounds ranged from {span}: no difference this run can show"
+    if (s.high - s.low) / ratio > MAX_SPREAD:
+        return f"{in_words(ratio)}, but noisy: the rounds ranged from {span} (other work on the machine?)"
+    return f"{in_words(ratio)} (the rounds ranged from {span})"
+
+
 def pooled_speedup(baseline_runs: list[list[float]], runs: list[list[float]], tokens_per_call=None) -> Speedup:
     """`speedup` over several prompts: round r's times summed over the prompts (each prompt's rounds are
     interleaved on their own, so round r of every prompt is one comparison)."""

@@ -35,19 +35,27 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-DTYPE_NAMES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
 def default_dtype(device) -> torch.dtype:
-    """``$SPECDEC_DTYPE`` (fp32, fp16, bf16: e.g. the notebooks and the grader in another dtype, as selfcheck
-    --dtype runs them) when set; else fp16 on a GPU (half the memory, tensor cores) and fp32 on a CPU, where
-    fp16 matmuls are slow."""
-    name = os.environ.get("SPECDEC_DTYPE", "")
-    if name:
-        if name not in DTYPE_NAMES:
-            raise ValueError(f"SPECDEC_DTYPE={name!r}: choose one of {', '.join(DTYPE_NAMES)}, or unset it")
-        return DTYPE_NAMES[name]
-    return torch.float16 if torch.device(device).type == "cuda" else torch.float32
+    """``$SPECDEC_DTYPE`` if set (`env_dtype`), else fp16 on a GPU (half the memory, tensor cores) and fp32 on
+    CPU, where fp16 matmuls are slow."""
+    return env_dtype() or (torch.float16 if torch.device(device).type == "cuda" else torch.float32)
+
+
+#: ``$SPECDEC_DTYPE`` spellings -> dtypes.
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16, "float16": torch.float16,
+          "half": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+
+
+def env_dtype() -> torch.dtype | None:
+    """The dtype ``$SPECDEC_DTYPE`` asks `load_pair` for (``fp32``, ``fp16``, ``bf16``), ``None`` when unset: e.g.
+    ``SPECDEC_DTYPE=fp16`` runs the notebooks in half precision on a CPU, as a GPU would (tests/test_notebooks_fp16.py)."""
+    name = os.environ.get("SPECDEC_DTYPE", "").strip().lower()
+    if not name:
+        return None
+    if name not in DTYPES:
+        raise ValueError(f"SPECDEC_DTYPE={name!r} is not a dtype the kit knows: use one of fp32, fp16, bf16 "
+                         "(or unset it for the device's default)")
+    return DTYPES[name]
 
 
 def _say(progress: bool, message: str) -> None:
@@ -196,7 +204,8 @@ def load_pair(
     ``draft`` overrides the preset's draft: a hub id or folder, a model, a Drafter, or a name from
     `DRAFTS` (``"prompt-lookup"``, ``"prompt-lookup:2"``, ``"int8"``, ``"eagle"``, ``"distilled"``,
     ``"hybrid"``, ``"hybrid:<name>"``; each entry says what it makes).
-    ``device``/``dtype`` default to CUDA + fp16 when there is a GPU, else CPU + fp32.
+    ``device``/``dtype`` default to CUDA + fp16 when there is a GPU, else CPU + fp32; ``$SPECDEC_DTYPE``
+    (``fp32``, ``fp16``, ``bf16``) overrides the default dtype (an explicit ``dtype=`` wins).
     ``fast_cpu_linears``: on the CPU in fp32, run the Linear layers of target and draft through oneDNN
     with pre-packed weights (`cpu_kernels`): same results to the last bits, and verifying k + 1 tokens
     costs little more than one step instead of up to twice as much. No effect on a GPU.

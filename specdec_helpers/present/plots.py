@@ -17,6 +17,9 @@ from specdec_helpers.measure.results import BASELINE, METHOD_LABELS, SPECULATIVE
 
 FIGURES_DIR = Path("report") / "figures"
 SPEC_STYLES = {"spec_cached": "o-", "spec_vectorized": "s--", "hf_assisted": "^:"}
+#: One per line where several lines share an axis (cycled), so no line hides another.
+LINE_STYLES = ["-", "--", "-.", ":"]
+MARKERS = ["o", "s", "^", "D", "v", "P"]
 
 
 def _figure(width: float = 5.0, height: float = 3.4) -> tuple[Figure, Axes]:
@@ -92,7 +95,8 @@ def plot_acceptance_by_position(results: dict, preset: str | None = None, drafte
     """P(draft position j accepted | proposed), one line per k: acceptance decays along the block."""
     fig, ax = _figure()
     preset, drafter = (preset, drafter) if preset else _series(results)[0]
-    for k in results["config"]["ks"]:
+    ks = results["config"]["ks"]
+    for i, k in enumerate(ks):
         stats = _pooled_runs(results, preset, drafter, k)
         if not stats:
             continue
@@ -103,7 +107,10 @@ def plot_acceptance_by_position(results: dict, preset: str | None = None, drafte
                 proposed[j] += p
                 accepted[j] += a
         positions = [j + 1 for j in range(width) if proposed[j]]
-        ax.plot(positions, [accepted[j - 1] / proposed[j - 1] for j in positions], "o-", ms=3, label=f"k={k}")
+        # Lines of different k overlap where their blocks agree: each k its own dash and marker, smaller k on top.
+        ax.plot(positions, [accepted[j - 1] / proposed[j - 1] for j in positions], label=f"k={k}",
+                linestyle=LINE_STYLES[i % len(LINE_STYLES)], marker=MARKERS[i % len(MARKERS)], ms=4 + (i % 3),
+                mfc="none" if i % 2 else None, zorder=2 + len(ks) - i)
     ax.set_xlabel("position j in the draft block")
     ax.set_ylabel("P(accepted | proposed)")
     ax.set_ylim(0, 1.02)
@@ -182,8 +189,9 @@ def plot_forward_cost(results_or_cost: dict, preset: str | None = None, drafter:
 
 
 def plot_theory_vs_measured(results: dict) -> Figure:
-    """Leviathan et al.'s predicted speedup (and the one with measured verify cost) vs measured."""
-    fig, ax = _figure()
+    """Leviathan et al.'s predicted speedup (and the one with measured verify cost) vs measured; the legend
+    sits below the axes, where it covers no curve."""
+    fig, ax = _figure(5.0, 4.6)
     series = list(dict.fromkeys((r["preset"], r["drafter"]) for r in results["theory"]))
     for i, (preset, drafter) in enumerate(series):
         rows = sorted([r for r in results["theory"] if (r["preset"], r["drafter"]) == (preset, drafter)],
@@ -201,7 +209,7 @@ def plot_theory_vs_measured(results: dict) -> Figure:
     _log2_k_axis(ax, results["config"]["ks"])
     ax.set_ylabel("speedup")
     ax.set_title("Theory vs measurement")
-    ax.legend(fontsize=6)
+    fig.legend(loc="outside lower center", ncol=2, fontsize=6, frameon=False)
     return fig
 
 

@@ -21,7 +21,7 @@ import torch
 
 from specdec_helpers.core.decode import speculative_decode
 from specdec_helpers.core.drafters import PromptLookupDrafter
-from specdec_helpers.measure.observed import check_decoder, observed_decode
+from specdec_helpers.measure.observed import check_decoder, decoder_scoring, observed_decode
 
 KINDS = ("prompt", "accepted", "rejected", "correction", "bonus", "target")
 
@@ -187,7 +187,8 @@ class TokenExplorer:
     ``encode``). Call `run` to decode with the current settings (the Run button does the same).
 
     ``decoder``: a ``SpeculativeDecoder`` (PA3's interface: the student's) that runs at temperature 0 with
-    the draft model instead of the kit's loop, its rounds read from its verify calls (`measure.observed`);
+    the draft model instead of the kit's loop, its rounds read from its verify calls (`measure.observed`), and its
+    scoring pass (`measure.observed.decoder_scoring`) is the one the kit's loop samples with;
     ``decode(ids, k, max_new_tokens) -> DecodeOutput`` does the same for any callable. Other settings
     (sampling, prompt lookup) run the kit's loop, where the edition has it.
     """
@@ -205,6 +206,7 @@ class TokenExplorer:
             check_decoder(decoder)
             decode = decode or (lambda ids, k, n: observed_decode(decoder, ids, n, k))
         self.decode = decode
+        self.score = decoder_scoring(decoder) if decoder is not None else None  # the student kit has no scoring pass
         prompts = list(prompts or ["The future of Artificial Intelligence is"])
         k = k or getattr(pair, "num_speculative_tokens", 5)
         has_model_draft = isinstance(pair.draft, torch.nn.Module)
@@ -253,7 +255,7 @@ class TokenExplorer:
             else:
                 out = speculative_decode(self.pair.target, self._draft(), ids,
                                          max_new_tokens=self.max_new_tokens.value, num_speculative_tokens=self.k.value,
-                                         temperature=self.temperature.value, generator=generator)
+                                         temperature=self.temperature.value, generator=generator, score=self.score)
         except (ValueError, TypeError) as error:  # bad settings: say so in the widget, do not crash the UI
             self.status.value = f'<span style="color:#a00">{html.escape(str(error))}</span>'
             return self.status.value

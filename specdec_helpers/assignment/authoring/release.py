@@ -19,6 +19,7 @@ the release fails loudly and the folder is deleted, so a leaky kit cannot be shi
 """
 from __future__ import annotations
 
+import ast
 import copy
 import re
 import shutil
@@ -226,8 +227,40 @@ def _distinctive(body: str, visible: str) -> list[str]:
     return [line for line in lines if len(line) >= 16 and not line.startswith("#") and line not in visible]
 
 
+def _shifted_rows(node: ast.Subscript) -> bool:
+    """Does this subscript pick the rows that judge a draft, off by one: ``logits[..., -(k + 1):]`` (the last k + 1
+    positions) or ``logits[start - 1 : start + k]``?"""
+    if "logit" not in ast.unparse(node.value).lower():
+        return False
+    parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    for part in parts:
+        if not isinstance(part, ast.Slice) or part.lower is None:
+            continue
+        low, high = part.lower, part.upper
+        plus_one = lambda e: isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add) and \
+            isinstance(e.right, ast.Constant) and e.right.value == 1  # noqa: E731
+        if isinstance(low, ast.UnaryOp) and isinstance(low.op, ast.USub) and plus_one(low.operand) and high is None:
+            return True
+        if (isinstance(low, ast.BinOp) and isinstance(low.op, ast.Sub) and isinstance(low.right, ast.Constant)
+                and low.right.value == 1 and isinstance(high, ast.BinOp) and isinstance(high.op, ast.Add)):
+            return True
+    return False
+
+
+def scoring_passes(source: str, where: str = "") -> list[str]:
+    """Where ``source`` (Python) implements the off-by-one scoring pass of notebook 03 (the target's logits cut to
+    the k + 1 rows that judge a draft), whatever the function is called: ``where:line: code`` per place."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    return [f"{where}:{node.lineno}: {ast.unparse(node)}" for node in ast.walk(tree)
+            if isinstance(node, ast.Subscript) and _shifted_rows(node)]
+
+
 def verify(out: Path, secrets: dict[str, tuple[list[str], str]]) -> None:
-    """Fail loudly if a marker, an instructor-only file, or a solution/hidden-test line is in the kit.
+    """Fail loudly if a marker, an instructor-only file, a solution/hidden-test line or a scoring pass (`scoring_passes`:
+    the heart of notebook 03, under any name) is in the kit.
 
     ``secrets``: per released file, the bodies of its regions and the source's text outside them.
     """
@@ -247,6 +280,8 @@ def verify(out: Path, secrets: dict[str, tuple[list[str], str]]) -> None:
             leaked = [line for line in _distinctive(body, visible) if line in text]
             if leaked:
                 problems.append(f"{rel}: solution/hidden-test text leaked: {leaked[0]!r}")
+        if path.suffix == ".py":
+            problems += [f"a scoring pass is in the kit: {place}" for place in scoring_passes(text, rel)]
     if problems:
         raise ReleaseError("\n".join(problems))
 

@@ -14,7 +14,8 @@ from specdec_helpers.assignment.student.decoder import PartMissing  # noqa: F401
 from specdec_helpers.core.checks import NEAR_TIE, greedy_divergence  # noqa: F401
 from specdec_helpers.core.drafters import Drafter, Proposal
 from specdec_helpers.core.timing import timed  # noqa: F401
-from specdec_helpers.measure.observed import observed_decode
+from specdec_helpers.measure.observed import decoder_scoring, observed_decode
+from specdec_helpers.measure.speedup import ratio_words  # noqa: F401 - timed comparisons that say when they are noise
 from specdec_helpers.models.pairs import load_pair
 from specdec_helpers.present.notebook import *  # noqa: F401,F403 - setup, check, prompts_for, ...
 from specdec_helpers.present.widgets import render_html, token_explorer  # noqa: F401
@@ -65,6 +66,13 @@ def your_decoder(notebook: str, pair, verbose: bool = True, **functions):
     notebooks next to this one (`cells.assemble`); a part you have not written raises `PartMissing`,
     which names the notebook to finish."""
     return assemble(notebook, verbose=verbose, **functions).from_pair(pair)
+
+
+def your_scoring(decoder):
+    """Your scoring pass from notebook 03 (``decoder.verify_tokens_vectorized``: one target pass, the k + 1 rows of
+    logits that judge the draft), for ``sd.speculative_decode(..., score=nb.your_scoring(decoder))``: the kit's
+    loop then samples with your rows (notebook 06). `measure.observed.decoder_scoring`."""
+    return decoder_scoring(decoder)
 
 
 def traced(decoder, input_ids, max_tokens: int = 40, num_speculative_tokens: int = 4, use_cache: bool = True):
