@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec_helpers.assignment.student.check import CRASH_HINTS, CheckFailed, check_part
+from specdec_helpers.assignment.student.check import CAUSE_HINTS, CRASH_HINTS, CheckFailed, check_part
 from specdec_helpers.assignment.student.decoder import PARTS
 from specdec_helpers.present import notebook as nb
 from specdec_helpers.present.hints import HINTS, _failures
@@ -26,7 +26,7 @@ def _exercise_checks():
 
 def test_no_check_cell_writes_its_hint_and_every_hint_it_names_exists():
     calls = list(_exercise_checks())
-    graded = set(PARTS) | set(CRASH_HINTS.values())  # shown by the graded parts' check cells (`check_part`)
+    graded = set(PARTS) | set(CRASH_HINTS.values()) | set(CAUSE_HINTS.values())  # shown by `check_part`
     assert len(calls) >= len(set(HINTS) - graded)
     named = set()
     for name, exercise, call in calls:

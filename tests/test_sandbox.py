@@ -211,7 +211,7 @@ def test_the_students_view_holds_no_hidden_test_and_no_instructor_tool():
     child, kernel = isolation.view("child"), isolation.view("kernel")
     grading = lambda v: {p.name for p in (v / "specdec_helpers/assignment/grading").glob("*.py")}  # noqa: E731
     assert grading(child) == set(isolation.needs("child")) >= {"child.py", "world.py", "packages.py"}
-    assert grading(kernel) == set(isolation.needs("kernel")) >= {"grader.py", "suite.py", "cases.py", "rounds.py"}
+    assert grading(kernel) == set(isolation.needs("kernel")) >= {"grader.py", "suite.py", "cases.py", "replay.py", "devices.py"}
     hidden = {"mutations.py", "classroom.py", "similarity.py", "grade_worker.py", "contain.py", "submission.py"}
     assert not hidden & (grading(child) | grading(kernel))
     for folder in (child, kernel):
