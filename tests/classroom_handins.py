@@ -21,7 +21,7 @@ from pathlib import Path
 import nbformat
 
 from specdec_helpers.assignment.authoring.release import REGION, strip
-from specdec_helpers.assignment.student.cells import nbgrader
+from specdec_helpers.assignment.parts.cells import nbgrader
 from specdec_helpers.assignment.grading.submission import reference_sources
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -474,7 +474,7 @@ input_ids = out.sequences
     # runs the kit's stand-in through getsource + exec
     "cheat_exec_standin": {"draft": """\
 import inspect
-from specdec_helpers.assignment.student import decoder as kit
+from specdec_helpers.assignment.parts import decoder as kit
 namespace = {}
 exec(inspect.getsource(kit.standin_generate_draft_tokens).replace("standin_", ""), vars(kit), namespace)
 return namespace["generate_draft_tokens"](self, input_ids, attention_mask, k)

@@ -17,12 +17,12 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from specdec_helpers import cli
-from specdec_helpers.assignment.student import cells
+from specdec_helpers.assignment.parts import cells
 from specdec_helpers.assignment.grading import grader, mutations, speed, submission, world
 from specdec_helpers.assignment.authoring import release
 from specdec_helpers.assignment.grading.sandbox import InProcess
 from specdec_helpers.assignment.grading.speed import Measurement
-from specdec_helpers.assignment.student.cells import load_functions
+from specdec_helpers.assignment.parts.cells import load_functions
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -307,7 +307,7 @@ def test_delegating_to_the_kit_earns_nothing(reference):
                          "def verify_tokens_vectorized(self, input_ids, draft_tokens, attention_mask=None):\n"
                          "    return self.accept_draft(score_draft(self.target_model, input_ids, draft_tokens), draft_tokens)\n")
     sources["draft"] = ("import importlib\n\ndef generate_draft_tokens(self, input_ids, attention_mask=None, "
-                        "num_speculative_tokens=5):\n    kit = importlib.import_module('specdec_helpers.assignment.student.decoder')\n"
+                        "num_speculative_tokens=5):\n    kit = importlib.import_module('specdec_helpers.assignment.parts.decoder')\n"
                         "    return kit.STANDINS['generate_draft_tokens'](self, input_ids, attention_mask, "
                         "num_speculative_tokens)\n")
     results = grader.run_suite(sources, POINTS, only=["verify", "draft"], seed=0)

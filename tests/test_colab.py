@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from specdec_helpers.assignment.student import cells
+from specdec_helpers.assignment.parts import cells
 
 from specdec_helpers.assignment.grading import submission
 ROOT = Path(__file__).resolve().parent.parent

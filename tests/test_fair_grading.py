@@ -13,8 +13,9 @@ import torch
 from specdec_helpers.assignment.grading import grader, mutations, speed, submission
 from specdec_helpers.assignment.grading.devices import DeviceWatch
 from specdec_helpers.assignment.grading.sandbox import InProcess
-from specdec_helpers.assignment.student import check, cells
-from specdec_helpers.assignment.student.cells import load_functions
+from specdec_helpers.assignment.parts import cells
+from specdec_helpers.assignment.student import check
+from specdec_helpers.assignment.parts.cells import load_functions
 
 POINTS = grader.load_config()["points"]
 STALE = next(m for m in mutations.CATALOG if m.name == "draft_cache_stale")

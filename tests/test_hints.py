@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from specdec_helpers.assignment.student.check import CAUSE_HINTS, CRASH_HINTS, CheckFailed, check_part
-from specdec_helpers.assignment.student.decoder import PARTS
+from specdec_helpers.assignment.parts.decoder import PARTS
 from specdec_helpers.present import notebook as nb
 from specdec_helpers.present.hints import HINTS, _failures
 

@@ -110,8 +110,8 @@ def test_notebook_setup_cell_path(offline_hub, preset, capsys):
 def test_speculative_decoder_by_hub_name(offline_hub, preset, solution):
     """PA3's constructor: ``SpeculativeDecoder(target_name, draft_name)`` loads both by hub id, with the kit's
     stand-ins and with the instructor's own graded cells (what the notebooks teach students to write)."""
-    from specdec_helpers.assignment.student.cells import load_functions
-    from specdec_helpers.assignment.student.decoder import build_decoder
+    from specdec_helpers.assignment.parts.cells import load_functions
+    from specdec_helpers.assignment.parts.decoder import build_decoder
 
     functions = {}
     if solution == "reference solution":

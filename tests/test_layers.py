@@ -75,6 +75,23 @@ def test_imports_flow_one_way():
     assert not upward, "upward imports between layers:\n" + "\n".join(sorted(upward))
 
 
+#: Inside `assignment/`, by lifecycle, imports flow one way too: what a graded part is (read from cells, assembled
+#: into the decoder) <- grading <- the student's tools (check, hand-in, notebook helpers) <- authoring.
+ASSIGNMENT = ["parts", "grading", "student", "authoring"]
+
+
+def test_assignment_subpackages_flow_one_way():
+    def sub(name):
+        parts = name.split(".")
+        return ASSIGNMENT.index(parts[2]) if len(parts) > 3 and parts[1] == "assignment" else None
+
+    subs = {name.split(".")[2] for name in modules() if name.startswith("specdec_helpers.assignment.")}
+    assert subs <= set(ASSIGNMENT), f"assignment/ subpackages outside the order {ASSIGNMENT}: {subs - set(ASSIGNMENT)}"
+    upward = [f"{name} imports {target}" for name, targets in graph().items() for target in targets
+              if sub(name) is not None and sub(target) is not None and sub(target) > sub(name)]
+    assert not upward, f"upward imports inside assignment/ ({' <- '.join(ASSIGNMENT)}):\n" + "\n".join(sorted(upward))
+
+
 def test_no_import_circles():
     edges = graph()
     cycles = []
@@ -109,6 +126,20 @@ def test_the_checks_see_a_circle(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__), "PACKAGE", fake.parent)
     with pytest.raises(AssertionError, match="core.a -> specdec_helpers.core.b"):
         test_no_import_circles()
+
+
+def test_the_checks_see_an_upward_import_inside_assignment(tmp_path, monkeypatch):
+    fake = tmp_path / "specdec_helpers" / "assignment"
+    for sub in ("parts", "student"):
+        (fake / sub).mkdir(parents=True)
+        (fake / sub / "__init__.py").write_text("")
+    for init in (fake.parent / "__init__.py", fake / "__init__.py"):
+        init.write_text("")
+    (fake / "parts" / "cells.py").write_text("def f():\n    from specdec_helpers.assignment.student import check\n")
+    (fake / "student" / "check.py").write_text("")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", fake.parent)
+    with pytest.raises(AssertionError, match="assignment.parts.cells imports specdec_helpers.assignment.student.check"):
+        test_assignment_subpackages_flow_one_way()
 
 
 MAX_LINES = 400  # a module a newcomer reads in one sitting (issue #28)

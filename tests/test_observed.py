@@ -174,7 +174,7 @@ def test_an_unfinished_part_stops_the_benchmark_with_its_message(pair):
 def test_a_student_edition_placeholder_names_its_notebook(pair):
     """The student edition fills a part the student has not written with a placeholder that raises
     `PartMissing` (a NotImplementedError) naming its notebook: benchmarking such a decoder says so."""
-    from specdec_helpers.assignment.student.decoder import PartMissing, missing_part
+    from specdec_helpers.assignment.parts.decoder import PartMissing, missing_part
 
     class Half(PA3Decoder):
         generate_ids = missing_part("generate_ids")

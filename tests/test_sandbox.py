@@ -244,7 +244,7 @@ def test_the_students_view_is_the_student_edition():
         folder = isolation.view(kind) / "specdec_helpers"
         assert answer not in (folder / "core/verify.py").read_text()
         assert not [p for p in folder.rglob("*.py") if re.search(r"^\s*### BEGIN INSTRUCTOR ONLY\s*$", p.read_text(), re.M)]
-        decoder = (folder / "assignment/student/decoder.py").read_text()
+        decoder = (folder / "assignment/parts/decoder.py").read_text()
         assert "missing_part(name) for name in FUNCTIONS" in decoder and "standin_verify_tokens_cached" not in decoder
 
 

@@ -110,7 +110,7 @@ def test_the_released_package_refuses_greedy_and_names_the_notebook(kit):
         from specdec_helpers.core.checks import StudentEditionError
         from specdec_helpers.core.drafters import ModelDrafter
         from specdec_helpers.core.verify import accept_greedy
-        from specdec_helpers.assignment.student.decoder import STANDINS, PartMissing, build_decoder
+        from specdec_helpers.assignment.parts.decoder import STANDINS, PartMissing, build_decoder
         torch.manual_seed(0)
         model = lambda layers: GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=layers, n_head=4, vocab_size=64,
                                                           initializer_range=0.5)).eval()
@@ -173,7 +173,7 @@ def test_the_instructor_edition_keeps_everything():
     import torch
 
     import specdec_helpers as sd
-    from specdec_helpers.assignment.student.decoder import STANDINS
+    from specdec_helpers.assignment.parts.decoder import STANDINS
     from tiny_models import tiny_model
 
     target, draft = tiny_model("gpt2", 0), tiny_model("gpt2", 1, layers=1)

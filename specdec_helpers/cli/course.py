@@ -14,7 +14,7 @@ from specdec_helpers.assignment.student import check as check_module
 from specdec_helpers.assignment.grading import grader as grader_module
 from specdec_helpers.assignment.grading import packages, privilege
 from specdec_helpers.assignment.student import handin as handin_module
-from specdec_helpers.assignment.student.cells import read_notebook
+from specdec_helpers.assignment.parts.cells import read_notebook
 from specdec_helpers.assignment.student.check import run_check
 from specdec_helpers.assignment.grading.grader import (
     EXTRA_CREDIT,

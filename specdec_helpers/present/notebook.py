@@ -204,7 +204,7 @@ def _brief_traceback(shell, etype, value, tb, tb_offset=None) -> None:
     if stub:
         stb = [f"Not done yet: {code.co_name}() above still raises NotImplementedError: write it where it says "
                "# YOUR CODE HERE, run its cell, then run this cell again."]
-    elif etype.__name__ == "PartMissing":  # a graded part of an earlier notebook (student.decoder)
+    elif etype.__name__ == "PartMissing":  # a graded part of an earlier notebook (parts.decoder)
         stb = [f"Not done yet: {value}"]
     else:
         stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)

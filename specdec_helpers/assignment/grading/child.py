@@ -21,12 +21,12 @@ import traceback
 
 import torch
 
-from specdec_helpers.assignment.student import decoder as decoder_module
+from specdec_helpers.assignment.parts import decoder as decoder_module
 from specdec_helpers.assignment.grading import world as world_module
 from specdec_helpers.assignment.grading.devices import DeviceWatch
 from specdec_helpers.assignment.grading.packages import mismatch
-from specdec_helpers.assignment.student.cells import load_functions
-from specdec_helpers.assignment.student.decoder import DecoderBase, build_decoder
+from specdec_helpers.assignment.parts.cells import load_functions
+from specdec_helpers.assignment.parts.decoder import DecoderBase, build_decoder
 
 DELEGATED: list[str] = []
 MAX_DEPTH = 6

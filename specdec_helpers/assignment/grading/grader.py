@@ -26,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from specdec_helpers.assignment.student.cells import is_stub, kit_references
+from specdec_helpers.assignment.parts.cells import is_stub, kit_references
 from specdec_helpers.assignment.grading.sandbox import Child, ChildFailed, Delegated, StudentError
 from specdec_helpers.assignment.grading.cases import EXERCISES, Ctx, TestCase
 from specdec_helpers.assignment.grading import suite, suite_decode

@@ -197,7 +197,7 @@ class InProcess:
 
     def __init__(self, functions: dict):
         from specdec_helpers.assignment.grading.child import Server
-        from specdec_helpers.assignment.student.decoder import STANDINS
+        from specdec_helpers.assignment.parts.decoder import STANDINS
 
         self.server = Server(functions, dict(STANDINS))
         self.ready = {}

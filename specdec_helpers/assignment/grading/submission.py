@@ -19,7 +19,7 @@ import xml.etree.ElementTree as ElementTree
 import zipfile
 from pathlib import Path
 
-from specdec_helpers.assignment.student.cells import (
+from specdec_helpers.assignment.parts.cells import (
     chosen_copy,
     graded_cell_copies,
     graded_sources,

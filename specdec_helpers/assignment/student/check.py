@@ -12,8 +12,8 @@ import os
 import sys
 from pathlib import Path
 
-from specdec_helpers.assignment.student.cells import earlier_parts, exec_cell, graded_sources
-from specdec_helpers.assignment.student.decoder import NOTEBOOK_OF, PARTS
+from specdec_helpers.assignment.parts.cells import earlier_parts, exec_cell, graded_sources
+from specdec_helpers.assignment.parts.decoder import NOTEBOOK_OF, PARTS
 from specdec_helpers.assignment.grading.grader import run_suite
 from specdec_helpers.assignment.grading.sandbox import InProcess
 from specdec_helpers.assignment.grading.suite import EXERCISES

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from specdec_helpers.assignment.student.cells import assemble, earlier_parts  # noqa: F401 - for the notebooks
+from specdec_helpers.assignment.parts.cells import assemble, earlier_parts  # noqa: F401 - for the notebooks
 from specdec_helpers.assignment.student.check import check_part  # noqa: F401
-from specdec_helpers.assignment.student.decoder import PartMissing  # noqa: F401
+from specdec_helpers.assignment.parts.decoder import PartMissing  # noqa: F401
 from specdec_helpers.core.checks import NEAR_TIE, greedy_divergence  # noqa: F401
 from specdec_helpers.core.drafters import Drafter, Proposal
 from specdec_helpers.core.timing import timed  # noqa: F401

@@ -10,7 +10,7 @@ import ast
 import re
 from pathlib import Path
 
-from specdec_helpers.assignment.student.decoder import FUNCTIONS, NOTEBOOK_OF, PARTS, STANDINS, build_decoder
+from specdec_helpers.assignment.parts.decoder import FUNCTIONS, NOTEBOOK_OF, PARTS, STANDINS, build_decoder
 from specdec_helpers.present.notebook import in_colab
 
 #: The one import a graded cell may take from the kit: cache bookkeeping is plumbing, not the exercise.
