@@ -204,23 +204,30 @@ def _marked(mark: str) -> list[int]:
     return [p.pid for p in psutil.process_iter(["cmdline"]) if mark in (p.info["cmdline"] or [])]
 
 
+def _contained(seconds: float, body: str, log) -> subprocess.CompletedProcess:
+    """One grading as a class's worker runs it (`grade_worker.grade`: forked, supervised, swept), in a process of
+    its own that is a subreaper like the worker; the grading is ``body`` (Python run in the fork)."""
+    script = ("import sys\nfrom specdec_helpers.assignment.grading import contain, grade_worker\n"
+              "contain.become_subreaper()\n"
+              f"def run(argv):\n    exec({body!r})\n    return 0\n"
+              f"sys.exit(grade_worker.grade(run, [], {str(log)!r}, {seconds}))\n")
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+
+
 def test_contain_sweeps_escaped_processes_and_stops_at_its_limit(tmp_path):
     mark = f"{3000 + os.getpid() % 500}.5"
     spawner = ("import os, subprocess\n"
                f"for _ in range(20): subprocess.Popen(['sleep', '{mark}'], start_new_session=True)\n"
                "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
                f"        os.execvp('sleep', ['sleep', '{mark}'])\n    os._exit(0)\n")
-    done = subprocess.run([sys.executable, "-I", contain.__file__, "60", "--", sys.executable, "-c", spawner],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and int(done.stderr.split("killed ")[1].split()[0]) >= 21, done.stderr
+    log = tmp_path / "grade.log"
+    done = _contained(60, spawner, log)
+    assert done.returncode == 0 and int(log.read_text().split("killed ")[1].split()[0]) >= 21, log.read_text()
     assert _marked(mark) == []
-    start = time.perf_counter()
-    late = subprocess.run([sys.executable, "-I", contain.__file__, "1", "--", "sleep", mark], capture_output=True,
-                          text=True, timeout=120)
-    assert late.returncode == contain.TIMED_OUT and time.perf_counter() - start < 60 and _marked(mark) == []
-    killed = subprocess.run([sys.executable, "-I", contain.__file__, "60", "--", sys.executable, "-c",
-                             "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], capture_output=True, timeout=120)
-    assert killed.returncode == 128 + 9  # the command was killed by a signal: a crash, not a time-out
+    late = _contained(1, f"import time\ntime.sleep({mark})", log)
+    assert late.returncode == contain.TIMED_OUT and _marked(mark) == [] and "still running after 1 s" in log.read_text()
+    killed = _contained(60, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", log)
+    assert killed.returncode == 128 + 9  # the grading was killed by a signal: a crash, not a time-out
 
 
 def test_a_worker_that_dies_hangs_or_talks_nonsense_is_told_from_a_student_and_replaced():

@@ -1,20 +1,18 @@
-"""Run a command so that nothing it starts outlives it: ``python contain.py SECONDS -- COMMAND ...``
-(run as a script, not with ``-m``: importing the package would import torch, seconds per student).
+"""Nothing a student's grading starts outlives it: what a class's grading worker (`grade_worker`) does around
+each student it forks.
 
-One student's grading runs under this wrapper when a class is graded (`classroom`). The wrapper makes
-itself a child subreaper (Linux ``prctl``), so every process the grading starts stays its descendant:
-the student's child, and whatever that child spawns, even in a new session, double-forked or
-daemonized. When the command ends, or after SECONDS, every descendant is stopped (SIGSTOP, so a fork
-storm cannot outrun the sweep) and then killed, until none is left. Exit status: the command's, or
-124 when it ran out of time (as coreutils ``timeout``). Elsewhere than Linux the wrapper still kills
-the descendants it can see, but an orphan reparented to init escapes it.
+The worker makes itself a child subreaper (Linux ``prctl``), so every process a grading starts stays its
+descendant: the student's child, and whatever that child spawns, even in a new session, double-forked or
+daemonized. When the grading ends, or after its time limit, every descendant is stopped (SIGSTOP, so a
+fork storm cannot outrun the sweep) and then killed, until none is left. Status: the grading's, or 124
+when it ran out of time (as coreutils ``timeout``). Elsewhere than Linux the sweep still kills the
+descendants it can see, but an orphan reparented to init escapes it.
 """
 from __future__ import annotations
 
 import ctypes
 import os
 import signal
-import subprocess
 import sys
 
 import psutil
@@ -89,24 +87,3 @@ def supervise(pid: int, seconds: float, say=_say) -> int:
         left = kill_descendants()
         if left:
             say(f"contain: killed {left} process(es) left behind")
-
-
-def run(command: list[str], seconds: float) -> int:
-    become_subreaper()
-    on_stop_sweep()
-    try:
-        return supervise(subprocess.Popen(command).pid, seconds)
-    except KeyboardInterrupt:
-        return 130
-
-
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) < 3 or argv[1] != "--":
-        print("usage: python contain.py SECONDS -- COMMAND ...", file=sys.stderr)
-        return 2
-    return run(argv[2:], float(argv[0]))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
