@@ -13,7 +13,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from specdec_helpers.assignment.authoring import release
-from specdec_helpers.present import notebook as nbh
+from specdec_helpers.present import notebook_help as nbh
 
 #: Lines that must never reach a student (each appears only inside a solution or hidden-test region).
 SECRETS = ["return a * b + 0  # secret-product", "assert multiply(7, 6) == 42  # hidden-secret",
@@ -34,7 +34,7 @@ def setup_source(repo_url: str = nbh.REPO_URL) -> str:
     return ("import os, subprocess, sys\ntry:\n    import specdec_helpers\nexcept ImportError:\n"
             "    if \"google.colab\" in sys.modules:\n"
             f"        subprocess.run([sys.executable, \"-m\", \"pip\", \"install\", \"-q\", \"{nbh.pip_install_spec(repo_url)}\"], check=True)\n"
-            "from specdec_helpers.present import notebook as nb\ninfo = nb.setup()")
+            "from specdec_helpers.present import notebook_help as nb\ninfo = nb.setup()")
 
 
 def contract_notebook(name: str, stem: str, repo_url: str = nbh.REPO_URL):

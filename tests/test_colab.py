@@ -169,7 +169,7 @@ def test_a_check_cell_tests_the_graded_cell_as_the_grader_runs_it_alone():
              "check_part('verify', accept_draft=accept_draft, verify_tokens_vectorized=verify_tokens_vectorized)")
     with_helper = _verify_solution().replace("choices = target_logits.argmax(-1)", "choices = _greedy(target_logits)")
     assert with_helper != _verify_solution()
-    nb = new_notebook(cells=[new_code_cell("from specdec_helpers.present import notebook as nb\ninfo = nb.setup()"),
+    nb = new_notebook(cells=[new_code_cell("from specdec_helpers.present import notebook_help as nb\ninfo = nb.setup()"),
                              new_code_cell("def _greedy(logits):\n    return logits.argmax(-1)"),
                              new_code_cell(with_helper), new_code_cell(check),
                              new_code_cell(_verify_solution()), new_code_cell(check)])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec_helpers.present import notebook
+from specdec_helpers.present import notebook_help as notebook
 
 SETUP_SH = Path(notebook.__file__).parents[1] / "assignment" / "authoring" / "templates" / "setup.sh"
 

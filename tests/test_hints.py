@@ -7,7 +7,7 @@ import pytest
 
 from specdec_helpers.assignment.student.check import CAUSE_HINTS, CRASH_HINTS, CheckFailed, check_part
 from specdec_helpers.assignment.parts.decoder import PARTS
-from specdec_helpers.present import notebook as nb
+from specdec_helpers.present import notebook_help as nb
 from specdec_helpers.present.hints import HINTS, _failures
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("0*.ipynb"))

@@ -93,7 +93,7 @@ def test_load_pair_decodes_equal_to_greedy(offline_hub, preset):
 @pytest.mark.parametrize("preset", PRESET_TIERS)
 def test_notebook_setup_cell_path(offline_hub, preset, capsys):
     """What the notebooks' set-up and load cells do with ``PRESET``: set up, load, pick prompts, encode."""
-    from specdec_helpers.present import notebook as nb
+    from specdec_helpers.present import notebook_help as nb
 
     nb.setup()
     pair = sd.load_pair(preset)  # as the load cell calls it: default device and dtype (CPU, fp32 here)

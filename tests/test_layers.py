@@ -142,6 +142,16 @@ def test_the_checks_see_an_upward_import_inside_assignment(tmp_path, monkeypatch
         test_assignment_subpackages_flow_one_way()
 
 
+def test_each_module_name_is_used_once():
+    """A name says which module it is (grep, tracebacks, a reader's memory): ``rounds.py`` twice was two jobs."""
+    seen: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name not in ("__init__.py", "__main__.py"):
+            seen.setdefault(path.name, []).append(module_name(path))
+    twice = {name: where for name, where in seen.items() if len(where) > 1}
+    assert not twice, f"module names used more than once: {twice}"
+
+
 MAX_LINES = 400  # a module a newcomer reads in one sitting (issue #28)
 
 

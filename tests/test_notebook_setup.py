@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from specdec_helpers.present import notebook as nb
+from specdec_helpers.present import notebook_help as nb
 
 
 def test_install_never_forces_upgrades():
@@ -46,7 +46,7 @@ def test_unfinished_work_reads_as_one_line_not_a_traceback():
     import nbclient
     from nbformat.v4 import new_code_cell, new_notebook
 
-    sources = ["from specdec_helpers.present import notebook as nb\ninfo = nb.setup()",
+    sources = ["from specdec_helpers.present import notebook_help as nb\ninfo = nb.setup()",
                "def count(model):\n    # YOUR CODE HERE\n    raise NotImplementedError()",
                "nb.check(lambda: count(1) == 1, 'counted', 'sum p.numel()')",
                "print(count(1) / 1e6)",

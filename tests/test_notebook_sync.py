@@ -8,7 +8,7 @@ import nbformat
 
 from course_notebooks import contract_notebook
 from specdec_helpers.assignment.authoring import notebook_sync
-from specdec_helpers.present import notebook as nbh
+from specdec_helpers.present import notebook_help as nbh
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 URL = "https://github.com/course/specdec-students"
@@ -41,7 +41,7 @@ def test_check_names_each_wrong_link_and_fix_repairs_only_those(tmp_path):
 def test_missing_badge_and_install_line(tmp_path):
     nb = contract_notebook("01_x.ipynb", "x")
     nb.cells[0].source = "# 01 · X"
-    nb.cells[1].source = "from specdec_helpers.present import notebook as nb\nnb.setup()"
+    nb.cells[1].source = "from specdec_helpers.present import notebook_help as nb\nnb.setup()"
     problems = notebook_sync.problems_in(nb, "01_x.ipynb")
     assert any("no 'Open in Colab' badge" in p for p in problems)
     assert any("no Colab install line" in p for p in problems)

@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from specdec_helpers.present import notebook as nbh
+from specdec_helpers.present import notebook_help as nbh
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NAMES = ["01_model_init.ipynb", "02_draft_generation.ipynb", "03_vectorized_verification.ipynb",

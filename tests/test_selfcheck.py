@@ -58,7 +58,7 @@ def test_verdict_tells_a_near_tie_from_a_bug():
 
 def _notebook(tmp_path, cell: str):
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("from specdec_helpers.present import notebook as nb"),
+    nb.cells = [nbformat.v4.new_code_cell("from specdec_helpers.present import notebook_help as nb"),
                 nbformat.v4.new_code_cell(cell)]
     path = tmp_path / "09_probe.ipynb"
     nbformat.write(nb, str(path))
@@ -137,7 +137,7 @@ def test_a_tampered_check_cell_fails_selfcheck(tmp_path, monkeypatch):
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(
-        "import specdec_helpers.present.notebook as nb\n"
+        "import specdec_helpers.present.notebook_help as nb\n"
         "def check(*a, **k):\n    raise nb.CheckFailed('❌ tampered')\n"
         "nb.check = check\n")
     monkeypatch.setenv("PYTHONPATH", f"{site}:{sys.path[0]}:" + __import__("os").environ.get("PYTHONPATH", ""))

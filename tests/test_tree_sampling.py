@@ -315,7 +315,7 @@ def test_notebook_check_fails_a_wrong_residual(wrong):
 
 @pytest.mark.slow
 def test_notebook_check_passes_the_right_residual_and_says_unfinished():
-    from specdec_helpers.present import notebook as nb
+    from specdec_helpers.present import notebook_help as nb
     from specdec_helpers.present.tree_lesson import check_tree_residual
 
     ok, message = check_tree_residual(residual_distribution)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tiny_models import perturbed_copy, tiny_model
-from specdec_helpers.present import notebook as nb
+from specdec_helpers.present import notebook_help as nb
 from specdec_helpers import speculative_decode
 from specdec_helpers.core.decode import DecodeOutput, DecodeStats, Step
 from specdec_helpers.present.widgets import TokenExplorer, render_html, token_spans

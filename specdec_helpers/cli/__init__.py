@@ -19,7 +19,7 @@ from specdec_helpers.cli.course import (
     release,
 )
 from specdec_helpers.cli.run import bench, demo, distill, perf, report, train_toy
-from specdec_helpers.cli.selfcheck import selfcheck
+from specdec_helpers.cli.machine_check import selfcheck
 
 __all__ = ["COMMANDS", "main", "autograder", "bench", "check", "demo", "distill", "grade", "handin", "mistakes",
            "perf", "release", "report", "selfcheck", "train_toy"]

@@ -37,7 +37,7 @@ from specdec_helpers.assignment.grading.submission import (
     run_nbval,
 )
 from specdec_helpers.cli.args import positive_int
-from specdec_helpers.present.notebook import REPO_BRANCH, quiet
+from specdec_helpers.present.notebook_help import REPO_BRANCH, quiet
 
 # What `grade` needs beyond the kit (pyproject's `grade` extra): students never install it.
 GRADE_EXTRA = ("pytest", "nbval", "copydetect", "psutil")

@@ -2,7 +2,7 @@
 
 A hint in the check cell's source is read before the student has tried, and the precise ones give the
 answer away. So the check cells name their hint by the exercise's id (``nb.check(..., hint="ex2_rollback")``)
-and `present.notebook.check` prints it when the check fails: first the nudge (what to think about), and
+and `present.notebook_help.check` prints it when the check fails: first the nudge (what to think about), and
 from the second failure of the same check in a kernel the fuller hint as well. Instructors read or edit
 every hint here, in one table.
 """

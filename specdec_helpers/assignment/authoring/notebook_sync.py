@@ -21,7 +21,7 @@ from pathlib import Path
 
 import nbformat
 
-from specdec_helpers.present.notebook import REPO_BRANCH, REPO_URL, colab_url, pip_install_spec
+from specdec_helpers.present.notebook_help import REPO_BRANCH, REPO_URL, colab_url, pip_install_spec
 
 BADGE_LINK = re.compile(r"https://colab\.research\.google\.com/github/[^)\s\"']+")
 INSTALL_SPEC = re.compile(r"git\+https?://[^\s\"']+")

@@ -41,7 +41,7 @@ from specdec_helpers.assignment.grading.editions import (  # noqa: F401 - the ma
     ReleaseError,
     strip,
 )
-from specdec_helpers.present.notebook import REPO_BRANCH, colab_url, github_path, pip_install_spec
+from specdec_helpers.present.notebook_help import REPO_BRANCH, colab_url, github_path, pip_install_spec
 
 ROOT = Path(__file__).resolve().parents[3]
 TEMPLATES = Path(__file__).resolve().parent / "templates"

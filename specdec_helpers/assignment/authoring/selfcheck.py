@@ -21,7 +21,7 @@ from specdec_helpers.measure.device_checks import FAIL, PASS, SKIP, Row
 from specdec_helpers.measure.results import environment
 from specdec_helpers.models.pairs import load_pair
 from specdec_helpers.present.headless import notebook_paths, run_notebook
-from specdec_helpers.present.notebook import prompts_for
+from specdec_helpers.present.notebook_help import prompts_for
 
 SECTIONS = ("greedy", "sampling", "tree", "hf", "notebooks", "grader")
 DTYPES = {"auto": None, "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

@@ -28,7 +28,7 @@ from specdec_helpers.core.checks import greedy_divergence
 from specdec_helpers.core.decode import greedy_decode
 from specdec_helpers.models.pairs import load_pair
 from specdec_helpers.models.presets import OFFLINE_PRESETS
-from specdec_helpers.present.notebook import prompts_for
+from specdec_helpers.present.notebook_help import prompts_for
 
 
 @dataclass

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from specdec_helpers.assignment.parts.decoder import FUNCTIONS, NOTEBOOK_OF, PARTS, STANDINS, build_decoder
-from specdec_helpers.present.notebook import in_colab
+from specdec_helpers.present.notebook_help import in_colab
 
 #: The one import a graded cell may take from the kit: cache bookkeeping is plumbing, not the exercise.
 ALLOWED_KIT_IMPORTS = ("specdec_helpers.core.cache",)

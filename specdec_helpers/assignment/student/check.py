@@ -17,7 +17,7 @@ from specdec_helpers.assignment.parts.decoder import NOTEBOOK_OF, PARTS
 from specdec_helpers.assignment.grading.grader import run_suite
 from specdec_helpers.assignment.grading.sandbox import InProcess
 from specdec_helpers.assignment.grading.suite import EXERCISES
-from specdec_helpers.present import notebook
+from specdec_helpers.present import notebook_help as notebook
 
 LABELS = {"init": "01 · initialization", "draft": "02 · drafting", "verify": "03 · verification",
           "decode": "04 · KV cache and the decode loop"}

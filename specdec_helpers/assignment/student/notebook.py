@@ -1,6 +1,6 @@
 """Everything notebooks 01-08 call, in one import: ``from specdec_helpers.assignment.student import notebook as nb``.
 
-The set-up and verdict helpers of `present.notebook`, plus what the graded parts need: a pair whose
+The set-up and verdict helpers of `present.notebook_help`, plus what the graded parts need: a pair whose
 draft is a model (the exercises draft with one), the check cells of the graded parts, and the
 student's own decoder assembled from their notebooks. Nothing here implements a graded part.
 """
@@ -17,7 +17,7 @@ from specdec_helpers.core.timing import timed  # noqa: F401
 from specdec_helpers.measure.observed import decoder_scoring, observed_decode
 from specdec_helpers.measure.speedup import ratio_words  # noqa: F401 - timed comparisons that say when they are noise
 from specdec_helpers.models.pairs import load_pair
-from specdec_helpers.present.notebook import *  # noqa: F401,F403 - setup, check, prompts_for, ...
+from specdec_helpers.present.notebook_help import *  # noqa: F401,F403 - setup, check, prompts_for, ...
 from specdec_helpers.present.widgets import render_html, token_explorer  # noqa: F401
 
 

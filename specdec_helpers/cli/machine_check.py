@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from specdec_helpers.cli.args import at_least, check_device_and_out
-from specdec_helpers.present.notebook import quiet
+from specdec_helpers.present.notebook_help import quiet
 
 
 def selfcheck(argv=None) -> int:
