@@ -23,6 +23,11 @@ done
 # 2. Pythia-1.4b/160m shapes, random weights built here: step, verify and draft costs, c, the bound, syncs per round.
 python benchmarks/pythia_random_timing.py --device "$DEVICE" --scale "$SCALE" --json "$OUT/pythia-random-$DEVICE.json" || status=1
 
+# 2b. Issue 36's four goals: CUDA graphs over static caches against eager decoding and HF assisted generation.
+GSCALE=$([ "$DEVICE" = cpu ] && echo 0.0625 || echo "$SCALE")
+python benchmarks/graphs_goals.py --device "$DEVICE" --scale "$GSCALE" $([ "$DEVICE" = cpu ] && echo "--max-new-tokens 8 --repeats 1") \
+  --json "$OUT/graphs-goals-$DEVICE.json" || status=1
+
 # 3. The notebooks under nbval on this device (load_pair picks CUDA and fp16 when there is a GPU).
 if [ "$NOTEBOOKS" = all ]; then nbs=notebooks/; else nbs=$(for n in ${NOTEBOOKS//,/ }; do ls notebooks/${n}_*.ipynb; done); fi
 python -m pytest -q -p no:cacheprovider $nbs || status=1
