@@ -134,3 +134,21 @@ def test_graphs_default_off_on_a_cpu_and_refused_where_they_cannot_serve():
     with pytest.raises(ValueError, match="CUDA device"):
         StaticForward(target, graphs=True)
     assert isinstance(StaticKV(target, 8), StaticKV)
+
+
+def test_by_default_only_where_a_position_can_roll_the_cache_back(monkeypatch):
+    from transformers import MistralConfig, MistralForCausalLM
+
+    plain = tiny_model("llama")
+    sliding = MistralForCausalLM(MistralConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                               num_key_value_heads=2, intermediate_size=64, sliding_window=8)).eval()
+    assert graphs.plain_static_layers(plain) and not graphs.plain_static_layers(sliding)
+    lookup = sd.PromptLookupDrafter()
+    assert not graphs.graphs_by_default(plain, True, False, lookup)  # a CPU model
+    monkeypatch.setattr(type(plain), "device", property(lambda self: torch.device("cuda")))
+    assert graphs.graphs_by_default(plain, True, False, lookup)
+    assert not graphs.graphs_by_default(plain, False, False, lookup) and not graphs.graphs_by_default(plain, True, True, lookup)
+    monkeypatch.setattr(type(sliding), "device", property(lambda self: torch.device("cuda")))
+    assert not graphs.graphs_by_default(sliding, True, False, lookup)
+    with pytest.raises(NotImplementedError, match="sliding-window"):
+        StaticKV(sliding, 16)

@@ -225,4 +225,16 @@ def static_forward(model, graphs: bool) -> StaticForward:
 def graphs_by_default(target, use_cache: bool, compile: bool, drafter) -> bool:
     """``graphs=None``: on where a step replays faster than it launches (a CUDA device), for the paths graphs serve."""
     return (target.device.type == "cuda" and use_cache and not compile and not drafter.needs_target_features
-            and not getattr(target, "hf_device_map", None))
+            and not getattr(target, "hf_device_map", None) and plain_static_layers(target)
+            and (drafter.model is None or plain_static_layers(drafter.model)))
+
+
+def plain_static_layers(model) -> bool:
+    """Whether ``model``'s static cache has only plain full-attention layers (no sliding window, no recurrent state):
+    the layers a position can roll back. (Building the cache allocates nothing: its layers allocate on first use.)"""
+    from transformers.cache_utils import StaticLayer
+
+    try:
+        return all(type(layer) is StaticLayer for layer in new_static_cache(model, 1).layers)
+    except Exception:  # a model transformers cannot give a static cache
+        return False
