@@ -152,3 +152,17 @@ def test_by_default_only_where_a_position_can_roll_the_cache_back(monkeypatch):
     assert not graphs.graphs_by_default(sliding, True, False, lookup)
     with pytest.raises(NotImplementedError, match="sliding-window"):
         StaticKV(sliding, 16)
+
+
+@torch.inference_mode()
+def test_kept_caches_do_not_keep_the_model_alive():
+    import gc
+    import weakref
+
+    model = tiny_model("gpt_neox", seed=13)
+    sd.speculative_decode(model, model, prompt(4), max_new_tokens=6, num_speculative_tokens=2, graphs=True)
+    assert model in graphs._FORWARDS
+    alive = weakref.ref(model)
+    del model
+    gc.collect()
+    assert alive() is None

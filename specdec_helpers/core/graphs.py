@@ -84,9 +84,15 @@ class StaticForward:
     def __init__(self, model, graphs: bool):
         if graphs and model.device.type != "cuda":
             raise ValueError(f"CUDA graphs need a model on a CUDA device, not {model.device}; use graphs=False")
-        self.model, self.config, self.device, self.graphs = model, model.config, model.device, graphs
+        # A weak reference: `_FORWARDS` keeps this as long as the model lives, and must not keep the model alive.
+        self._model = weakref.ref(model)
+        self.config, self.device, self.graphs = model.config, model.device, graphs
         self.caches: list[StaticKV] = []
         self.captured = 0  # graphs captured so far (the benchmark reports it)
+
+    @property
+    def model(self):
+        return self._model()
 
     def get_input_embeddings(self):
         return self.model.get_input_embeddings()
