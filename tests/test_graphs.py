@@ -166,3 +166,20 @@ def test_kept_caches_do_not_keep_the_model_alive():
     del model
     gc.collect()
     assert alive() is None
+
+
+def test_the_gpu_goals_benchmark_runs_on_a_cpu(tmp_path, capsys):
+    """benchmarks/graphs_goals.py at a tiny scale: it runs, prints the five goals, and every method's tokens equal
+    our eager greedy's (fp32). Its timings are not checked (a benchmark, not a test)."""
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import graphs_goals
+
+    result = graphs_goals.main(["--device", "cpu", "--scale", "0.0625", "--vocab", "256", "--max-new-tokens", "6",
+                                "--repeats", "1", "--json", str(tmp_path / "goals.json")])
+    assert set(result["goals"]) == set(graphs_goals.GOALS) and all(result["identical_to_greedy"].values())
+    assert json.loads((tmp_path / "goals.json").read_text())["goals"].keys() == result["goals"].keys()
+    assert "all_accepted_vs_eager_greedy" in capsys.readouterr().out
