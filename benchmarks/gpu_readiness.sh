@@ -42,6 +42,9 @@ for nb in $NBS; do
   side+=("nbval-$(basename "$nb" .ipynb)|$PY -m pytest -q -p no:cacheprovider $nb")
 done
 alone+=("timing-pythia-shapes|$PY benchmarks/pythia_random_timing.py --device $DEVICE --scale $SCALE --json $OUT/pythia-random-$DEVICE.json")
+# issue 36's four goals: CUDA graphs over static caches against eager decoding and HF assisted generation
+GSCALE=$([ "$DEVICE" = cpu ] && echo 0.0625 || echo "$SCALE"); GSMALL=$([ "$DEVICE" = cpu ] && echo "--max-new-tokens 8 --repeats 1")
+alone+=("timing-graphs-goals|$PY benchmarks/graphs_goals.py --device $DEVICE --scale $GSCALE $GSMALL --json $OUT/graphs-goals-$DEVICE.json")
 
 run_part() {  # name command...: one part, its log, its verdict line in $LOGS/status
   local name=$1; shift

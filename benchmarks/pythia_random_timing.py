@@ -28,12 +28,12 @@ SHAPES = {"pythia-1.4b": (2048, 24, 16, 8192), "pythia-160m": (768, 12, 12, 3072
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def build(name: str, scale: float, device, dtype, seed: int) -> GPTNeoXForCausalLM:
+def build(name: str, scale: float, device, dtype, seed: int, vocab: int = 50304) -> GPTNeoXForCausalLM:
     hidden, layers, heads, inter = SHAPES[name]
     if scale != 1:
         heads = max(1, round(heads * scale))
         hidden, layers, inter = heads * (hidden // SHAPES[name][2]), max(1, round(layers * scale)), round(inter * scale)
-    config = GPTNeoXConfig(vocab_size=50304, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+    config = GPTNeoXConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                            intermediate_size=inter, rotary_pct=0.25, max_position_embeddings=2048,
                            use_parallel_residual=True, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0)
     torch.manual_seed(seed)

@@ -170,3 +170,44 @@ def test_selfcheck_at_a_hub_preset(offline_hub, tmp_path):
         result = json.loads(out.read_text())
         assert code == 0 and result["passed"], [r for r in result["rows"] if r["status"] == "FAIL"]
         assert {r["section"] for r in result["rows"]} == {"greedy", "tree", "ours vs HF"}
+
+
+def test_auto_times_the_drafts_of_its_target_and_picks_the_best_bound(offline_hub, monkeypatch):
+    """``load_pair("auto")`` where it resolves to a Pythia pair: each preset draft of pythia-1.4b is timed against the
+    target on this device, and the draft and k with the highest bound win (here tiny stand-ins on a CPU)."""
+    from specdec_helpers.models import choose, pairs
+
+    monkeypatch.setattr(pairs, "auto_choice", lambda: ("pythia-1.4b/160m", "auto: (test) the PA3 target"))
+    seen = {}
+    real = choose.choose
+
+    def spy(target, drafts, **kwargs):
+        seen["choice"] = real(target, drafts, **kwargs)
+        return seen["choice"]
+
+    monkeypatch.setattr(pairs, "choose", spy)
+    pair = sd.load_pair("auto", device="cpu", progress=False)
+    choice = seen["choice"]
+    assert set(choice.table) == {"pythia-1.4b/160m", "pythia-1.4b/70m", "pythia-1.4b/410m"}
+    best = max(choice.table.values(), key=lambda row: row["bound"])
+    assert pair.preset == choice.name and pair.num_speculative_tokens == choice.k == best["k"]
+    assert pair.draft.config.name_or_path == get_preset(choice.name).draft
+    assert pair.reason.startswith("auto: (test)") and "chose " + choice.name in pair.reason
+    assert all(name in pair.reason for name in choice.table)
+    ids = pair.encode("The quick brown fox")
+    out = sd.speculative_decode(pair.target, pair.draft, ids, max_new_tokens=8,
+                                num_speculative_tokens=pair.num_speculative_tokens)
+    assert torch.equal(out.sequences, _greedy(pair.target, ids, 8))
+    # By name, PA3's own pairs come as the table says, untimed.
+    named = sd.load_pair("pythia-1.4b/70m", device="cpu", progress=False)
+    assert named.num_speculative_tokens == 4 and named.draft.config.name_or_path == get_preset("pythia-1.4b/70m").draft
+
+
+def test_the_bound_prefers_a_cheap_draft_where_steps_are_launch_bound():
+    from specdec_helpers.models.choose import bound
+
+    # The issue's H100 (eager): 70m at c = 0.29 against 160m at 0.60, verify ~1.14 steps.
+    cheap = max(bound(0.65, k, 0.29, 1.14) for k in range(1, 9))
+    accurate = max(bound(0.9, k, 0.60, 1.14) for k in range(1, 9))
+    assert cheap > accurate > 1
+    assert bound(1.0, 4, 0.0, 1.0) == 5 and abs(bound(0.5, 1, 0.0, 1.0) - 1.5) < 1e-12

@@ -116,13 +116,15 @@ def eos_ids(target, eos_token_id) -> list[int]:
     return [int(i) for i in ids]
 
 
-def check_compilable(use_cache: bool, drafter) -> None:
-    """``compile=True`` compiles the target's cached forward; it cannot serve the uncached or feature-reading paths."""
+def check_compilable(use_cache: bool, drafter, what: str = "compile=True") -> None:
+    """``compile=True`` and ``graphs=True`` run the target's cached forward over a static cache; neither can serve
+    the uncached or feature-reading paths."""
+    off = what.replace("True", "False")
     if not use_cache:
-        raise ValueError("compile=True needs use_cache=True (it compiles the forward over a static KV cache)")
+        raise ValueError(f"{what} needs use_cache=True (it runs the forward over a static KV cache)")
     if drafter.needs_target_features:
-        raise ValueError("a draft that reads the target's hidden states (eagle) cannot run with compile=True: "
-                         "the compiled forward returns logits only; use compile=False")
+        raise ValueError(f"a draft that reads the target's hidden states (eagle) cannot run with {what}: "
+                         f"the static-cache forward returns logits only; use {off}")
 
 
 def decode_args(target, input_ids, max_new_tokens, eos_token_id) -> tuple[torch.Tensor, int, list[int]]:

@@ -16,6 +16,7 @@ from specdec_helpers.core.batch import batch_speculative_decode, is_batch
 from specdec_helpers.core.cache import crop_cache, new_cache
 from specdec_helpers.core.compiled import compiled_forward
 from specdec_helpers.core.drafters import Drafter, Proposal, as_drafter, exclusive
+from specdec_helpers.core.graphs import graphs_by_default, static_pair
 from specdec_helpers.core.rounds import DecodeOutput, DecodeStats, Step, Text, cut_at_eos
 from specdec_helpers.core.sampling import Sampler
 from specdec_helpers.core.timing import sync_device
@@ -55,6 +56,7 @@ def speculative_decode(
     compile: bool = False,
     attention_mask=None,
     score=None,
+    graphs: bool | None = None,
 ) -> DecodeOutput:
     """Generate with ``draft`` proposing and ``target`` verifying; output is the target's own.
 
@@ -66,6 +68,10 @@ def speculative_decode(
     ``compile=True`` runs the target's forward compiled over a static cache (`compiled`), after
     minutes of compiling on first use; whether it pays depends on the machine: measure it
     (``perf --compile``; what it gave here is in benchmarks/RESULTS.md).
+    ``graphs``: run both models over static KV caches, each fixed-size pass (the draft's one-token step, the
+    target's verify) replayed from a CUDA graph captured once (`graphs`); a rollback moves a position.
+    ``None`` (default): on for a CUDA target, off elsewhere; ``True`` on a CPU runs the same static-cache
+    steps eagerly (what the CPU tests check).
     The student edition (``release``) refuses greedy and near-greedy use, and verifies without a cache:
     greedy speculative decoding is what the students write in notebooks 02-04.
     ``score``: the target's scoring pass, ``score(target, input_ids [1, L], draft_tokens [k]) -> logits [k + 1, vocab]``
@@ -99,23 +105,27 @@ def speculative_decode(
     ### END INSTRUCTOR ONLY
     drafter = as_drafter(draft, target)
     checks.check_draft_model(drafter.model, input_ids, max_new_tokens)
-    if compile:
-        checks.check_compilable(use_cache, drafter)
-    if score is not None and (compile or drafter.needs_target_features or not callable(score)):
+    if compile or graphs:
+        checks.check_compilable(use_cache, drafter, "graphs=True" if graphs else "compile=True")
+    if graphs is None:
+        graphs = score is None and graphs_by_default(target, use_cache, compile, drafter)
+    if compile and graphs:
+        raise ValueError("compile=True and graphs=True are two ways to a static-cache forward: choose one")
+    if score is not None and (compile or graphs or drafter.needs_target_features or not callable(score)):
         raise ValueError("score= must be a function score(target, input_ids, draft_tokens) -> logits [k + 1, vocab]; it "
-                         "reads no cache and returns no target features, so use it without compile=True and with a draft "
-                         "that needs none (not 'eagle')")
+                         "reads no cache and returns no target features, so use it without compile=True or graphs=True "
+                         "and with a draft that needs none (not 'eagle')")
     with exclusive(drafter):  # stateful: one decode at a time per drafter (see `exclusive`)
         return _decode_loop(target, drafter, input_ids, max_new_tokens, schedule, sampler, eos, use_cache, compile,
-                            score)
+                            graphs, score)
 
 
 def greedy_decode(target, input_ids, *, max_new_tokens: int = 100, eos_token_id=None, use_cache: bool = True,
-                  compile: bool = False, attention_mask=None):
+                  compile: bool = False, attention_mask=None, graphs: bool | None = None):
     """Plain greedy decoding (one target pass per token), the baseline speculative decoding must match."""
     ### BEGIN INSTRUCTOR ONLY
     return speculative_decode(target, _NoDraft(), input_ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
-                              use_cache=use_cache, compile=compile, attention_mask=attention_mask)
+                              use_cache=use_cache, compile=compile, attention_mask=attention_mask, graphs=graphs)
     ### STUDENT EDITION
     # if is_batch(input_ids, attention_mask):  # the batched baseline (notebook 08): no draft, nothing graded
     #     return batch_speculative_decode(target, None, input_ids, attention_mask, max_new_tokens=max_new_tokens,
@@ -142,9 +152,13 @@ def generate_greedy(target, input_ids, *, max_new_tokens: int = 100, eos_token_i
 
 
 def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: KSchedule, sampler, eos, use_cache,
-                 compile=False, score=None):
-    """The rounds, written out: draft, one target pass, verify, append, roll both back to the kept text."""
+                 compile=False, graphs=False, score=None):
+    """The target's cache (dynamic, static or none), then the rounds (`_rounds`)."""
     ### BEGIN INSTRUCTOR ONLY
+    if graphs:  # the same rounds, both models over static caches (CUDA graphs on a GPU): see `graphs`
+        cuda = target.device.type == "cuda"
+        with static_pair(target, drafter, input_ids.shape[1] + max_new_tokens, cuda) as (target, cache, drafter):
+            return _rounds(target, drafter, cache, input_ids, max_new_tokens, schedule, sampler, eos)
     if compile:  # the same loop, with the target's compiled forward over a static cache
         target = compiled_forward(target)
         cache = target.new_cache(input_ids.shape[1] + max_new_tokens)
@@ -153,6 +167,11 @@ def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: 
     ### STUDENT EDITION
     # cache = None  # no cached verification here (notebook 04's exercise): the target re-reads the text
     ### END INSTRUCTOR ONLY
+    return _rounds(target, drafter, cache, input_ids, max_new_tokens, schedule, sampler, eos, score)
+
+
+def _rounds(target, drafter: Drafter, cache, input_ids, max_new_tokens, schedule: KSchedule, sampler, eos, score=None):
+    """The rounds, written out: draft, one target pass, verify, append, roll both back to the kept text."""
     text = Text(input_ids, max_new_tokens, eos)
     drafter.update(0)  # a new text
     sync_device(input_ids.device)

