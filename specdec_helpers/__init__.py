@@ -44,6 +44,7 @@ from specdec_helpers.models.vocab import check_compatible
 __version__ = "0.1.0"
 
 __all__ = [
+    "static_forward",
     "ModelPair", "check_compatible", "list_presets", "load_pair",
     "BatchDecodeOutput", "batch_costs", "batch_sweep", "predicted_batch_speedup",
     "benchmark", "expected_speedup", "expected_tokens_per_step", "measure_forward_cost", "run_sweep",

@@ -234,6 +234,9 @@ def main(argv=None) -> int:
     sources = json.loads(requests.readline() or "{}")
     sys.stdout = sys.stderr  # prints of student code never reach the answer channel
     torch.set_num_threads(int(os.environ.get("SPECDEC_THREADS", "1")))
+    # fixed for the grading: more threads on a busy machine only burn CPU time, which the outside check of the
+    # target cache counts (an honest decoder that raised them was taken for one that re-reads the text)
+    torch.set_num_threads = lambda n: None
 
     def send(message):
         answers.write(json.dumps(message) + "\n")
