@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CHEAT = r'''
 import glob, json, os, signal, subprocess, sys, time
-import importlib as loader  # (a name the delegation check does not look for)
+loader = getattr(__builtins__, "__dict__", __builtins__)["__im" + "port__"]("im" + "portlib")  # hidden from the static delegation check: this test is about the sandbox
 RESULTS, KIT = {results!r}, {kit!r}
 FORGED = json.dumps({{"score": 100, "output": "CHEATED"}})
 done = []

@@ -51,7 +51,7 @@ INCLUDE = ["pyproject.toml", "requirements.txt", "conftest.py", "specdec_helpers
 INSTRUCTOR_ONLY = ["specdec_helpers/assignment/authoring", "specdec_helpers/assignment/grading/mutations.py",
                    # grading a class and flagging copies: the instructor's (and the thresholds stay private)
                    "specdec_helpers/assignment/grading/classroom.py", "specdec_helpers/assignment/grading/contain.py",
-                   "specdec_helpers/assignment/grading/grade_worker.py",
+                   "specdec_helpers/assignment/grading/grade_worker.py", "specdec_helpers/cli/worker.py",
                    "specdec_helpers/assignment/grading/similarity.py", "specdec_helpers/assignment/grading/templates",
                    "tests", "report/build"]
 SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
