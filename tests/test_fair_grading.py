@@ -1,16 +1,19 @@
 """Grading fair to every honest decoder, closed to the last cheats (issue 34), and GPU-only mistakes caught
 on a CPU (issue 33): a stale draft cache costs the drafting points only, the EOS count and device mistakes
-are named, a patched position counter earns nothing, aliases of sys/importlib are seen.
+are named, a patched position counter and forged rounds earn nothing, aliases of sys/importlib and reaches
+through the package name are seen.
 
 Student code runs in a child process here, as in grading; timings are never asserted (the speed item is
 scored from a `Measurement` the test builds, or only checked for what blocks it).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
-from specdec_helpers.assignment.grading import grader, mutations, speed, submission
+from specdec_helpers.assignment.grading import child, devices, grader, mutations, speed, submission
 from specdec_helpers.assignment.grading.devices import DeviceWatch
 from specdec_helpers.assignment.grading.sandbox import InProcess
 from specdec_helpers.assignment.parts import cells
@@ -105,6 +108,64 @@ def test_the_simulated_gpu_sees_what_cuda_refuses_and_nothing_else():
         with DeviceWatch([model], [ids]) as watch:
             run()
         assert bool(watch.faults) == faulty, (name, watch.faults)
+
+
+def test_the_simulated_gpu_reads_the_graded_line_for_cpu_and_sees_legacy_constructors():
+    """On the CPU ``str(ids.device)`` and ``"cpu"`` are the same string: the graded line's text tells them apart.
+    ``torch.LongTensor(...)`` bypasses TorchFunctionMode, so the watch wraps the legacy constructors."""
+    ids = torch.ones(1, 3, dtype=torch.long)
+    cases = {"device=str(ids.device)": ("torch.cat([ids, torch.tensor([[2]], device=str(ids.device))], 1)", False),
+             "device='cpu'": ("torch.cat([ids, torch.tensor([[2]], device='cpu')], 1)", True),
+             ".to('cpu')": ("ids.to('cpu') + ids", True),
+             ".to(str(ids.device))": ("ids.to(str(ids.device)) + ids", False),
+             "torch.LongTensor": ("torch.cat([ids, torch.LongTensor([[2]])], 1)", True),
+             "isinstance still works": ("assert isinstance(ids, torch.LongTensor)", False)}
+    for name, (line, faulty) in cases.items():
+        code = cells.compile_graded(f"def run(ids):\n    {line}\n", f"<graded cell {name}>")
+        namespace = {"torch": torch}
+        exec(code, namespace)
+        with DeviceWatch([], [ids]) as watch:
+            namespace["run"](ids)
+        assert bool(watch.faults) == faulty, (name, watch.faults)
+        assert not isinstance(torch.LongTensor, devices._Legacy)  # put back
+
+
+@pytest.mark.slow
+def test_forged_rounds_are_caught_by_the_cpu_time_measured_outside(reference):
+    """The cheat of the red team: plain greedy decoding (the hooks counting passes removed for the call), a
+    forged log of rounds with the draft model's greedy acceptance, one embedding call per forged round. Every
+    in-process check agrees with the forged log; the child's CPU time with a target that costs many drafts
+    (`World.deep`) does not, so the cached decode test fails and performance is never measured."""
+    forged = (Path(__file__).parent / "cheat_cells" / "forged_rounds.py").read_text()
+    for source, caught in ((forged, True), (reference["decode"], False)):
+        results = {r.test_id: r for r in grader.run_suite(dict(reference, decode=source), POINTS, only=["decode"], seed=0)}
+        cached = results["decode.decode_cached"]
+        assert cached.passed != caught, cached
+        if caught:
+            assert "measured outside your process" in cached.feedback and "once per token" in cached.feedback
+            assert [t for t, r in results.items() if not r.passed] == ["decode.decode_cached"]
+
+
+def test_kit_reaches_through_the_package_name_are_seen():
+    """``import specdec_helpers.core.cache`` binds ``specdec_helpers``: the rest of the kit is an attribute away."""
+    reach = "import specdec_helpers.core.cache\nspecdec_helpers.assignment.grading.devices.FACTORIES.clear()\n"
+    assert cells.kit_references(reach) == ["specdec_helpers.assignment.grading.devices.FACTORIES.clear"]
+    assert cells.kit_references("import specdec_helpers.core.cache\ngetattr(specdec_helpers, 'core')\n")
+    allowed = "import specdec_helpers.core.cache\nc = specdec_helpers.core.cache.new_cache(m)\n"
+    assert cells.kit_references(allowed) == []
+
+
+def test_a_kit_function_handed_to_a_helper_is_still_a_delegation():
+    """The poison walks up past helpers that are neither graded nor the kit's (``functools``, ``map``...)."""
+    import functools
+    poisoned = child._poisoned("score_draft", lambda *a: "real")
+    code = cells.compile_graded("def run(f):\n    return list(map(lambda x: f(x), [1]))\n", "<graded cell t>")
+    namespace = {"__name__": "__graded__"}
+    exec(code, namespace)
+    with pytest.raises(child.KitDelegation):
+        namespace["run"](functools.partial(poisoned))
+    assert child.DELEGATED.pop() == "score_draft"
+    assert poisoned(1) == "real"  # called from here (neither graded nor kit): passes
 
 
 PATCHED_COUNTER = '''

@@ -33,6 +33,22 @@ def positive_ints(text: str) -> list[int]:
     raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers >= 1, e.g. 1,2,4; got {text!r}")
 
 
+def preset_names(text: str) -> str:
+    """argparse type: one or more preset names, comma-separated, each known (an empty one, as from
+    ``--preset ''`` or ``--preset toy,``, is refused with the names rather than read as the default)."""
+    from specdec_helpers.models.presets import PRESETS, get_preset
+
+    names = [part.strip() for part in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"{text!r} holds an empty preset name; choose from: {', '.join(PRESETS)}")
+    for name in names:
+        try:
+            get_preset(name)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error).replace("auto, ", "")) from None
+    return ",".join(names)
+
+
 def check_device_and_out(parser, args) -> None:
     """Refuse at once a device this machine lacks and an --out that is a file."""
     if (args.device or "").startswith("cuda") and not torch.cuda.is_available():

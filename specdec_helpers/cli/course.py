@@ -7,6 +7,7 @@ import importlib.util
 import json
 import re
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from specdec_helpers.assignment.grading.submission import (
     reference_sources,
     run_nbval,
 )
-from specdec_helpers.cli.args import positive_int
+from specdec_helpers.cli.args import positive_int, preset_names
 from specdec_helpers.present.notebook_help import REPO_BRANCH, quiet
 
 # What `grade` needs beyond the kit (pyproject's `grade` extra): students never install it.
@@ -129,7 +130,7 @@ def grade(argv=None) -> int:
     parser.add_argument("--threshold", action="append", metavar="NAME=X",
                         help="override thresholds (relative_speed, relative_acceptance; GPU: speedup, acceptance, "
                              "bonus_speedup, bonus_acceptance)")
-    parser.add_argument("--preset", help="pair for the performance items (default: toy)")
+    parser.add_argument("--preset", type=preset_names, help="pair for the performance items (default: toy)")
     parser.add_argument("--no-perf", action="store_true", help="skip the performance items")
     parser.add_argument("--no-nbval", action="store_true", help="do not run the notebooks under nbval")
     parser.add_argument("--visible-only", action="store_true", help="skip the hidden tests")
@@ -200,6 +201,7 @@ def grade(argv=None) -> int:
         print(f"{note.name}: {note.feedback}")
     print(privilege.describe(), flush=True)
     print(f"hidden tests in world {seed} (grade --seed {seed} repeats them)", flush=True)
+    began = time.perf_counter()  # execution_time counts nbval's minutes too
     try:
         with privilege.student() as jail:  # every process of the student's is gone on the way out, before results.json
             if not args.no_nbval:  # (the graded cells' child checks this too, but after nbval's minutes)
@@ -211,6 +213,7 @@ def grade(argv=None) -> int:
     except packages.PackagesDiffer as error:  # the grader's setup, not the student's code: grade nothing
         print(f"grade: not graded: {error}", file=sys.stderr)
         return 2
+    report.seconds = time.perf_counter() - began
     print(report.table())
     if report.measurement.get("detail"):
         print("\nperformance:", json.dumps(report.measurement["detail"], indent=1))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specdec_helpers.cli.args import at_least, check_device_and_out
+from specdec_helpers.cli.args import at_least, check_device_and_out, preset_names
 from specdec_helpers.present.notebook_help import quiet
 
 
@@ -20,7 +20,7 @@ def selfcheck(argv=None) -> int:
         return 2
     parser = argparse.ArgumentParser(prog="python -m specdec_helpers selfcheck", description=selfcheck_module.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default="toy", help="pair to check (default: toy; e.g. pythia-1.4b/160m on a GPU)")
+    parser.add_argument("--preset", type=preset_names, default="toy", help="pair to check (default: toy; e.g. pythia-1.4b/160m on a GPU)")
     parser.add_argument("--device", help="cpu, cuda, cuda:1 (default: CUDA when there is a GPU)")
     parser.add_argument("--dtype", default="auto", choices=list(DTYPES),
                         help="model dtype for the device checks (auto: fp16 on a GPU, fp32 on the CPU)")

@@ -14,6 +14,7 @@ from specdec_helpers.cli.args import (
     check_device_and_out,
     positive_int,
     positive_ints,
+    preset_names,
     set_threads,
     whole_number,
 )
@@ -122,7 +123,7 @@ def demo(argv=None) -> int:
 def bench(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specdec_helpers bench",
                                      description="Benchmark speculative decoding against greedy baselines (sweep over k).")
-    parser.add_argument("--preset", default="toy", help="preset name(s), comma-separated (default: toy)")
+    parser.add_argument("--preset", type=preset_names, default="toy", help="preset name(s), comma-separated (default: toy)")
     parser.add_argument("--draft", default=None,
                         help=f"draft(s), comma-separated (default: the preset's): default, a hub id, or {draft_names_help()}")
     parser.add_argument("--full", action="store_true",
@@ -174,7 +175,7 @@ def bench(argv=None) -> int:
 def perf(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specdec_helpers perf",
                                      description="All performance ratios (ours vs HF assisted, vs greedy, vs the bound) from one run.")
-    parser.add_argument("--preset", default="toy,smollm2-135m", help="preset name(s), comma-separated")
+    parser.add_argument("--preset", type=preset_names, default="toy,smollm2-135m", help="preset name(s), comma-separated")
     parser.add_argument("--draft", default=None,
                         help="draft(s), comma-separated (default: 'hybrid,prompt-lookup': n-gram lookup before the preset's draft, "
                              "that draft model alone (added after a hybrid over a draft model), and n-gram lookup alone; smollm2-135m: "
@@ -234,7 +235,7 @@ def distill(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specdec_helpers distill",
                                      description="Train (once, then cached) a draft of a preset from its target's own text; "
                                                  "prints what it cost.")
-    parser.add_argument("--preset", default="smollm2-135m", help="a preset whose target is LLaMA-style (default: smollm2-135m)")
+    parser.add_argument("--preset", type=preset_names, default="smollm2-135m", help="a preset whose target is LLaMA-style (default: smollm2-135m)")
     parser.add_argument("--draft", choices=("eagle", "distilled"), default="eagle",
                         help=f"eagle (default): {DRAFTS['eagle'].help}; distilled: {DRAFTS['distilled'].help}")
     parser.add_argument("--force", action="store_true", help="train again even if a cached draft exists")

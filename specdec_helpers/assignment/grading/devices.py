@@ -11,6 +11,8 @@ and 0-dimensional host tensors are allowed, as CUDA allows them.
 """
 from __future__ import annotations
 
+import linecache
+import re
 import sys
 
 import torch
@@ -45,6 +47,17 @@ def _where(t: torch.Tensor) -> str | None:
     return getattr(t, TAG, None)
 
 
+def _named(device) -> str:
+    """Where a ``device=`` sends a tensor. A ``torch.device`` or a string made from one (``str(x.device)``)
+    is the decoder's device wherever it runs; only a "cpu" written in the graded line is the host (on the
+    CPU both read "cpu", so the line's text tells them apart)."""
+    if device is None:
+        return "host"
+    if str(device).startswith("cpu") and re.search(r"""["']cpu""", _graded_source()):
+        return "host"
+    return "device"
+
+
 def _moved_to(func, args, kwargs) -> str | None:
     """Where ``.to(...)`` / ``.cpu()`` / ``.cuda()`` sends a tensor: None when it only changes the dtype."""
     if func is torch.Tensor.cpu:
@@ -54,22 +67,53 @@ def _moved_to(func, args, kwargs) -> str | None:
     if func is not torch.Tensor.to:
         return None
     for value in list(args[1:]) + [kwargs.get("device")]:
-        if isinstance(value, str):
-            return "host" if value == "cpu" else "device"  # a literal "cpu" is the host on any machine
-        if isinstance(value, torch.device):
-            return "device"  # self.device, input_ids.device: the decoder's device wherever it runs
+        if isinstance(value, (str, torch.device)):
+            return _named(value)
         if isinstance(value, torch.Tensor):
             return _where(value)
     return None
 
 
-def _graded_line() -> str:
+def _graded_frame():
     frame = sys._getframe(2)
-    while frame is not None:
-        if frame.f_code.co_filename.startswith("<graded cell"):
-            return f"in {frame.f_code.co_name}, line {frame.f_lineno}"
+    while frame is not None and not frame.f_code.co_filename.startswith("<graded cell"):
         frame = frame.f_back
-    return "in the kit's code, called with it"
+    return frame
+
+
+def _graded_line() -> str:
+    frame = _graded_frame()
+    return f"in {frame.f_code.co_name}, line {frame.f_lineno}" if frame else "in the kit's code, called with it"
+
+
+def _graded_source() -> str:
+    """The text of the graded cell's line running now ('' outside graded code; `cells.exec_cell` keeps it)."""
+    frame = _graded_frame()
+    return linecache.getline(frame.f_code.co_filename, frame.f_lineno) if frame else ""
+
+
+class _Legacy:
+    """``torch.LongTensor(...)`` and its kind while the watch is on: the real constructor, its tensor tagged
+    as on the host (legacy constructors build on the CPU and bypass ``TorchFunctionMode``). ``isinstance``
+    still works."""
+
+    def __init__(self, real):
+        self.real = real
+
+    def __call__(self, *args, **kwargs):
+        out = self.real(*args, **kwargs)
+        tag(out, "host")
+        return out
+
+    def __instancecheck__(self, value):
+        return isinstance(value, self.real)
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+LEGACY = ("LongTensor", "IntTensor", "FloatTensor", "DoubleTensor", "BoolTensor", "ByteTensor", "HalfTensor",
+          "BFloat16Tensor", "ShortTensor", "CharTensor")
 
 
 class DeviceWatch(TorchFunctionMode):
@@ -83,12 +127,22 @@ class DeviceWatch(TorchFunctionMode):
                 tag(list(model.parameters()) + list(model.buffers()), "device")
         tag(inputs, "device")
 
+    def __enter__(self):
+        self._legacy = {name: getattr(torch, name) for name in LEGACY}
+        for name, real in self._legacy.items():
+            setattr(torch, name, _Legacy(real))
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for name, real in self._legacy.items():
+            setattr(torch, name, real)
+        return super().__exit__(*exc)
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if func in FACTORIES:
-            device = kwargs.get("device")  # a torch.device is the decoder's (self.device, input_ids.device)
-            tag(out, "host" if device is None or device == "cpu" else "device")
+            tag(out, _named(kwargs.get("device")))
             return out
         moved = _moved_to(func, args, kwargs)
         if moved and out is args[0]:  # on the CPU a move to the CPU is the same tensor; on a GPU it is a copy

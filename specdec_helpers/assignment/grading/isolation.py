@@ -171,8 +171,10 @@ def remove_views() -> None:
 
 
 def secrets() -> list[Path]:
-    """What student code must not read: the kit (its package, notebooks with the solutions, tests)."""
-    found = [PACKAGE, ROOT / "notebooks", ROOT / "tests"]
+    """What student code must not read: the instructor's kit (its package, notebooks with the solutions,
+    tests). The student kit (no ``assignment/authoring``: `release` leaves it out) holds no answers, so a
+    student checking their own work has nothing to hide from it."""
+    found = [PACKAGE, ROOT / "notebooks", ROOT / "tests"] if (PACKAGE / "assignment" / "authoring").is_dir() else []
     autograder = os.environ.get("AUTOGRADER_ROOT")
     if autograder:
         found += [Path(autograder) / "source", Path(autograder) / "submission", Path(autograder) / "results"]

@@ -150,6 +150,36 @@ def draft_cache_reuse(ctx):
         # The target accepts one draft token and corrects the next: the text grows by two tokens.
         fix = target_text[round_] if target_text[round_] != got[1] else (got[1] + 1) % ctx.world.vocab
         text = torch.cat([text, torch.tensor([[got[0], fix]])], dim=1)
+    ### BEGIN HIDDEN TESTS
+    _draft_cache_reused_outside(ctx)
+    ### END HIDDEN TESTS
+
+
+### BEGIN HIDDEN TESTS
+def _draft_cache_reused_outside(ctx, length: int = 900, rounds: int = 8, margin: float = 4.0):
+    """The position counter above runs in the student's process, where code can hide passes from it (a model
+    called with ``inputs_embeds``). So the kernel is asked too: the child's CPU time (`sandbox.Child.cpu_seconds`,
+    read from outside) for ``rounds`` more drafting rounds after a long prompt, against its own first round, which
+    must read the prompt once. A draft that re-reads the text pays that first round's cost every round."""
+    g = torch.Generator().manual_seed(ctx.seed + 13)
+    text = torch.randint(3, ctx.world.vocab, (1, length), generator=g)
+    first = float("inf")
+    for _ in range(3):  # the cheapest of three fresh decoders' first rounds: the prompt read once
+        decoder = ctx.decoder(draft="same")
+        before = ctx.child.cpu_seconds()
+        got = _draft(ctx, decoder, text, 4)
+        first = min(first, ctx.child.cpu_seconds() - before)
+    before = ctx.child.cpu_seconds()
+    for _ in range(rounds):  # one draft token accepted, the next rejected: the text grows by two
+        text = torch.cat([text, torch.tensor([[got[0], (got[1] + 1) % ctx.world.vocab]])], dim=1)
+        got = _draft(ctx, decoder, text, 4)
+    later = ctx.child.cpu_seconds() - before
+    if later > margin * first + 0.1:
+        raise Mistake(f"{rounds} drafting rounds after a {length}-token prompt took {later:.2f} s of CPU time where the "
+                      f"first, which reads the prompt, took {first:.2f} s (measured outside your process): the draft "
+                      "model re-reads the whole text every round. Keep self.draft_cache across rounds, crop it to at "
+                      "most L - 1 positions, and feed only input_ids[:, cache_length(cache):]")
+### END HIDDEN TESTS
 
 
 def draft_rounds(ctx):

@@ -26,6 +26,9 @@ def decode_cached(ctx):
         got = ctx.decode(decoder, ctx.world.prompts[i], 20)
         expect_greedy(got, ctx.world.greedy("target", i)[:20], f"generate_ids(prompt {i}, use_cache=True)" + EARLIER)
         _verified_with(decoder, "verify_tokens_cached", True)
+    ### BEGIN HIDDEN TESTS
+    _rounds_real_outside(ctx)
+    ### END HIDDEN TESTS
 
 
 def _verified_with(decoder, method: str, use_cache: bool):
@@ -60,27 +63,56 @@ def decode_cache_reused(ctx):
 
 
 ### BEGIN HIDDEN TESTS
-def _cache_reused_outside(ctx, length: int = 900, new: int = 24, margin: float = 3.0):
-    """The position counter above runs in the student's process, where code can patch it. So the same
-    question is also asked of the kernel: the child's CPU time (`sandbox.Child.cpu_seconds`, read from
-    outside) to decode ``new`` tokens after a long prompt with a draft that is nearly always rejected, against
-    the grader's own cached decoding of the same. Re-reading the text costs a full pass per round (about
-    ``new`` times the prefill): several times the grader's time, where a reused cache costs about the same."""
+def _cpu_against_own(ctx, draft: str, prompt, new: int, k: int) -> tuple[float, float, list[int]]:
+    """``(used, own, tokens)``: the child's CPU seconds (`sandbox.Child.cpu_seconds`, read from outside the
+    student's process, where no patch reaches) to decode ``new`` tokens with the ``draft`` pair, and the
+    grader's own speculative decoding of the same (the faster of two: the first may pay one-time costs)."""
+    from specdec_helpers.assignment.grading.speed import grader_threads
     from specdec_helpers.core.decode import speculative_decode
 
+    decoder = ctx.decoder(draft=draft)
+    before = ctx.child.cpu_seconds()
+    with Counted(decoder) as ctx.counted:  # what the student's process reported (a test may weigh it)
+        tokens = ctx.decode(decoder, prompt, new, k=k)
+    used = ctx.child.cpu_seconds() - before
+    pair, own = ctx.world.named_pair(draft), float("inf")
+    for _ in range(2):
+        start = time.process_time()
+        with torch.inference_mode(), grader_threads():  # the child's threads: CPU time counts every thread
+            speculative_decode(pair.target, pair.draft, prompt, max_new_tokens=new, num_speculative_tokens=k,
+                               eos_token_id=None)
+        own = min(own, time.process_time() - start)
+    return used, own, tokens
+
+
+def _rounds_real_outside(ctx, new: int = 48, k: int = 8, margin: float = 2.5):
+    """The rounds the grader replays are recorded in the student's process, where code can forge them (plain
+    greedy decoding reported as rounds of accepted drafts). So the kernel is asked too: with a target that
+    costs many draft passes (`World.deep`, bit-identical logits) and a draft that always agrees, speculative
+    decoding runs one target pass per k + 1 tokens; plain greedy decoding runs one per token, several times
+    the CPU time."""
+    used, own, tokens = _cpu_against_own(ctx, "deep/same", ctx.world.prompts[2], new, k)
+    expect_greedy(tokens, ctx.world.greedy("target", 2, new), f"generate_ids(k = {k})" + EARLIER)
+    if used > margin * own + 0.2:
+        raise Mistake(f"with a draft that always agrees (k = {k}), decoding {new} tokens took {used:.2f} s of CPU time "
+                      f"where speculative decoding takes about {own:.2f} s (measured outside your process): the "
+                      "target ran about once per token, not once per round. Each round must run the target once, in "
+                      "the verification call, on the whole draft; the rounds your decoder reports are not the ones it "
+                      "ran")
+
+
+def _cache_reused_outside(ctx, length: int = 900, new: int = 24, margin: float = 3.0):
+    """The position counter above runs in the student's process, where code can patch it. So the same
+    question is also asked of the kernel: the CPU time to decode ``new`` tokens after a long prompt with a
+    draft that is nearly always rejected, against the grader's own cached decoding of the same. Re-reading
+    the text costs a full pass per round (about ``new`` times the prefill): several times the grader's time,
+    where a reused cache costs about the same. A draft that re-reads the text, and says so to the counters,
+    costs as much: the drafting tests take those points, so this test leaves it be."""
     g = torch.Generator().manual_seed(ctx.seed + 11)
     prompt = torch.randint(3, ctx.world.vocab, (1, length), generator=g)
-    decoder = ctx.decoder(draft="other")
-    before = ctx.child.cpu_seconds()
-    ctx.decode(decoder, prompt, new)
-    used = ctx.child.cpu_seconds() - before
-    own = float("inf")
-    for _ in range(2):  # the faster of two: the first may pay one-time costs
-        start = time.process_time()
-        with torch.inference_mode():
-            speculative_decode(ctx.world.target, ctx.world.other, prompt, max_new_tokens=new,
-                               num_speculative_tokens=4, eos_token_id=None)
-        own = min(own, time.process_time() - start)
+    used, own, _ = _cpu_against_own(ctx, "other", prompt, new, 4)
+    if ctx.counted.draft_positions > 2 * length:
+        return  # the draft re-reads the text, openly: the drafting tests take those points, not this one
     if used > margin * own + 0.2:
         raise Mistake(f"decoding {new} tokens after a {length}-token prompt took {used:.2f} s of CPU time, where a "
                       f"decoder that reuses its target cache takes about {own:.2f} s (measured outside your process): "

@@ -108,13 +108,26 @@ class World:
         self._folders = None
 
     def variant(self, name: str):
-        """A draft by name: ``draft`` (agrees often), ``same`` (always), ``other`` (rarely)."""
-        if name not in ("draft", "same", "other"):
+        """A draft by name: ``draft`` (agrees often), ``same`` (always), ``other`` (rarely); ``deep/same`` and
+        ``deep/other`` are those with `deep` as the target."""
+        draft = name.removeprefix("deep/")
+        if draft not in ("draft", "same", "other"):
             raise ValueError(f"unknown draft {name!r}")
-        return getattr(self, name)
+        return getattr(self, draft)
 
     def pair(self, draft=None) -> Pair:
         return Pair(self.target, self.draft if draft is None else draft, self.tokenizer)
+
+    def named_pair(self, name: str) -> Pair:
+        """The pair a test asks for by its draft's name (`variant`): the target, or `deep` for ``deep/...``."""
+        return Pair(self.deep if name.startswith("deep/") else self.target, self.variant(name), self.tokenizer)
+
+    @functools.cached_property
+    def deep(self):
+        """The target with many more layers that add nothing: the same logits bit for bit at several times the
+        cost of a pass, so that a draft pass (`same`) costs little beside a target pass. The CPU time a decode
+        takes then tells, from outside the student's process, how many target passes it really ran."""
+        return as_timed(deepened(self._plain["target"], times=12))
 
     def folders(self) -> tuple[str, str]:
         """Target and draft saved with the tokenizer, as local model folders for the init exercise. The
@@ -143,6 +156,23 @@ def greedy_tokens(model, ids, n, eos=None) -> list[int]:
         out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
                              eos_token_id=eos, pad_token_id=0 if eos is None else eos)
     return out[0, ids.shape[1]:].tolist()
+
+
+def deepened(model, times: int):
+    """``model`` (GPT-NeoX) with ``times`` as many layers: its own, then layers whose output projections are zero,
+    so each adds exactly nothing to the residual stream (the logits stay bit-identical) but costs a layer's work."""
+    config = copy.deepcopy(model.config)
+    layers = config.num_hidden_layers
+    config.num_hidden_layers = layers * times
+    deep = type(model)(config).eval()
+    deep.load_state_dict(model.state_dict(), strict=False)
+    deep.generation_config = copy.deepcopy(model.generation_config)
+    with torch.no_grad():
+        for layer in deep.gpt_neox.layers[layers:]:
+            for out in (layer.attention.dense, layer.mlp.dense_4h_to_h):
+                out.weight.zero_()
+                out.bias.zero_()
+    return deep
 
 
 @functools.lru_cache(maxsize=4)

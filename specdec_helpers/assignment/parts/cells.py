@@ -7,6 +7,7 @@ whose nbgrader metadata has ``"solution": true``; its ``grade_id`` names the par
 from __future__ import annotations
 
 import ast
+import linecache
 import re
 from pathlib import Path
 
@@ -114,7 +115,33 @@ def kit_references(source: str) -> list[str]:
         elif isinstance(node, ast.Attribute) and node.attr in ("modules", "import_module", "STANDINS") and \
                 isinstance(node.value, ast.Name) and node.value.id in loaders:
             found.append(f"{node.value.id}.{node.attr}")
+    return found + _package_reaches(tree)
+
+
+def _package_reaches(tree: ast.AST) -> list[str]:
+    """``import specdec_helpers.core.cache`` binds the name ``specdec_helpers``: the whole package is then an
+    attribute away (``specdec_helpers.core.verify``). Every use of that name other than a path into the
+    allowed modules is a reach into the kit."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Name) and node.id == "specdec_helpers"):
+            continue
+        path, top = [node.id], node
+        while isinstance(parents.get(top), ast.Attribute):
+            top = parents[top]
+            path.append(top.attr)
+        dotted = ".".join(path)
+        if not any(dotted.startswith(allowed + ".") for allowed in ALLOWED_KIT_IMPORTS):
+            found.append(dotted)
     return found
+
+
+def compile_graded(text: str, where: str = "<graded cell>"):
+    """``text`` compiled under the name ``where``, its lines kept in `linecache`: tracebacks and the grader's
+    line-level feedback (`devices`) can then show the graded cell's own lines."""
+    linecache.cache[where] = (len(text), None, text.splitlines(True), where)
+    return compile(text, where, "exec")
 
 
 def exec_cell(source: str, where: str = "<graded cell>") -> dict:
@@ -122,7 +149,7 @@ def exec_cell(source: str, where: str = "<graded cell>") -> dict:
     IPython magics and shell escapes are dropped."""
     lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
     namespace: dict = {"__name__": "__graded__"}
-    exec(compile("\n".join(lines) + "\n", where, "exec"), namespace)
+    exec(compile_graded("\n".join(lines) + "\n", where), namespace)
     return {name: namespace[name] for name in FUNCTIONS if callable(namespace.get(name))}
 
 
