@@ -57,7 +57,7 @@ def test_compiled_decode_equals_hf_greedy(target, draft):
     for ids, max_new in [(prompt(1), 23), (prompt(6, seed=5), 17)]:
         expected = hf_greedy(target, ids, max_new)
         assert torch.equal(sd.greedy_decode(target, ids, max_new_tokens=max_new, compile=True).sequences, expected)
-        for k in (1, 3, 6):
+        for k in (1, 5):  # each k + 1 is a graph to compile: two of them cover rollback and a long draft
             for drafter in (draft, lookup):
                 out = sd.speculative_decode(target, drafter, ids, max_new_tokens=max_new, num_speculative_tokens=k,
                                             compile=True)

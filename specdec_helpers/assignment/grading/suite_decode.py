@@ -66,7 +66,7 @@ def decode_cache_reused(ctx):
 def _cpu_against_own(ctx, draft: str, prompt, new: int, k: int) -> tuple[float, float, list[int]]:
     """``(used, own, tokens)``: the child's CPU seconds (`sandbox.Child.cpu_seconds`, read from outside the
     student's process, where no patch reaches) to decode ``new`` tokens with the ``draft`` pair, and the
-    grader's own speculative decoding of the same (the faster of two: the first may pay one-time costs)."""
+    grader's own speculative decoding of the same (once: each pays its first call's one-time costs)."""
     from specdec_helpers.assignment.grading.speed import grader_threads
     from specdec_helpers.core.decode import speculative_decode
 
@@ -75,17 +75,14 @@ def _cpu_against_own(ctx, draft: str, prompt, new: int, k: int) -> tuple[float, 
     with Counted(decoder) as ctx.counted:  # what the student's process reported (a test may weigh it)
         tokens = ctx.decode(decoder, prompt, new, k=k)
     used = ctx.child.cpu_seconds() - before
-    pair, own = ctx.world.named_pair(draft), float("inf")
-    for _ in range(2):
-        start = time.process_time()
-        with torch.inference_mode(), grader_threads():  # the child's threads: CPU time counts every thread
-            speculative_decode(pair.target, pair.draft, prompt, max_new_tokens=new, num_speculative_tokens=k,
-                               eos_token_id=None)
-        own = min(own, time.process_time() - start)
-    return used, own, tokens
+    pair, start = ctx.world.named_pair(draft), time.process_time()
+    with torch.inference_mode(), grader_threads():  # the child's threads: CPU time counts every thread
+        speculative_decode(pair.target, pair.draft, prompt, max_new_tokens=new, num_speculative_tokens=k,
+                           eos_token_id=None)
+    return used, time.process_time() - start, tokens
 
 
-def _rounds_real_outside(ctx, new: int = 48, k: int = 8, margin: float = 2.5):
+def _rounds_real_outside(ctx, new: int = 32, k: int = 8, margin: float = 2.5):
     """The rounds the grader replays are recorded in the student's process, where code can forge them (plain
     greedy decoding reported as rounds of accepted drafts). So the kernel is asked too: with a target that
     costs many draft passes (`World.deep`, bit-identical logits) and a draft that always agrees, speculative
@@ -116,8 +113,9 @@ def _cache_reused_outside(ctx, length: int = 900, new: int = 24, margin: float =
     if used > margin * own + 0.2:
         raise Mistake(f"decoding {new} tokens after a {length}-token prompt took {used:.2f} s of CPU time, where a "
                       f"decoder that reuses its target cache takes about {own:.2f} s (measured outside your process): "
-                      "the target re-reads the whole text every round. Keep self.target_cache across rounds and feed "
-                      "only input_ids[:, cache_length(cache):] plus the draft")
+                      "the target (or a draft pass hidden from the counters) re-reads the whole text every round. "
+                      "Keep self.target_cache across rounds and feed only input_ids[:, cache_length(cache):] plus the "
+                      "draft")
 ### END HIDDEN TESTS
 
 

@@ -161,17 +161,18 @@ def greedy_tokens(model, ids, n, eos=None) -> list[int]:
 def deepened(model, times: int):
     """``model`` (GPT-NeoX) with ``times`` as many layers: its own, then layers whose output projections are zero,
     so each adds exactly nothing to the residual stream (the logits stay bit-identical) but costs a layer's work."""
-    config = copy.deepcopy(model.config)
-    layers = config.num_hidden_layers
-    config.num_hidden_layers = layers * times
-    deep = type(model)(config).eval()
-    deep.load_state_dict(model.state_dict(), strict=False)
-    deep.generation_config = copy.deepcopy(model.generation_config)
-    with torch.no_grad():
-        for layer in deep.gpt_neox.layers[layers:]:
+    deep = copy.deepcopy(model).eval()  # copies, not a fresh model: no random initialisation of dozens of layers
+    layers = deep.gpt_neox.layers
+    last = layers[-1]
+    for index in range(len(layers), len(layers) * times):
+        layer = copy.deepcopy(last)
+        layer.attention.layer_idx = index  # its own slot in the KV cache
+        with torch.no_grad():
             for out in (layer.attention.dense, layer.mlp.dense_4h_to_h):
                 out.weight.zero_()
                 out.bias.zero_()
+        layers.append(layer)
+    deep.config.num_hidden_layers = len(layers)
     return deep
 
 
