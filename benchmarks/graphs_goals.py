@@ -19,7 +19,6 @@ each timing's spread (median of interleaved repeats, [q1, q3]). A benchmark, not
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import sys
@@ -29,7 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pythia_random_timing import DTYPES, build  # noqa: E402
+from pythia_random_timing import build, device_and_dtype, shape_parser  # noqa: E402
 
 from specdec_helpers.core.decode import greedy_decode, speculative_decode  # noqa: E402
 from specdec_helpers.core.graphs import static_forward  # noqa: E402
@@ -48,19 +47,12 @@ def reached(name: str, value: float) -> bool:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", choices=list(DTYPES), default=None, help="default: fp16 on CUDA, fp32 on a CPU")
-    parser.add_argument("--scale", type=float, default=1.0, help="shrink widths and depths (e.g. 0.0625 on a CPU)")
-    parser.add_argument("-k", type=int, default=5)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser = shape_parser(__doc__, "0.0625")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved repeats of each decode")
     parser.add_argument("--vocab", type=int, default=50304, help="vocabulary size (smaller: a quick smoke run)")
-    parser.add_argument("--json", help="also write the numbers here")
     args = parser.parse_args(argv)
-    device = torch.device(args.device)
+    device, dtype = device_and_dtype(args)
     cuda = device.type == "cuda"
-    dtype = DTYPES[args.dtype or ("fp16" if cuda else "fp32")]
     target = build("pythia-1.4b", args.scale, device, dtype, 0, args.vocab)
     draft = build("pythia-160m", args.scale, device, dtype, 1, args.vocab)
     accepting = copy.deepcopy(target)  # drafts exactly what the target would say: every token accepted

@@ -60,17 +60,26 @@ def syncs_per_round(target, draft, ids, k: int) -> float | None:
     return (c2 - c1) / (r2 - r1) if r2 > r1 else None
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def shape_parser(description: str, cpu_scale: str) -> argparse.ArgumentParser:
+    """The options every Pythia-shape benchmark takes (device, dtype, scale, k, tokens, --json)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", choices=list(DTYPES), default=None, help="default: fp16 on CUDA, fp32 on a CPU")
-    parser.add_argument("--scale", type=float, default=1.0, help="shrink widths and depths (e.g. 0.125 on a CPU)")
+    parser.add_argument("--scale", type=float, default=1.0, help=f"shrink widths and depths (e.g. {cpu_scale} on a CPU)")
     parser.add_argument("-k", type=int, default=5)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--json", help="also write the numbers here")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def device_and_dtype(args) -> tuple[torch.device, torch.dtype]:
     device = torch.device(args.device)
-    dtype = DTYPES[args.dtype or ("fp16" if device.type == "cuda" else "fp32")]
+    return device, DTYPES[args.dtype or ("fp16" if device.type == "cuda" else "fp32")]
+
+
+def main(argv=None) -> int:
+    args = shape_parser(__doc__, "0.125").parse_args(argv)
+    device, dtype = device_and_dtype(args)
     target = build("pythia-1.4b", args.scale, device, dtype, 0)
     draft = build("pythia-160m", args.scale, device, dtype, 1)
     ids = torch.randint(0, 50000, (1, 32), generator=torch.Generator().manual_seed(0)).to(device)

@@ -119,6 +119,9 @@ def test_the_simulated_gpu_reads_the_graded_line_for_cpu_and_sees_legacy_constru
              ".to('cpu')": ("ids.to('cpu') + ids", True),
              ".to(str(ids.device))": ("ids.to(str(ids.device)) + ids", False),
              "torch.LongTensor": ("torch.cat([ids, torch.LongTensor([[2]])], 1)", True),
+             "torch.asarray": ("torch.cat([ids, torch.asarray([[2]])], 1)", True),
+             "a 'cpu' held in a name": ("HOST = 'cpu'\n    torch.cat([ids, torch.tensor([[2]], device=HOST)], 1)", True),
+             "a device string held in a name": ("dev = str(ids.device)\n    torch.cat([ids, torch.ones(1, 1, dtype=torch.long, device=dev)], 1)", False),
              "isinstance still works": ("assert isinstance(ids, torch.LongTensor)", False)}
     for name, (line, faulty) in cases.items():
         code = cells.compile_graded(f"def run(ids):\n    {line}\n", f"<graded cell {name}>")

@@ -30,7 +30,7 @@ HINTS: dict[str, tuple[str, str]] = {
     # 03 · verification
     "ex1_judge_rows": ("the target's logits at position i predict the token at i + 1: which row judges draft token 0?",
                        "the row that judges draft token j is start - 1 + j; take k + 1 rows starting at start - 1."),
-    "ex3_speculative_no_cache": ("find the first round where your text leaves greedy decoding's.",
+    "ex2_speculative_no_cache": ("find the first round where your text leaves greedy decoding's.",
                                  "compare your output with sd.greedy_decode token by token; look for the first position "
                                  "that differs, and append exactly the accepted tokens verification returned."),
     # 04 · KV cache

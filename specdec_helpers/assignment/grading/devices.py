@@ -18,8 +18,9 @@ import sys
 import torch
 from torch.overrides import TorchFunctionMode
 
-FACTORIES = {torch.tensor, torch.as_tensor, torch.zeros, torch.ones, torch.empty, torch.full, torch.arange,
-             torch.randint, torch.rand, torch.randn, torch.eye, torch.linspace, torch.from_numpy}
+FACTORIES = {torch.tensor, torch.as_tensor, torch.asarray, torch.frombuffer, torch.zeros, torch.ones, torch.empty,
+             torch.full, torch.arange, torch.randint, torch.rand, torch.randn, torch.eye, torch.linspace,
+             torch.from_numpy}
 ALLOWED = {torch.Tensor.__getitem__, torch.Tensor.__setitem__}  # CUDA takes host index tensors
 TAG = "_specdec_where"  # "device" or "host"
 
@@ -47,18 +48,28 @@ def _where(t: torch.Tensor) -> str | None:
     return getattr(t, TAG, None)
 
 
-def _named(device) -> str:
-    """Where a ``device=`` sends a tensor. A ``torch.device`` or a string made from one (``str(x.device)``)
-    is the decoder's device wherever it runs; only a "cpu" written in the graded line is the host (on the
-    CPU both read "cpu", so the line's text tells them apart)."""
+def _named(device, caller) -> str:
+    """Where a ``device=`` sends a tensor, for a call made in frame ``caller``. Library code (transformers)
+    is trusted. In graded code, on the CPU every device reads "cpu", so the graded cell's text tells them
+    apart: made from a tensor's or the decoder's device on that line (``x.device``, ``str(x.device)``,
+    ``self.device``), it is the decoder's device; otherwise it is the host when the cell writes "cpu"
+    somewhere (``HOST = "cpu"``, ``.to("cpu")``), and the decoder's device (``dev = str(x.device)``) when not."""
     if device is None:
         return "host"
-    if str(device).startswith("cpu") and re.search(r"""["']cpu""", _graded_source()):
-        return "host"
-    return "device"
+    if not str(device).startswith("cpu") or not _is_graded(caller):
+        return "device"
+    lines = linecache.getlines(caller.f_code.co_filename)
+    line = lines[caller.f_lineno - 1] if 0 < caller.f_lineno <= len(lines) else ""
+    if ".device" in line:
+        return "device"
+    return "host" if re.search(r"""["']cpu""", "".join(lines)) else "device"
 
 
-def _moved_to(func, args, kwargs) -> str | None:
+def _is_graded(frame) -> bool:
+    return frame is not None and frame.f_code.co_filename.startswith("<graded cell")
+
+
+def _moved_to(func, args, kwargs, caller) -> str | None:
     """Where ``.to(...)`` / ``.cpu()`` / ``.cuda()`` sends a tensor: None when it only changes the dtype."""
     if func is torch.Tensor.cpu:
         return "host"
@@ -68,7 +79,7 @@ def _moved_to(func, args, kwargs) -> str | None:
         return None
     for value in list(args[1:]) + [kwargs.get("device")]:
         if isinstance(value, (str, torch.device)):
-            return _named(value)
+            return _named(value, caller)
         if isinstance(value, torch.Tensor):
             return _where(value)
     return None
@@ -84,12 +95,6 @@ def _graded_frame():
 def _graded_line() -> str:
     frame = _graded_frame()
     return f"in {frame.f_code.co_name}, line {frame.f_lineno}" if frame else "in the kit's code, called with it"
-
-
-def _graded_source() -> str:
-    """The text of the graded cell's line running now ('' outside graded code; `cells.exec_cell` keeps it)."""
-    frame = _graded_frame()
-    return linecache.getline(frame.f_code.co_filename, frame.f_lineno) if frame else ""
 
 
 class _Legacy:
@@ -141,10 +146,11 @@ class DeviceWatch(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        caller = sys._getframe(1)  # the code that called the torch function
         if func in FACTORIES:
-            tag(out, _named(kwargs.get("device")))
+            tag(out, _named(kwargs.get("device"), caller))
             return out
-        moved = _moved_to(func, args, kwargs)
+        moved = _moved_to(func, args, kwargs, caller)
         if moved and out is args[0]:  # on the CPU a move to the CPU is the same tensor; on a GPU it is a copy
             out = out.view_as(out)
         inputs = list(_tensors(args)) + list(_tensors(kwargs))

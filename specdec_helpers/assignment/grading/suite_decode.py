@@ -63,10 +63,10 @@ def decode_cache_reused(ctx):
 
 
 ### BEGIN HIDDEN TESTS
-def _cpu_against_own(ctx, draft: str, prompt, new: int, k: int) -> tuple[float, float, list[int]]:
-    """``(used, own, tokens)``: the child's CPU seconds (`sandbox.Child.cpu_seconds`, read from outside the
+def _cpu_against_own(ctx, draft: str, prompt, new: int, k: int) -> tuple[float, float, list[int], list[int]]:
+    """``(used, own, tokens, greedy)``: the child's CPU seconds (`sandbox.Child.cpu_seconds`, read from outside the
     student's process, where no patch reaches) to decode ``new`` tokens with the ``draft`` pair, and the
-    grader's own speculative decoding of the same (once: each pays its first call's one-time costs)."""
+    grader's own speculative decoding of the same (lossless: its tokens are the target's greedy ones)."""
     from specdec_helpers.assignment.grading.speed import grader_threads
     from specdec_helpers.core.decode import speculative_decode
 
@@ -75,27 +75,49 @@ def _cpu_against_own(ctx, draft: str, prompt, new: int, k: int) -> tuple[float, 
     with Counted(decoder) as ctx.counted:  # what the student's process reported (a test may weigh it)
         tokens = ctx.decode(decoder, prompt, new, k=k)
     used = ctx.child.cpu_seconds() - before
-    pair, start = ctx.world.named_pair(draft), time.process_time()
-    with torch.inference_mode(), grader_threads():  # the child's threads: CPU time counts every thread
-        speculative_decode(pair.target, pair.draft, prompt, max_new_tokens=new, num_speculative_tokens=k,
-                           eos_token_id=None)
-    return used, time.process_time() - start, tokens
+    pair, own = ctx.world.named_pair(draft), float("inf")
+    for _ in range(2):  # the faster of two: the first may pay one-time costs
+        start = time.process_time()
+        with torch.inference_mode(), grader_threads():  # the child's threads: CPU time counts every thread
+            out = speculative_decode(pair.target, pair.draft, prompt, max_new_tokens=new, num_speculative_tokens=k,
+                                     eos_token_id=None)
+        own = min(own, time.process_time() - start)
+    return used, own, tokens, out.sequences[0, prompt.shape[1] :].tolist()
 
 
-def _rounds_real_outside(ctx, new: int = 32, k: int = 8, margin: float = 2.5):
+def _rounds_real_outside(ctx, new: int = 32, k: int = 8, margin: float = 2.0):
     """The rounds the grader replays are recorded in the student's process, where code can forge them (plain
     greedy decoding reported as rounds of accepted drafts). So the kernel is asked too: with a target that
-    costs many draft passes (`World.deep`, bit-identical logits) and a draft that always agrees, speculative
-    decoding runs one target pass per k + 1 tokens; plain greedy decoding runs one per token, several times
-    the CPU time."""
-    used, own, tokens = _cpu_against_own(ctx, "deep/same", ctx.world.prompts[2], new, k)
-    expect_greedy(tokens, ctx.world.greedy("target", 2, new), f"generate_ids(k = {k})" + EARLIER)
+    costs many draft passes (`World.deep`, whose extra layers cannot be dropped without changing its text) and a
+    draft that mostly agrees, speculative decoding runs one target pass per round of several tokens; plain
+    greedy decoding runs one per token, several times the CPU time."""
+    prompt = _agreeing_prompt(ctx, new)
+    used, own, tokens, greedy = _cpu_against_own(ctx, "deep/same", prompt, new, k)
+    expect_greedy(tokens, greedy, f"generate_ids(k = {k})" + EARLIER)
     if used > margin * own + 0.2:
-        raise Mistake(f"with a draft that always agrees (k = {k}), decoding {new} tokens took {used:.2f} s of CPU time "
+        raise Mistake(f"with a draft that mostly agrees (k = {k}), decoding {new} tokens took {used:.2f} s of CPU time "
                       f"where speculative decoding takes about {own:.2f} s (measured outside your process): the "
                       "target ran about once per token, not once per round. Each round must run the target once, in "
                       "the verification call, on the whole draft; the rounds your decoder reports are not the ones it "
                       "ran")
+
+
+def _agreeing_prompt(ctx, new: int, candidates: int = 6):
+    """Of a few prompts, the one on which the draft (`same`) agrees most with `World.deep`, whose text still
+    differs from the draft's own somewhere in the first ``new`` tokens (so dropping deep's extra layers gives a
+    wrong text). Few rejections make few rounds: the widest gap between speculative and plain greedy decoding.
+    One teacher-forced pass of deep over the draft's greedy text per prompt finds its disagreements."""
+    g = torch.Generator().manual_seed(ctx.seed + 17)
+    prompts = list(ctx.world.prompts) + [torch.randint(3, ctx.world.vocab, (1, 12), generator=g) for _ in range(3)]
+    best, best_agree = prompts[-1], -1
+    for prompt in prompts[:candidates]:
+        text = torch.tensor([prompt[0].tolist() + greedy_tokens(ctx.world.same, prompt, new)])
+        with torch.inference_mode():
+            choices = ctx.world.deep(text).logits[0, prompt.shape[1] - 1 : -1].argmax(-1)
+        agree = int((choices == text[0, prompt.shape[1] :]).sum())
+        if agree < new and agree > best_agree:
+            best, best_agree = prompt, agree
+    return best
 
 
 def _cache_reused_outside(ctx, length: int = 900, new: int = 24, margin: float = 3.0):
@@ -107,7 +129,7 @@ def _cache_reused_outside(ctx, length: int = 900, new: int = 24, margin: float =
     costs as much: the drafting tests take those points, so this test leaves it be."""
     g = torch.Generator().manual_seed(ctx.seed + 11)
     prompt = torch.randint(3, ctx.world.vocab, (1, length), generator=g)
-    used, own, _ = _cpu_against_own(ctx, "other", prompt, new, 4)
+    used, own, *_ = _cpu_against_own(ctx, "other", prompt, new, 4)
     if ctx.counted.draft_positions > 2 * length:
         return  # the draft re-reads the text, openly: the drafting tests take those points, not this one
     if used > margin * own + 0.2:
@@ -276,7 +298,7 @@ TESTS = (
     TestCase("decode", "counts proposed and accepted draft tokens correctly", 1, decode_stats),
     TestCase("decode", "rounds the grader can follow: k drafted, verified once, tokens kept on the device", 1,
              decode_rounds),
-    TestCase("decode", "builds every tensor on the models' device (a GPU simulated on the CPU)", 1, decode_device),
+    TestCase("decode", "builds every tensor on the models' device (checked with a simulated GPU)", 1, decode_device),
 ### BEGIN HIDDEN TESTS
     TestCase("decode", "equals greedy with drafts that always / never agree, k = 1 and 8", 2, decode_edges, hidden=True),
     TestCase("decode", "an EOS id inside the prompt does not stop decoding", 1, decode_eos_in_prompt, hidden=True),
