@@ -138,14 +138,15 @@ def test_forged_rounds_are_caught_by_the_cpu_time_measured_outside(reference):
     """The cheat of the red team: plain greedy decoding (the hooks counting passes removed for the call), a
     forged log of rounds with the draft model's greedy acceptance, one embedding call per forged round. Every
     in-process check agrees with the forged log; the child's CPU time with a target that costs many drafts
-    (`World.deep`) does not, so the cached decode test fails and performance is never measured."""
+    (`World.deep`) does not (the same at k = 1 as at k = 8), so the cached decode test fails and performance is
+    never measured."""
     forged = (Path(__file__).parent / "cheat_cells" / "forged_rounds.py").read_text()
     for source, caught in ((forged, True), (reference["decode"], False)):
         results = {r.test_id: r for r in grader.run_suite(dict(reference, decode=source), POINTS, only=["decode"], seed=0)}
         cached = results["decode.decode_cached"]
         assert cached.passed != caught, cached
         if caught:
-            assert "measured outside your process" in cached.feedback and "once per token" in cached.feedback
+            assert "measured outside your process" in cached.feedback and "once per token whatever k is" in cached.feedback
             assert [t for t, r in results.items() if not r.passed] == ["decode.decode_cached"]
 
 

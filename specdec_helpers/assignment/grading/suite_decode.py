@@ -63,61 +63,65 @@ def decode_cache_reused(ctx):
 
 
 ### BEGIN HIDDEN TESTS
-def _cpu_against_own(ctx, draft: str, prompt, new: int, k: int) -> tuple[float, float, list[int], list[int]]:
-    """``(used, own, tokens, greedy)``: the child's CPU seconds (`sandbox.Child.cpu_seconds`, read from outside the
+def _cpu_against_own(ctx, draft: str, prompt, new: int, k: int) -> tuple[float, float]:
+    """``(used, own)``: the child's CPU seconds (`sandbox.Child.cpu_seconds`, read from outside the
     student's process, where no patch reaches) to decode ``new`` tokens with the ``draft`` pair, and the
-    grader's own speculative decoding of the same (lossless: its tokens are the target's greedy ones)."""
+    grader's own speculative decoding of the same."""
     from specdec_helpers.assignment.grading.speed import grader_threads
     from specdec_helpers.core.decode import speculative_decode
 
     decoder = ctx.decoder(draft=draft)
     before = ctx.child.cpu_seconds()
     with Counted(decoder) as ctx.counted:  # what the student's process reported (a test may weigh it)
-        tokens = ctx.decode(decoder, prompt, new, k=k)
+        ctx.decode(decoder, prompt, new, k=k)
     used = ctx.child.cpu_seconds() - before
     pair, own = ctx.world.named_pair(draft), float("inf")
     for _ in range(2):  # the faster of two: the first may pay one-time costs
-        start = time.process_time()
+        start = time.thread_time()
         with torch.inference_mode(), grader_threads():  # the child's threads: CPU time counts every thread
-            out = speculative_decode(pair.target, pair.draft, prompt, max_new_tokens=new, num_speculative_tokens=k,
-                                     eos_token_id=None)
-        own = min(own, time.process_time() - start)
-    return used, own, tokens, out.sequences[0, prompt.shape[1] :].tolist()
+            speculative_decode(pair.target, pair.draft, prompt, max_new_tokens=new, num_speculative_tokens=k,
+                               eos_token_id=None)
+        own = min(own, time.thread_time() - start)
+    return used, own
 
 
-def _rounds_real_outside(ctx, new: int = 32, k: int = 8, margin: float = 2.0):
+def _rounds_real_outside(ctx, new: int = 32, ratio: float = 1.6):
     """The rounds the grader replays are recorded in the student's process, where code can forge them (plain
-    greedy decoding reported as rounds of accepted drafts). So the kernel is asked too: with a target that
-    costs many draft passes (`World.deep`, whose extra layers cannot be dropped without changing its text) and a
-    draft that mostly agrees, speculative decoding runs one target pass per round of several tokens; plain
-    greedy decoding runs one per token, several times the CPU time."""
-    prompt = _agreeing_prompt(ctx, new)
-    used, own, tokens, greedy = _cpu_against_own(ctx, "deep/same", prompt, new, k)
-    expect_greedy(tokens, greedy, f"generate_ids(k = {k})" + EARLIER)
-    if used > margin * own + 0.2:
-        raise Mistake(f"with a draft that mostly agrees (k = {k}), decoding {new} tokens took {used:.2f} s of CPU time "
-                      f"where speculative decoding takes about {own:.2f} s (measured outside your process): the "
-                      "target ran about once per token, not once per round. Each round must run the target once, in "
+    greedy decoding reported as rounds of accepted drafts). So the kernel is asked too, and the decoder is
+    measured against itself: with a target that costs many draft passes (`World.deep`, whose extra layers
+    cannot be dropped without changing its text) and a draft that mostly agrees, k = 1 runs the target about
+    three times as often as k = 8, and costs about twice the CPU time (1.95-2.4x measured). Plain greedy
+    decoding runs the target once per token whatever k is: about the same time for both (1.0-1.4x)."""
+    prompt, used, texts = ctx.world.prompts[2], {}, {}
+    ctx.decode(ctx.decoder(draft="deep/same"), prompt, 4, k=8)  # untimed: the child's first passes of deep cost more
+    for k in (8, 1):
+        decoder = ctx.decoder(draft="deep/same")
+        before = ctx.child.cpu_seconds()
+        texts[k] = ctx.decode(decoder, prompt, new, k=k)
+        used[k] = ctx.child.cpu_seconds() - before
+    for k, tokens in texts.items():
+        _expect_greedy_of(ctx.world.deep, prompt, tokens, new, f"generate_ids(k = {k})")
+    if used[1] < ratio * used[8]:
+        raise Mistake(f"with a draft that mostly agrees, decoding {new} tokens took {used[1]:.2f} s of CPU time with "
+                      f"k = 1 and {used[8]:.2f} s with k = 8 (measured outside your process), where speculative "
+                      "decoding takes about twice as long with k = 1 (it runs the target about three times as often): "
+                      "the target runs about once per token whatever k is. Each round must run the target once, in "
                       "the verification call, on the whole draft; the rounds your decoder reports are not the ones it "
                       "ran")
 
 
-def _agreeing_prompt(ctx, new: int, candidates: int = 6):
-    """Of a few prompts, the one on which the draft (`same`) agrees most with `World.deep`, whose text still
-    differs from the draft's own somewhere in the first ``new`` tokens (so dropping deep's extra layers gives a
-    wrong text). Few rejections make few rounds: the widest gap between speculative and plain greedy decoding.
-    One teacher-forced pass of deep over the draft's greedy text per prompt finds its disagreements."""
-    g = torch.Generator().manual_seed(ctx.seed + 17)
-    prompts = list(ctx.world.prompts) + [torch.randint(3, ctx.world.vocab, (1, 12), generator=g) for _ in range(3)]
-    best, best_agree = prompts[-1], -1
-    for prompt in prompts[:candidates]:
-        text = torch.tensor([prompt[0].tolist() + greedy_tokens(ctx.world.same, prompt, new)])
-        with torch.inference_mode():
-            choices = ctx.world.deep(text).logits[0, prompt.shape[1] - 1 : -1].argmax(-1)
-        agree = int((choices == text[0, prompt.shape[1] :]).sum())
-        if agree < new and agree > best_agree:
-            best, best_agree = prompt, agree
-    return best
+def _expect_greedy_of(model, prompt, tokens: list[int], new: int, what: str) -> None:
+    """``tokens`` are ``model``'s ``new`` greedy tokens after ``prompt``: one pass over the whole text (a
+    cached decode and a full pass may differ at a near-tie, where either token is greedy)."""
+    if len(tokens) != new:
+        raise Mistake(f"{what} produced {len(tokens)} new tokens, expected {new}" + EARLIER)
+    text = torch.tensor([prompt[0].tolist() + list(tokens)])
+    with torch.inference_mode():
+        logits = model(text).logits[0, prompt.shape[1] - 1 : -1]
+    for i, (row, token) in enumerate(zip(logits, tokens)):
+        if row[token] < row.max() - 1e-4:
+            raise Mistake(f"{what}: new token {i} is {token}, not the target's greedy choice {int(row.argmax())}: "
+                          "speculative decoding must reproduce the target's greedy output exactly" + EARLIER)
 
 
 def _cache_reused_outside(ctx, length: int = 900, new: int = 24, margin: float = 3.0):
@@ -129,7 +133,7 @@ def _cache_reused_outside(ctx, length: int = 900, new: int = 24, margin: float =
     costs as much: the drafting tests take those points, so this test leaves it be."""
     g = torch.Generator().manual_seed(ctx.seed + 11)
     prompt = torch.randint(3, ctx.world.vocab, (1, length), generator=g)
-    used, own, *_ = _cpu_against_own(ctx, "other", prompt, new, 4)
+    used, own = _cpu_against_own(ctx, "other", prompt, new, 4)
     if ctx.counted.draft_positions > 2 * length:
         return  # the draft re-reads the text, openly: the drafting tests take those points, not this one
     if used > margin * own + 0.2:

@@ -158,7 +158,7 @@ def greedy_tokens(model, ids, n, eos=None) -> list[int]:
     return out[0, ids.shape[1]:].tolist()
 
 
-def deepened(model, times: int, scale: float = 0.01):
+def deepened(model, times: int, scale: float = 0.005):
     """``model`` (GPT-NeoX) with ``times`` as many layers: its own, then copies of them whose outputs are scaled
     by ``scale``. Each copy costs a layer's work but moves the logits only a little: its greedy text is the
     model's for the first tokens, then drifts (so dropping the copies gives a wrong text), and the model itself,
