@@ -124,9 +124,9 @@ class World:
 
     @functools.cached_property
     def deep(self):
-        """The target with many more layers that add little (`deepened`): several times the cost of a pass, so
-        that a draft pass (`same`, which agrees most of the time) costs little beside a target pass. The CPU time
-        a decode takes then tells, from outside the student's process, how many target passes it really ran."""
+        """The target with many more layers that add nothing (`deepened`): several times the cost of a pass, so
+        that a draft pass (`same`, which always agrees) costs little beside a target pass. The CPU time a decode
+        takes then tells, from outside the student's process, how many target passes it really ran."""
         return as_timed(deepened(self._plain["target"], times=12))
 
     def folders(self) -> tuple[str, str]:
@@ -158,11 +158,11 @@ def greedy_tokens(model, ids, n, eos=None) -> list[int]:
     return out[0, ids.shape[1]:].tolist()
 
 
-def deepened(model, times: int, scale: float = 0.005):
-    """``model`` (GPT-NeoX) with ``times`` as many layers: its own, then copies of them whose outputs are scaled
-    by ``scale``. Each copy costs a layer's work but moves the logits only a little: its greedy text is the
-    model's for the first tokens, then drifts (so dropping the copies gives a wrong text), and the model itself,
-    as a draft, agrees with it most of the time."""
+def deepened(model, times: int):
+    """``model`` (GPT-NeoX) with ``times`` as many layers: its own, then copies of them that read nothing: their
+    layer norms scale by zero and every bias is zero, so each adds exactly zero to the residual stream (the
+    logits stay bit-identical, and the model itself, as a draft, always agrees) while its weights still cost
+    a layer's work."""
     deep = copy.deepcopy(model).eval()  # copies, not a fresh model: no random initialisation of dozens of layers
     layers = deep.gpt_neox.layers
     count = len(layers)
@@ -170,9 +170,12 @@ def deepened(model, times: int, scale: float = 0.005):
         layer = copy.deepcopy(layers[index % count])
         layer.attention.layer_idx = index  # its own slot in the KV cache
         with torch.no_grad():
-            for out in (layer.attention.dense, layer.mlp.dense_4h_to_h):
-                out.weight.mul_(scale)
-                out.bias.mul_(scale)
+            for norm in (layer.input_layernorm, layer.post_attention_layernorm):
+                norm.weight.zero_()
+                norm.bias.zero_()
+            for linear in (layer.attention.query_key_value, layer.attention.dense, layer.mlp.dense_h_to_4h,
+                           layer.mlp.dense_4h_to_h):
+                linear.bias.zero_()
         layers.append(layer)
     deep.config.num_hidden_layers = len(layers)
     return deep
