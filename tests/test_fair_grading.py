@@ -140,7 +140,8 @@ def test_forged_rounds_are_caught_by_the_cpu_time_measured_outside(reference):
     in-process check agrees with the forged log; the child's CPU time with a target that costs many drafts
     (`World.deep`) does not (the same at k = 1 as at k = 8), so the cached decode test fails and performance is
     never measured."""
-    forged = (Path(__file__).parent / "cheat_cells" / "forged_rounds.py").read_text()
+    loop = reference["decode"].index("@torch.inference_mode()\ndef generate_ids")
+    forged = reference["decode"][:loop] + (Path(__file__).parent / "cheat_cells" / "forged_rounds.py").read_text()
     for source, caught in ((forged, True), (reference["decode"], False)):
         results = {r.test_id: r for r in grader.run_suite(dict(reference, decode=source), POINTS, only=["decode"], seed=0)}
         cached = results["decode.decode_cached"]

@@ -1,25 +1,6 @@
+"""A forged generate_ids (red team, issue 34): plain greedy decoding behind a forged log of rounds.
+tests/test_fair_grading.py puts it after the reference's verify_tokens_cached, in place of its generate_ids."""
 import torch
-from specdec_helpers.core.cache import cache_length, crop_cache, new_cache
-
-
-@torch.inference_mode()
-def verify_tokens_cached(self, input_ids: torch.Tensor, draft_tokens: torch.Tensor,
-                         attention_mask: torch.Tensor | None = None) -> tuple[list[int], int]:
-    """Like `verify_tokens_vectorized`, but with ``self.target_cache``: feed only the positions the
-    cache does not hold yet, plus the draft. Afterwards the cache must hold exactly the kept text,
-    ``L + accepted_position`` positions: the rejected draft positions are rolled back (`crop_cache`).
-    """
-    if self.target_cache is None:
-        self.target_cache = new_cache(self.target_model)
-    ### BEGIN SOLUTION
-    cache = self.target_cache
-    start, k = input_ids.shape[1], draft_tokens.shape[1]
-    fed = torch.cat([input_ids[:, cache_length(cache):], draft_tokens], dim=1)
-    logits = self.target_model(input_ids=fed, cache=cache, use_cache=True).logits[0]
-    accepted_tokens, accepted_position = self.accept_draft(logits[-(k + 1):], draft_tokens)
-    crop_cache(cache, start + accepted_position)
-    ### END SOLUTION
-    return accepted_tokens, accepted_position
 
 
 @torch.inference_mode()

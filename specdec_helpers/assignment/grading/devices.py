@@ -87,7 +87,7 @@ def _moved_to(func, args, kwargs, caller) -> str | None:
 
 def _graded_frame():
     frame = sys._getframe(2)
-    while frame is not None and not frame.f_code.co_filename.startswith("<graded cell"):
+    while frame is not None and not _is_graded(frame):
         frame = frame.f_back
     return frame
 

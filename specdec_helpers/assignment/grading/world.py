@@ -108,19 +108,18 @@ class World:
         self._folders = None
 
     def variant(self, name: str):
-        """A draft by name: ``draft`` (agrees often), ``same`` (always), ``other`` (rarely); ``deep/same`` and
-        ``deep/other`` are those with `deep` as the target."""
-        draft = name.removeprefix("deep/")
-        if draft not in ("draft", "same", "other"):
+        """A draft by name: ``draft`` (agrees often), ``same`` (always), ``other`` (rarely); ``deep`` is ``same``
+        with `deep` as the target (`named_pair`)."""
+        if name not in ("draft", "same", "other", "deep"):
             raise ValueError(f"unknown draft {name!r}")
-        return getattr(self, draft)
+        return self.same if name == "deep" else getattr(self, name)
 
     def pair(self, draft=None) -> Pair:
         return Pair(self.target, self.draft if draft is None else draft, self.tokenizer)
 
     def named_pair(self, name: str) -> Pair:
-        """The pair a test asks for by its draft's name (`variant`): the target, or `deep` for ``deep/...``."""
-        return Pair(self.deep if name.startswith("deep/") else self.target, self.variant(name), self.tokenizer)
+        """The pair a test asks for by its draft's name (`variant`): the target, or `deep` for ``deep``."""
+        return Pair(self.deep if name == "deep" else self.target, self.variant(name), self.tokenizer)
 
     @functools.cached_property
     def deep(self):
