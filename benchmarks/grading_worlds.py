@@ -18,7 +18,8 @@ import time
 
 import torch
 
-from specdec_helpers.assignment.grading import grader, mutations
+from specdec_helpers.assignment.authoring import mutations
+from specdec_helpers.assignment.grading import grader
 from specdec_helpers.assignment.grading.submission import reference_sources
 
 

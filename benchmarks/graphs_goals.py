@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch

@@ -18,7 +18,9 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from specdec_helpers import cli
 from specdec_helpers.assignment.parts import cells
-from specdec_helpers.assignment.grading import grader, mutations, speed, submission, world
+from specdec_helpers.assignment.authoring import mutations
+from specdec_helpers.assignment.grading import grader, speed, submission
+from specdec_helpers.assignment.testing import world
 from specdec_helpers.assignment.authoring import release
 from specdec_helpers.assignment.grading.sandbox import InProcess
 from specdec_helpers.assignment.grading.speed import Measurement
@@ -92,7 +94,7 @@ def test_release_strips_module_and_notebooks(tmp_path):
     _instructor_tree(tmp_path / "src")
     out = tmp_path / "kit"
     written = release.release(out, tmp_path / "src", STUDENT_URL)
-    assert not (out / "specdec_helpers/assignment/authoring").exists() and not (out / "specdec_helpers/assignment/grading/mutations.py").exists()
+    assert not (out / "specdec_helpers/assignment/authoring").exists()
     module = (out / "specdec_helpers/mod.py").read_text()
     assert "    # YOUR CODE HERE\n    raise NotImplementedError()" in module and "forty-two" not in module
     nb = nbformat.read(str(out / "notebooks/01_marked.ipynb"), as_version=4)
@@ -121,8 +123,8 @@ def test_release_fails_loudly_and_writes_nothing(tmp_path, capsys):
 def test_released_notebooks_are_stubs_and_the_kit_has_no_catalog(tmp_path):
     out = tmp_path / "kit"
     assert cli.release(["--out", str(out), "--repo-url", STUDENT_URL]) == 0
-    assert not (out / "specdec_helpers/assignment/grading/mutations.py").exists()
-    kit_suite = (out / "specdec_helpers/assignment/grading/suite.py").read_text()
+    assert not (out / "specdec_helpers/assignment/authoring").exists()
+    kit_suite = (out / "specdec_helpers/assignment/testing/suite.py").read_text()
     assert "BEGIN HIDDEN" not in kit_suite and "hidden=True" not in kit_suite
     sources = cells.graded_sources([out / "notebooks"])
     assert set(sources) == set(grader.EXERCISES) and all(cells.is_stub(s) for s in sources.values())
@@ -159,7 +161,7 @@ def test_a_bad_grading_seed_stops_grade_before_it_grades(monkeypatch, tmp_path, 
 @pytest.mark.slow
 def test_a_worlds_model_folders_go_when_its_process_ends(tmp_path):
     """The init tests' saved models (~17 MB a world) are deleted when the process that made them exits."""
-    script = "from specdec_helpers.assignment.grading import world\nprint(world.world(0).folders()[0])\n"
+    script = "from specdec_helpers.assignment.testing import world\nprint(world.world(0).folders()[0])\n"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-2000:]

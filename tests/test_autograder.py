@@ -49,7 +49,7 @@ def run_autograder(root: Path, **env) -> subprocess.CompletedProcess:
 def test_bundle_layout(bundle):
     rel = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()}
     assert {"setup.sh", "run_autograder", "requirements.txt", "constraints.txt", "points.toml",
-            "kit/pyproject.toml", "kit/specdec_helpers/cli/__init__.py", "kit/specdec_helpers/assignment/grading/suite.py"} <= rel
+            "kit/pyproject.toml", "kit/specdec_helpers/cli/__init__.py", "kit/specdec_helpers/assignment/testing/suite.py"} <= rel
     assert any(r.startswith("kit/notebooks/") and r.endswith(".ipynb") for r in rel)  # the instructor's, with solutions
     toy = autograder.PACKAGED_TOY.as_posix()
     assert {f"kit/{toy}/toy.json", f"kit/{toy}/target/model.safetensors", f"kit/{toy}/manifest.json"} <= rel

@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from specdec_helpers.assignment.grading import child, devices, grader, mutations, speed, submission
-from specdec_helpers.assignment.grading.devices import DeviceWatch
+from specdec_helpers.assignment.authoring import mutations
+from specdec_helpers.assignment.grading import child, grader, speed, submission
+from specdec_helpers.assignment.testing import devices
+from specdec_helpers.assignment.testing.devices import DeviceWatch
 from specdec_helpers.assignment.grading.sandbox import InProcess
 from specdec_helpers.assignment.parts import cells
 from specdec_helpers.assignment.student import check
@@ -50,8 +52,8 @@ def test_a_stale_draft_cache_loses_the_drafting_points_only(reference):
 def test_drafts_not_from_the_draft_model_earn_no_more_acceptance_than_it():
     """A draft taken from the target itself (all accepted) counts as what the draft model would have had
     accepted; arbitrary drafts (no draft model run) are not speculative decoding."""
-    from specdec_helpers.assignment.grading.replay import check_rounds
-    from specdec_helpers.assignment.grading.world import greedy_tokens, world
+    from specdec_helpers.assignment.testing.replay import check_rounds
+    from specdec_helpers.assignment.testing.world import greedy_tokens, world
 
     w = world(0)
     prompt, k, n = w.prompts[1], 4, 12
@@ -153,8 +155,8 @@ def test_forged_rounds_are_caught_by_the_cpu_time_measured_outside(reference):
 
 def test_kit_reaches_through_the_package_name_are_seen():
     """``import specdec_helpers.core.cache`` binds ``specdec_helpers``: the rest of the kit is an attribute away."""
-    reach = "import specdec_helpers.core.cache\nspecdec_helpers.assignment.grading.devices.FACTORIES.clear()\n"
-    assert cells.kit_references(reach) == ["specdec_helpers.assignment.grading.devices.FACTORIES.clear"]
+    reach = "import specdec_helpers.core.cache\nspecdec_helpers.assignment.testing.devices.FACTORIES.clear()\n"
+    assert cells.kit_references(reach) == ["specdec_helpers.assignment.testing.devices.FACTORIES.clear"]
     assert cells.kit_references("import specdec_helpers.core.cache\ngetattr(specdec_helpers, 'core')\n")
     allowed = "import specdec_helpers.core.cache\nc = specdec_helpers.core.cache.new_cache(m)\n"
     assert cells.kit_references(allowed) == []
@@ -175,7 +177,7 @@ def test_a_kit_function_handed_to_a_helper_is_still_a_delegation():
 
 PATCHED_COUNTER = '''
 _world = getattr(__builtins__, "get", lambda *a: None)("__im" "port__") or getattr(__builtins__, "__im" "port__")
-_world = _world("specdec_helpers.assignment.grading.world", fromlist=["Probe"])
+_world = _world("specdec_helpers.assignment.testing.world", fromlist=["Probe"])
 
 
 def _few(self, module, args, kwargs):

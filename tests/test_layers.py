@@ -76,8 +76,9 @@ def test_imports_flow_one_way():
 
 
 #: Inside `assignment/`, by lifecycle, imports flow one way too: what a graded part is (read from cells, assembled
-#: into the decoder) <- grading <- the student's tools (check, hand-in, notebook helpers) <- authoring.
-ASSIGNMENT = ["parts", "grading", "student", "authoring"]
+#: into the decoder) <- the tests, as data <- grading (the machinery that runs them) <- the student's tools
+#: (check, hand-in, notebook helpers) <- authoring.
+ASSIGNMENT = ["parts", "testing", "grading", "student", "authoring"]
 
 
 def test_assignment_subpackages_flow_one_way():

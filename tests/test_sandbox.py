@@ -209,16 +209,24 @@ def test_bad_choice_is_named(monkeypatch):
 
 def test_the_students_view_holds_no_hidden_test_and_no_instructor_tool():
     child, kernel = isolation.view("child"), isolation.view("kernel")
-    grading = lambda v: {p.name for p in (v / "specdec_helpers/assignment/grading").glob("*.py")}  # noqa: E731
-    assert grading(child) == set(isolation.needs("child")) >= {"child.py", "world.py", "packages.py"}
-    assert grading(kernel) == set(isolation.needs("kernel")) >= {"grader.py", "suite.py", "cases.py", "replay.py", "devices.py"}
-    hidden = {"mutations.py", "classroom.py", "similarity.py", "grade_worker.py", "contain.py", "submission.py"}
+    def grading(view):  # what the view holds of grading/ and testing/
+        return {p.relative_to(view / "specdec_helpers/assignment").as_posix()
+                for sub in isolation.GUARDED for p in (view / "specdec_helpers/assignment" / sub).glob("*.py")}
+
+    assert grading(child) == set(isolation.needs("child")) >= {"grading/child.py", "testing/world.py",
+                                                                  "grading/packages.py", "testing/wire.py"}
+    assert grading(kernel) == set(isolation.needs("kernel")) >= {"grading/grader.py", "testing/suite.py",
+                                                                    "testing/cases.py", "testing/replay.py",
+                                                                    "testing/devices.py"}
+    hidden = {"grading/classroom.py", "grading/similarity.py", "grading/grade_worker.py", "grading/contain.py",
+              "grading/submission.py"}
     assert not hidden & (grading(child) | grading(kernel))
+    assert not any((folder / "specdec_helpers/assignment/authoring").exists() for folder in (child, kernel))
     for folder in (child, kernel):
         assert not (folder / "specdec_helpers/assignment/authoring").exists()
         assert all(oct(p.stat().st_mode)[-3:] in ("755", "644") for p in folder.rglob("*"))
-    suite = (kernel / "specdec_helpers/assignment/grading/suite.py").read_text()
-    original = (ROOT / "specdec_helpers/assignment/grading/suite.py").read_text()
+    suite = (kernel / "specdec_helpers/assignment/testing/suite.py").read_text()
+    original = (ROOT / "specdec_helpers/assignment/testing/suite.py").read_text()
     assert "BEGIN HIDDEN TESTS" in original and "BEGIN HIDDEN TESTS" not in suite
 
 

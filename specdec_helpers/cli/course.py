@@ -28,7 +28,7 @@ from specdec_helpers.assignment.grading.grader import (
 from specdec_helpers.assignment.grading.grader import grade as grade_sources
 from specdec_helpers.assignment.student.handin import handin as write_handin
 from specdec_helpers.assignment.grading.speed import measure as measure_speed
-from specdec_helpers.assignment.grading.world import grading_seed
+from specdec_helpers.assignment.testing.world import grading_seed
 from specdec_helpers.assignment.grading.submission import (
     SubmissionError,
     graded_parts,
@@ -53,7 +53,7 @@ try:  # instructor-only modules: the student kit leaves them out (release.INSTRU
     import specdec_helpers.assignment.authoring.autograder as autograder_module
     import specdec_helpers.assignment.authoring.notebook_sync as notebook_sync
     import specdec_helpers.assignment.authoring.release as release_module
-    from specdec_helpers.assignment.grading.mutations import grade_all
+    from specdec_helpers.assignment.authoring.mutations import grade_all
 except ModuleNotFoundError as error:
     if not _absent(error):
         raise  # a missing dependency, not the student kit

@@ -48,7 +48,7 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 #: What the kit contains (paths relative to the repository root); its README is written from a template.
 INCLUDE = ["pyproject.toml", "requirements.txt", "conftest.py", "specdec_helpers", "notebooks", "report"]
 #: Never shipped: solutions, the mistake catalog, the instructor's tools and templates.
-INSTRUCTOR_ONLY = ["specdec_helpers/assignment/authoring", "specdec_helpers/assignment/grading/mutations.py",
+INSTRUCTOR_ONLY = ["specdec_helpers/assignment/authoring",
                    # grading a class and flagging copies: the instructor's (and the thresholds stay private)
                    "specdec_helpers/assignment/grading/classroom.py", "specdec_helpers/assignment/grading/contain.py",
                    "specdec_helpers/assignment/grading/grade_worker.py", "specdec_helpers/cli/worker.py",

@@ -22,14 +22,14 @@ import traceback
 import torch
 
 from specdec_helpers.assignment.parts import decoder as decoder_module
-from specdec_helpers.assignment.grading import world as world_module
-from specdec_helpers.assignment.grading.devices import DeviceWatch
+from specdec_helpers.assignment.testing import world as world_module
+from specdec_helpers.assignment.testing.devices import DeviceWatch
 from specdec_helpers.assignment.grading.packages import mismatch
+from specdec_helpers.assignment.testing.wire import decode, encode
 from specdec_helpers.assignment.parts.cells import load_functions
 from specdec_helpers.assignment.parts.decoder import DecoderBase, build_decoder
 
 DELEGATED: list[str] = []
-MAX_DEPTH = 6
 
 
 class KitDelegation(BaseException):
@@ -82,38 +82,6 @@ def poison() -> dict:
         decoder_module.STANDINS[name] = _poisoned(f"stand-in {name}", fn)
         setattr(decoder_module, f"standin_{name}", decoder_module.STANDINS[name])
     return real
-
-
-def encode(value, depth: int = 0):
-    """JSON-safe form of what student code returned (never pickle: the grader must not run it)."""
-    if depth > MAX_DEPTH:
-        return {"object": "too deep"}
-    if isinstance(value, torch.Tensor):
-        return {"tensor": value.detach().cpu().tolist(), "dtype": str(value.dtype).removeprefix("torch.")}
-    if isinstance(value, bool) or value is None or isinstance(value, (int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [encode(v, depth + 1) for v in list(value)[:100_000]]
-    if isinstance(value, dict):
-        return {"dict": [[str(k), encode(v, depth + 1)] for k, v in list(value.items())[:1000]]}
-    if hasattr(value, "__index__"):
-        return int(value)
-    return {"object": type(value).__name__}
-
-
-def decode(value):
-    """Inverse of `encode` (also used by the grader)."""
-    if isinstance(value, list):
-        return [decode(v) for v in value]
-    if isinstance(value, dict):
-        if "tensor" in value:
-            return torch.tensor(value["tensor"], dtype=getattr(torch, value["dtype"]))
-        if "dict" in value:
-            return {k: decode(v) for k, v in value["dict"]}
-        if "object" in value:
-            return value
-        return {k: decode(v) for k, v in value.items()}  # the protocol's own envelopes
-    return value
 
 
 def on_device(value, decoder):

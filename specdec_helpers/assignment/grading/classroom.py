@@ -24,7 +24,6 @@ import queue
 import re
 import select
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field

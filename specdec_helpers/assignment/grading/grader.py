@@ -27,11 +27,13 @@ from typing import Callable
 import torch
 
 from specdec_helpers.assignment.parts.cells import is_stub, kit_references
-from specdec_helpers.assignment.grading.sandbox import Child, ChildFailed, Delegated, StudentError
-from specdec_helpers.assignment.grading.cases import EXERCISES, Ctx, TestCase
-from specdec_helpers.assignment.grading import suite, suite_decode
-from specdec_helpers.assignment.grading.world import Mistake, grading_seed
-from specdec_helpers.assignment.grading.speed import Measurement, baseline_of, grader_threads
+from specdec_helpers.assignment.grading.sandbox import Child, ChildFailed, Delegated
+from specdec_helpers.assignment.testing.wire import StudentError
+from specdec_helpers.assignment.testing.cases import EXERCISES, Ctx, TestCase
+from specdec_helpers.assignment.testing import suite, suite_decode
+from specdec_helpers.assignment.testing.world import Mistake, grading_seed
+from specdec_helpers.assignment.grading.speed import Measurement, baseline_of
+from specdec_helpers.assignment.testing.world import grader_threads
 
 DEFAULT_CONFIG = {
     "points": {"init": 5, "draft": 5, "verify": 5, "decode": 10, "speedup": 10, "acceptance": 10, "bonus": 5},

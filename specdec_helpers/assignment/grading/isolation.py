@@ -23,8 +23,10 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2]  # specdec_helpers/
 ROOT = PACKAGE.parent
-#: Never in the student's view: the instructor's tools; nor grading/ (hidden tests, the grader) but for `needs`.
+#: Never in the student's view: the instructor's tools; nor grading/ (the grader) and testing/ (the hidden tests)
+#: but for `needs`.
 HIDDEN_PARTS = ("assignment/authoring",)
+GUARDED = ("grading", "testing")
 #: Where the student's processes start: the graded cells' child; the notebooks' kernels, which may import any
 #: library module (the package, core/, models/, measure/, present/, assignment/student/) but no command (cli/).
 ROOTS = {"child": ("specdec_helpers.assignment.grading.child",), "kernel": ("library",)}
@@ -98,7 +100,7 @@ def _imports(path: Path) -> set[str]:
 
 @functools.lru_cache(maxsize=None)
 def needs(kind: str) -> tuple[str, ...]:
-    """The files of grading/ that the student's processes of ``kind`` import (`ROOTS`, then every kit module
+    """The files of grading/ and testing/ that the student's processes of ``kind`` import (`ROOTS`, then every kit module
     they import, read from the sources): the only ones in their view. Derived, so a new module cannot be
     forgotten (a kernel without one fails every notebook's set-up cell)."""
     roots = list(ROOTS[kind])
@@ -106,7 +108,8 @@ def needs(kind: str) -> tuple[str, ...]:
         roots.remove("library")
         for path in PACKAGE.rglob("*.py"):
             name = ".".join(("specdec_helpers", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
-            if not name.startswith(("specdec_helpers.assignment.grading", "specdec_helpers.assignment.authoring",
+            if not name.startswith(("specdec_helpers.assignment.grading", "specdec_helpers.assignment.testing",
+                                    "specdec_helpers.assignment.authoring",
                                     "specdec_helpers.cli", "specdec_helpers.__main__")):
                 roots.append(name)
     seen, todo = {}, roots
@@ -118,8 +121,8 @@ def needs(kind: str) -> tuple[str, ...]:
         seen[name] = path
         parts = name.split(".")
         todo += [".".join(parts[:i]) for i in range(1, len(parts))] + sorted(_imports(path))
-    grading = PACKAGE / "assignment" / "grading"
-    return tuple(sorted({p.name for p in seen.values() if p.parent == grading}))
+    return tuple(sorted({p.relative_to(PACKAGE / "assignment").as_posix() for p in seen.values()
+                         if p.parent.name in GUARDED and p.parent.parent == PACKAGE / "assignment"}))
 
 
 def view(kind: str = "child") -> Path:
@@ -138,7 +141,7 @@ def view(kind: str = "child") -> Path:
             path = f"{rel}/{name}".removeprefix("./")
             if path in HIDDEN_PARTS:
                 skip.add(name)
-            if rel == "assignment/grading" and name not in wanted:
+            if rel in ("assignment/grading", "assignment/testing") and f"{rel}/{name}".removeprefix("assignment/") not in wanted:
                 skip.add(name)
         return skip
 
@@ -146,8 +149,9 @@ def view(kind: str = "child") -> Path:
     from specdec_helpers.assignment.grading.editions import strip  # (shipped: the student kit's check makes views too)
 
     if kind != "child":
-        for path in (folder / "specdec_helpers" / "assignment" / "grading").glob("*.py"):
-            path.write_text(strip(path.read_text(), where=path.name))
+        for guarded in GUARDED:
+            for path in (folder / "specdec_helpers" / "assignment" / guarded).glob("*.py"):
+                path.write_text(strip(path.read_text(), where=path.name))
     # The student edition of every module: the kit's own implementations of the graded parts (INSTRUCTOR
     # ONLY regions) are not in the student's view, so no name, module global or inspect.getsource + exec
     # reaches them from a graded cell; the stand-ins become placeholders that name the missing part.

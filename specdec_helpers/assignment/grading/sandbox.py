@@ -19,20 +19,13 @@ import time
 from typing import Protocol
 
 from specdec_helpers.assignment.grading import privilege
-from specdec_helpers.assignment.grading.child import decode, error_answer
+from specdec_helpers.assignment.grading.child import error_answer
+from specdec_helpers.assignment.testing.wire import StudentError, decode
 from specdec_helpers.assignment.grading.packages import PackagesDiffer
 
 
 class ChildFailed(Exception):
     """The child exited, crashed or ran out of time; the message says which, for the student."""
-
-
-class StudentError(Exception):
-    """Student code raised (the child reported it): ``kind`` is the exception's type name."""
-
-    def __init__(self, kind: str, message: str, where: str = ""):
-        super().__init__(f"{kind}: {message}{where}")
-        self.kind, self.message, self.where = kind, message, where
 
 
 class Delegated(Exception):

@@ -13,17 +13,17 @@ rejects rounds that break the rule stated in notebook 04.
 """
 from __future__ import annotations
 
-import contextlib
-import os
 import random
 import statistics
 from dataclasses import dataclass, field
 
 import torch
 
-from specdec_helpers.assignment.grading.child import encode
-from specdec_helpers.assignment.grading.replay import check_rounds
-from specdec_helpers.assignment.grading.sandbox import Child, ChildFailed, StudentError
+from specdec_helpers.assignment.testing.wire import encode
+from specdec_helpers.assignment.testing.world import grader_threads
+from specdec_helpers.assignment.testing.replay import check_rounds
+from specdec_helpers.assignment.grading.sandbox import Child, ChildFailed
+from specdec_helpers.assignment.testing.wire import StudentError
 from specdec_helpers.core.checks import greedy_divergence
 from specdec_helpers.core.decode import greedy_decode
 from specdec_helpers.models.pairs import load_pair
@@ -99,17 +99,6 @@ def measure(student_sources: dict, reference_sources: dict, perf: dict, *, seed:
     greedy decoding and replay took 25x longer with two threads on a shared 2-core machine."""
     with grader_threads():
         return _measure(student_sources, reference_sources, perf, seed, timeout)
-
-
-@contextlib.contextmanager
-def grader_threads():
-    """Torch threads as in the student's child (``$SPECDEC_THREADS``, default 1) while grading, then back."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(int(os.environ.get("SPECDEC_THREADS", "1")))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _measure(student_sources: dict, reference_sources: dict, perf: dict, seed, timeout) -> Measurement:

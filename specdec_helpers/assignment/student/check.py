@@ -16,7 +16,7 @@ from specdec_helpers.assignment.parts.cells import earlier_parts, exec_cell, gra
 from specdec_helpers.assignment.parts.decoder import NOTEBOOK_OF, PARTS
 from specdec_helpers.assignment.grading.grader import run_suite
 from specdec_helpers.assignment.grading.sandbox import InProcess
-from specdec_helpers.assignment.grading.suite import EXERCISES
+from specdec_helpers.assignment.testing.suite import EXERCISES
 from specdec_helpers.present import notebook_help as notebook
 
 LABELS = {"init": "01 · initialization", "draft": "02 · drafting", "verify": "03 · verification",

@@ -5,11 +5,11 @@ import time
 
 import torch
 
-from specdec_helpers.assignment.grading.cases import Counted, TestCase, expect_greedy, unpack
-from specdec_helpers.assignment.grading.devices import advice
-from specdec_helpers.assignment.grading.replay import check_rounds
-from specdec_helpers.assignment.grading.suite import check_verify
-from specdec_helpers.assignment.grading.world import Mistake, greedy_tokens
+from specdec_helpers.assignment.testing.cases import Counted, TestCase, expect_greedy, unpack
+from specdec_helpers.assignment.testing.devices import advice
+from specdec_helpers.assignment.testing.replay import check_rounds
+from specdec_helpers.assignment.testing.suite import check_verify
+from specdec_helpers.assignment.testing.world import Mistake, greedy_tokens
 
 
 def verify_cached(ctx):
@@ -95,7 +95,7 @@ def _cache_reused_outside(ctx, length: int = 900, new: int = 24, margin: float =
     the text costs a full pass per round (about ``new`` times the prefill): several times the grader's time,
     where a reused cache costs about the same. A draft that re-reads the text, and says so to the counters,
     costs as much: the drafting tests take those points, so this test leaves it be."""
-    from specdec_helpers.assignment.grading.speed import grader_threads
+    from specdec_helpers.assignment.testing.world import grader_threads
     from specdec_helpers.core.decode import speculative_decode
 
     g = torch.Generator().manual_seed(ctx.seed + 11)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec_helpers.assignment.grading.cases import (  # noqa: F401 - EXERCISES, Ctx, Remote: the suite's API
+from specdec_helpers.assignment.testing.cases import (  # noqa: F401 - EXERCISES, Ctx, Remote: the suite's API
     EXERCISES,
     Counted,
     Ctx,
@@ -24,8 +24,8 @@ from specdec_helpers.assignment.grading.cases import (  # noqa: F401 - EXERCISES
     logits_for,
     unpack,
 )
-from specdec_helpers.assignment.grading.sandbox import StudentError
-from specdec_helpers.assignment.grading.world import Mistake, greedy_tokens
+from specdec_helpers.assignment.testing.wire import StudentError
+from specdec_helpers.assignment.testing.world import Mistake, greedy_tokens
 
 # =========================================================================== init (5)
 

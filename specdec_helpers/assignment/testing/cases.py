@@ -12,9 +12,9 @@ from typing import Callable
 
 import torch
 
-from specdec_helpers.assignment.grading.child import encode
-from specdec_helpers.assignment.grading.sandbox import StudentError
-from specdec_helpers.assignment.grading.world import Mistake, World, world
+from specdec_helpers.assignment.testing.wire import encode
+from specdec_helpers.assignment.testing.wire import StudentError
+from specdec_helpers.assignment.testing.world import Mistake, World, world
 
 EXERCISES = ("init", "draft", "verify", "decode")
 
