@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from specdec_helpers.assignment.authoring import release
-from specdec_helpers.assignment.testing import cases, grader, replay, speed, suite, suite_decode, world
+from specdec_helpers.assignment.grading import grader, speed
+from specdec_helpers.assignment.testing import cases, replay, suite, suite_decode, world
 from specdec_helpers.assignment.grading.submission import reference_sources
 
 POINTS = grader.load_config()["points"]
