@@ -158,6 +158,16 @@ def test_solved_hand_in_passes_handin_checks(course):
     assert handin.problems(tmp / "solved") == []
 
 
+@pytest.mark.sandbox(bwrap=True)
+def test_the_solved_hand_in_graded_as_root_passes_every_check_line(solved):
+    """Gradescope grades as root, with the notebooks' kernels in the student's sandbox on the kit's view, which
+    holds of grading/ and testing/ only what the kernels import (`isolation.needs`). It once lacked two modules:
+    the set-up cell's import failed and every check line read "NameError: name 'nb' is not defined", worth 0
+    points, so only this status check notices."""
+    checks = [t for t in solved["tests"] if t["name"].startswith("checks")]
+    assert len(checks) >= 4 and all(t["status"] == "passed" for t in checks), [t for t in checks if t["status"] != "passed"]
+
+
 def test_full_marks_for_the_solutions_and_not_implemented_for_the_stubs(solved, stubs):
     assert solved["score"] == solved["max_score"] == 45, solved["output"]
     # the notebooks ran under nbval: one line per check cell, no points (the only nbval run of the
