@@ -1,7 +1,7 @@
 """Hints for the notebooks' exercises, shown only after a failed check.
 
 A hint in the check cell's source is read before the student has tried, and the precise ones give the
-answer away. So the check cells name their hint by the exercise's id (``nb.check(..., hint="ex2_rollback")``)
+answer away. So the check cells name their hint by the exercise's id (``nb.check(..., hint="ex2_cache_lengths")``)
 and `present.notebook_help.check` prints it when the check fails: first the nudge (what to think about), and
 from the second failure of the same check in a kernel the fuller hint as well. Instructors read or edit
 every hint here, in one table.
@@ -30,14 +30,17 @@ HINTS: dict[str, tuple[str, str]] = {
     # 03 · verification
     "ex1_judge_rows": ("the target's logits at position i predict the token at i + 1: which row judges draft token 0?",
                        "the row that judges draft token j is start - 1 + j; take k + 1 rows starting at start - 1."),
-    "ex2_speculative_no_cache": ("find the first round where your text leaves greedy decoding's.",
-                                 "compare your output with sd.greedy_decode token by token; look for the first position "
-                                 "that differs, and append exactly the accepted tokens verification returned."),
+    "ex2_plan_rounds": ("a round asks for at most the tokens still wanted minus one, and appends its accepted draft "
+                        "tokens plus the target's own.",
+                        "drafted = min(k, max_new_tokens - written - 1); added = min(accepted[i], drafted) + 1; stop "
+                        "once written reaches max_new_tokens."),
     # 04 · KV cache
     "ex1_cache_bytes": ("every layer holds a key and a value tensor; each knows its size and its bytes per number.",
                         "sum numel() * element_size() over layer.keys and layer.values for every layer in cache.layers."),
-    "ex2_rollback": ("how many positions must go, and what does crop take in transformers 5.x?",
-                     "compute drop = cache.get_seq_length() - n_kept and call cache.crop(-drop) when drop > 0."),
+    "ex2_cache_lengths": ("a pass caches all it feeds; the rollback keeps the text before the round plus the "
+                          "accepted draft tokens.",
+                          "with text = the text's length before the round: after_pass = text + drafted, after_rollback "
+                          "= text + accepted_position; then text grows by accepted_position + 1."),
     # graded parts (PA3's SpeculativeDecoder), by their grade_id: the check cells `check_part` runs
     "init": ("load with AutoModelForCausalLM / AutoTokenizer from the name, put the model on self.device, eval mode.",
              "return (model, tokenizer); self.device is a torch.device; give the tokenizer a pad token if it has none."),
