@@ -16,6 +16,7 @@ from specdec_helpers.assignment.grading.submission import reference_sources
 
 POINTS = grader.load_config()["points"]
 GRADING = Path(grader.__file__).parent
+TESTING = Path(suite.__file__).parent
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,7 @@ def test_tests_are_listed_as_data_and_the_hidden_ones_are_stripped_from_the_kit(
     assert {t.part for t in grader.TESTS} == set(grader.EXERCISES)
     assert "noqa: F401 - suite_decode registers" not in (GRADING / "grader.py").read_text()
     for module, tests in (("suite.py", suite.TESTS), ("suite_decode.py", suite_decode.TESTS)):
-        released = release.strip((GRADING / module).read_text())
+        released = release.strip((TESTING / module).read_text())
         listing = released[released.index("TESTS = ("):]
         listed = set(re.findall(r"TestCase\(.*?,\s+(\w+)(?:, hidden=True)?\),?\n", listing, re.S))
         assert listed == {t.body.__name__ for t in tests if not t.hidden}, module
