@@ -27,6 +27,12 @@ def cache_kwargs(model, cache) -> dict:
     return {_cache_argument(forward): cache}
 
 
+def last_hidden(out) -> torch.Tensor:
+    """The last hidden states ``[B, T, H]`` of an ``output_hidden_states=True`` pass: after the final norm,
+    the input of the head (transformers 4.x and 5.x alike; read here only, for drafts that use them)."""
+    return out.hidden_states[-1]
+
+
 def new_cache(model) -> DynamicCache:
     """An empty cache for ``model`` (its config lets transformers pick per-layer types)."""
     return DynamicCache(config=model.config)

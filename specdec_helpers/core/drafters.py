@@ -12,8 +12,9 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from specdec_helpers.core.cache import cache_kwargs, cache_length, crop_cache, new_cache
-from specdec_helpers.core.checks import check_positive_int, student_edition, vocab_size  # noqa: F401 - see `release`
+from specdec_helpers.core import reference_parts  # the draft's rollback and greedy drafting: see there
+from specdec_helpers.core.cache import cache_kwargs, cache_length, new_cache
+from specdec_helpers.core.checks import check_positive_int, vocab_size
 from specdec_helpers.core.sampling import Sampler
 
 GREEDY = Sampler()
@@ -104,21 +105,11 @@ class ModelDrafter(Drafter):
     def update(self, n_kept: int, target_features=None) -> None:
         if n_kept == 0:  # a new text
             self.cache = self.new_cache()
-        ### BEGIN INSTRUCTOR ONLY
-        if cache_length(self.cache) > n_kept:  # drop the rejected draft tokens (and the last, never fed back)
-            crop_cache(self.cache, n_kept)
-        ### STUDENT EDITION
-        # self.cache = new_cache(self.model)  # no draft-cache rollback here (notebook 02's exercise): each round re-reads the text
-        ### END INSTRUCTOR ONLY
+        reference_parts.keep_draft_cache(self, n_kept)  # drop the rejected draft tokens (and the last, never fed)
 
     @torch.inference_mode()
     def propose(self, input_ids: torch.Tensor, k: int, sampler: Sampler = GREEDY) -> Proposal:
-        ### BEGIN INSTRUCTOR ONLY
-        pass
-        ### STUDENT EDITION
-        # if sampler.greedy:
-        #     raise student_edition("greedy drafting (ModelDrafter)", "02", "generate_draft_tokens")
-        ### END INSTRUCTOR ONLY
+        reference_parts.check_drafting(sampler)
         # Feed what the cache has not seen; the last context token is always among it: its logits give the
         # first draft token. `update` left the cache at the kept text, which is shorter than this one.
         cached = cache_length(self.cache)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec_helpers.core import checks
+from specdec_helpers.core import checks, reference_loop
 from specdec_helpers.core.cache import cache_kwargs, cache_length, crop_cache, keep_cache_positions, new_cache
 from specdec_helpers.core.drafters import (
     Drafter,
@@ -233,13 +233,7 @@ def tree_speculative_decode(
     sampler = Sampler(temperature, top_k, top_p, generator)
     rule = check_rule(tree_sampling)
     parts = _draft_parts(draft, target)
-    ### BEGIN INSTRUCTOR ONLY
-    pass  # a greedy chain-shaped tree is notebook 04's graded decode loop: the student edition refuses it
-    ### STUDENT EDITION
-    # if sampler.temperature < checks.STUDENT_MIN_TEMPERATURE and (parts.model is None or max(widths) == 1):
-    #     raise checks.student_edition("greedy tree decoding of a chain (every width 1, or a drafter that "
-    #                                  "proposes chains)", "04", "generate_ids")
-    ### END INSTRUCTOR ONLY
+    reference_loop.check_tree(sampler, parts.model, widths)  # (the student edition: a greedy chain is theirs)
     lookup_tokens = checks.check_positive_int(len(widths) if lookup_tokens is None else lookup_tokens,
                                               "lookup_tokens", 1)
     check_tree_support(target, "target")
