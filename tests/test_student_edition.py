@@ -23,9 +23,8 @@ URL = "https://github.com/example-course/specdec-students"
 GRADED_LINES = [
     "matches = (choices[:k] == draft_tokens.to(choices.device)).int()",
     "n, *host = torch.cat([matches.cumprod(0).sum().view(1), choices]).tolist()",
-    "crop_cache(cache, n_kept)",
-    "crop_cache(drafter.cache, n_kept)",
-    "crop_cache(self.target_cache, input_ids.shape[1] + result.num_accepted)",
+    "rollback(drafter.cache, n_kept)",
+    "rollback(self.target_cache, input_ids.shape[1] + result.num_accepted)",
     "yield target, new_cache(target) if use_cache and score is None else None, drafter",
     "return decode(target, no_draft, input_ids, **options)",
     "standin_verify_tokens_cached",

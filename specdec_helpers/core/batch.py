@@ -43,7 +43,7 @@ import torch
 from specdec_helpers.core import checks, reference_loop
 from specdec_helpers.core.batch_rows import RowCache, block, row_drafter
 from specdec_helpers.core.checks import is_batch  # noqa: F401 - re-exported
-from specdec_helpers.core.drafters import as_drafter, exclusive
+from specdec_helpers.core.drafters import Drafter, as_drafter, exclusive
 from specdec_helpers.core.rounds import DecodeStats, cut_at_eos
 from specdec_helpers.core.sampling import Sampler
 from specdec_helpers.core.timing import sync_device
@@ -164,7 +164,8 @@ def batch_speculative_decode(target, draft, input_ids, attention_mask=None, *, m
         if drafter is not None and drafter.model is not None:
             checks.check_draft_model(drafter.model, p.view(1, -1), m)
     rows = row_drafter(drafter, len(prompts), target.device)
-    with exclusive(drafter) if drafter is not None else contextlib.nullcontext():
+    held = draft if isinstance(draft, Drafter) else drafter  # the caller's drafter: one decode at a time uses it
+    with exclusive(held) if held is not None else contextlib.nullcontext():
         out = _loop(target, rows, prompts, budgets, k, samplers, eos)
     if isinstance(input_ids, torch.Tensor):
         out.input_ids = input_ids.to(device=target.device, dtype=torch.long)

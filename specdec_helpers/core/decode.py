@@ -104,7 +104,7 @@ def speculative_decode(
         raise ValueError("score= must be a function score(target, input_ids, draft_tokens) -> logits [k + 1, vocab]; it "
                          "reads no cache and returns no target features, so use it without compile=True or graphs=True "
                          "and with a draft that needs none (not 'eagle')")
-    with exclusive(drafter):  # stateful: one decode at a time per drafter (see `exclusive`)
+    with exclusive(draft if isinstance(draft, Drafter) else drafter):  # stateful: one decode at a time per drafter
         return _decode_loop(target, drafter, input_ids, max_new_tokens, schedule, sampler, eos, use_cache, compile,
                             graphs, score)
 
@@ -126,7 +126,7 @@ def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: 
 
 
 def _rounds(target, drafter: Drafter, cache, input_ids, max_new_tokens, schedule: KSchedule, sampler, eos, score=None):
-    """The rounds, written out: draft, one target pass, verify, append, roll both back to the kept text."""
+    """One round on one screen: draft, one target pass, accept, append, roll back to the kept text."""
     text = Text(input_ids, max_new_tokens, eos)
     drafter.update(0)  # a new text
     sync_device(input_ids.device)
@@ -146,11 +146,12 @@ def _rounds(target, drafter: Drafter, cache, input_ids, max_new_tokens, schedule
             result = verify(logits, proposal.tokens, proposal.probs, sampler)
             emitted = text.append(result.tokens, result.token_list)
         # Kept: the old text plus the accepted draft tokens; the new last token is fed next round.
-        with record_function("specdec::rollback"):
-            reference_loop.keep_target_cache(cache, length + result.num_accepted)
+        with record_function("specdec::rollback"):  # every cache through `cache.rollback`
+            kept = length + result.num_accepted
+            reference_loop.keep_target_cache(cache, kept)  # (the student edition keeps no target cache)
             if features is not None:  # the rejected draft tokens' features go too
                 features = features[:, : features.shape[1] - (result.num_proposed - result.num_accepted)]
-            drafter.update(length + result.num_accepted, features)
+            drafter.update(kept, features)  # the drafter rolls its own state back
         schedule.update(result.num_accepted, result.num_proposed)
         text.record(Step(proposal.tokens, result.num_accepted, emitted), result.num_proposed,
                     proposal.forward_calls)

@@ -6,6 +6,7 @@ feed the same decode loop.
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -213,7 +214,9 @@ def exclusive(drafter):
 
 
 def as_drafter(draft, target) -> Drafter:
-    """Wrap an HF model as a `ModelDrafter`; pass drafters through."""
+    """Wrap an HF model as a `ModelDrafter`; pass drafters through. A `ModelDrafter` without a ``vocab_limit`` (alone
+    or inside a `HybridDrafter`) comes back as a shallow copy capped at the target's vocabulary: the caller's drafter
+    keeps its own setting (`exclusive` still holds the caller's object, see `decode`)."""
     if isinstance(draft, torch.nn.Module):
         if not hasattr(draft, "get_output_embeddings"):
             raise TypeError(f"draft model {type(draft).__name__} is not a causal LM (no output embeddings)")
@@ -223,7 +226,12 @@ def as_drafter(draft, target) -> Drafter:
         # ids either: cap it at the target's vocabulary unless it was given a limit.
         inner = draft.model_drafter if isinstance(draft, HybridDrafter) else draft
         if isinstance(inner, ModelDrafter) and inner.vocab_limit is None:
-            inner.vocab_limit = vocab_size(target)
+            capped = copy.copy(inner)
+            capped.vocab_limit = vocab_size(target)
+            if inner is draft:
+                return capped
+            draft = copy.copy(draft)
+            draft.model_drafter = capped
         return draft
     raise TypeError(
         f"draft must be a Hugging Face causal LM or a Drafter (ModelDrafter, PromptLookupDrafter, HybridDrafter, "

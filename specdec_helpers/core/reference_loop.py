@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 
-from specdec_helpers.core.cache import crop_cache, new_cache
+from specdec_helpers.core.cache import new_cache, rollback
 from specdec_helpers.core.compiled import compiled_forward
 from specdec_helpers.core.graphs import static_pair
 
@@ -52,8 +52,7 @@ def target_cache(target, drafter, input_ids, max_new_tokens: int, use_cache: boo
 def keep_target_cache(cache, n_kept: int) -> None:
     """Roll the target's cache back to the kept text (the rejected draft tokens go; the new last token is fed
     next round)."""
-    if cache is not None:
-        crop_cache(cache, n_kept)
+    rollback(cache, n_kept)
 
 
 def greedy_decode(decode, no_draft, target, input_ids, **options):

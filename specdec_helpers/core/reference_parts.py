@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec_helpers.core.cache import cache_kwargs, cache_length, crop_cache, last_hidden
+from specdec_helpers.core.cache import cache_kwargs, cache_length, last_hidden, rollback
 from specdec_helpers.core.checks import check_input_ids
 from specdec_helpers.core.rounds import VerifyResult
 from specdec_helpers.core.sampling import Sampler
@@ -71,7 +71,7 @@ def keep_draft_cache(drafter, n_kept: int) -> None:
     """A `ModelDrafter`'s rollback (its `update`): drop the rejected draft tokens from its cache (and the last one,
     never fed back), so the next round feeds only what the draft has not seen."""
     if cache_length(drafter.cache) > n_kept:
-        crop_cache(drafter.cache, n_kept)
+        rollback(drafter.cache, n_kept)
 
 
 def check_drafting(sampler: Sampler) -> None:
