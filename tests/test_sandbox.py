@@ -246,11 +246,16 @@ def test_the_students_view_imports_what_its_processes_run(kind, module, tmp_path
 def test_the_students_view_is_the_student_edition():
     """No kit implementation of a graded part is importable from student code, so inspect.getsource + exec
     or a module global cannot reach it: the view holds the student edition of every module."""
+    from specdec_helpers.assignment.grading.editions import SWAPS
+
     answer = "matches = (choices[:k] == draft_tokens.to(choices.device)).int()"
-    assert answer in (ROOT / "specdec_helpers/core/verify.py").read_text()  # the instructor's kit has it
+    assert answer in (ROOT / "specdec_helpers/core/reference_parts.py").read_text()  # the instructor's kit has it
     for kind in ("child", "kernel"):
         folder = isolation.view(kind) / "specdec_helpers"
-        assert answer not in (folder / "core/verify.py").read_text()
+        assert not [p for p in folder.rglob("*.py") if answer in p.read_text()]
+        for instructor, student in SWAPS.items():  # each swapped module is its student edition, once
+            assert (folder / instructor).read_text() == (ROOT / "specdec_helpers" / student).read_text()
+            assert not (folder / student).exists()
         assert not [p for p in folder.rglob("*.py") if re.search(r"^\s*### BEGIN INSTRUCTOR ONLY\s*$", p.read_text(), re.M)]
         decoder = (folder / "assignment/parts/decoder.py").read_text()
         assert "missing_part(name) for name in FUNCTIONS" in decoder and "standin_verify_tokens_cached" not in decoder

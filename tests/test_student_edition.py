@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -22,11 +23,10 @@ URL = "https://github.com/example-course/specdec-students"
 GRADED_LINES = [
     "matches = (choices[:k] == draft_tokens.to(choices.device)).int()",
     "n, *host = torch.cat([matches.cumprod(0).sum().view(1), choices]).tolist()",
-    "crop_cache(cache, length + result.num_accepted)",
-    "crop_cache(self.cache, n_kept)",
-    "crop_cache(self.target_cache, input_ids.shape[1] + result.num_accepted)",
-    "cache = new_cache(target) if use_cache and score is None else None",
-    "return speculative_decode(target, _NoDraft()",
+    "rollback(drafter.cache, n_kept)",
+    "rollback(self.target_cache, input_ids.shape[1] + result.num_accepted)",
+    "yield target, new_cache(target) if use_cache and score is None else None, drafter",
+    "return decode(target, no_draft, input_ids, **options)",
     "standin_verify_tokens_cached",
     "standin_generate_draft_tokens",
     "_kit_decode",
@@ -67,7 +67,7 @@ def test_the_release_scan_finds_no_scoring_pass(kit, tmp_path):
     found = [place for path in sorted((kit / "specdec_helpers").rglob("*.py"))
              for place in release.scoring_passes(path.read_text(), path.relative_to(kit).as_posix())]
     assert not found, found
-    instructor = release.scoring_passes((release.ROOT / "specdec_helpers/core/verify.py").read_text(), "verify.py")
+    instructor = release.scoring_passes((release.ROOT / "specdec_helpers/core/reference_parts.py").read_text(), "x.py")
     assert instructor and "-(k + 1)" in instructor[0]
     planted = tmp_path / "kit" / "specdec_helpers" / "measure" / "helpers.py"
     planted.parent.mkdir(parents=True)
@@ -78,9 +78,56 @@ def test_the_release_scan_finds_no_scoring_pass(kit, tmp_path):
         release.verify(tmp_path / "kit", {})
 
 
+def test_core_holds_no_marker_and_each_swapped_module_has_its_student_edition():
+    """``core/`` holds no edition marker: its instructor-only parts are whole modules (`editions.SWAPS`), each with a
+    student edition that defines the same public names, and is never imported where it lies."""
+    import ast
+
+    from specdec_helpers.assignment.grading import editions
+
+    package = release.ROOT / "specdec_helpers"
+    marked = [p.name for p in (package / "core").rglob("*.py") if release.MARKER.search(p.read_text())]
+    assert not marked, f"edition markers in core/: {marked}"
+
+    def public(path):
+        tree = ast.parse(path.read_text())
+        names = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+        declared = [node.value for node in tree.body if isinstance(node, ast.Assign)
+                    and [getattr(t, "id", "") for t in node.targets] == ["__all__"]]
+        return {n for n in names if not n.startswith("_")}, set(ast.literal_eval(declared[0])) if declared else None
+
+    assert editions.SWAPS
+    for instructor, student in editions.SWAPS.items():
+        assert instructor.startswith("core/") and (package / student).is_file(), (instructor, student)
+        (mine, mine_all), (theirs, theirs_all) = public(package / instructor), public(package / student)
+        assert mine == theirs == mine_all == theirs_all, (instructor, mine ^ theirs)
+        module = "specdec_helpers." + student.removesuffix(".py").replace("/", ".")
+        importers = [p.name for p in package.rglob("*.py") if module in p.read_text() or
+                     f"import {Path(student).stem}" in p.read_text()]
+        assert not importers, f"{module} is imported where it lies: {importers}"
+
+
+def test_the_swapped_modules_ship_as_their_student_editions(kit):
+    from specdec_helpers.assignment.grading import editions
+
+    for instructor, student in editions.SWAPS.items():
+        shipped = (kit / "specdec_helpers" / instructor).read_text()
+        assert shipped == (release.ROOT / "specdec_helpers" / student).read_text()
+        assert not (kit / "specdec_helpers" / student).exists()
+
+
 def test_every_instructor_only_region_is_gone(kit):
-    """Each INSTRUCTOR ONLY region's distinctive lines are absent from the released file."""
+    """Each INSTRUCTOR ONLY region's (and each swapped module's) distinctive lines are absent from the released
+    file."""
+    from specdec_helpers.assignment.grading import editions
+
     checked = 0
+    for instructor in editions.SWAPS:
+        source = (release.ROOT / "specdec_helpers" / instructor).read_text()
+        shipped = (kit / "specdec_helpers" / instructor).read_text()
+        lines = release._distinctive(source, shipped)
+        checked += len(lines)
+        assert lines and not [line for line in lines if line in shipped], instructor
     for path in (release.ROOT / "specdec_helpers").rglob("*.py"):
         source = path.read_text()
         rel = path.relative_to(release.ROOT).as_posix()

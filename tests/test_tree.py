@@ -7,7 +7,7 @@ import torch
 from tiny_models import hf_greedy, perturbed_copy, tiny_model
 
 from specdec_helpers import speculative_decode
-from specdec_helpers.core.cache import cache_kwargs, cache_length, keep_cache_positions, new_cache
+from specdec_helpers.core.cache import cache_kwargs, cache_length, new_cache, rollback
 from specdec_helpers.core.drafters import HybridDrafter, ModelDrafter, PromptLookupDrafter
 from specdec_helpers.core.tree import (
     TokenTree,
@@ -100,7 +100,7 @@ def test_gathered_cache_equals_fresh_prefill(family):
     with torch.no_grad():
         tree_forward(model, cache, ids, tree)
         length = ids.shape[1]
-        keep_cache_positions(cache, list(range(length)) + [length + 1, length + 3])
+        rollback(cache, list(range(length)) + [length + 1, length + 3])
         assert cache_length(cache) == length + 2
         step = model(input_ids=torch.tensor([[42]]), **cache_kwargs(model, cache), use_cache=True).logits[0, -1]
     fresh = plain_logits(model, torch.cat([ids, torch.tensor([[7, 3, 42]])], dim=1))[-1]

@@ -40,22 +40,14 @@ from numbers import Integral
 
 import torch
 
-from specdec_helpers.core import checks
+from specdec_helpers.core import checks, reference_loop
 from specdec_helpers.core.batch_rows import RowCache, block, row_drafter
-from specdec_helpers.core.drafters import as_drafter, exclusive
+from specdec_helpers.core.checks import is_batch  # noqa: F401 - re-exported
+from specdec_helpers.core.drafters import Drafter, as_drafter, exclusive
 from specdec_helpers.core.rounds import DecodeStats, cut_at_eos
 from specdec_helpers.core.sampling import Sampler
 from specdec_helpers.core.timing import sync_device
 from specdec_helpers.core.verify import accept_sampled
-
-
-def is_batch(input_ids, attention_mask=None) -> bool:
-    """Whether `speculative_decode` should take the batched loop: several rows, a list of prompts, or a mask."""
-    if attention_mask is not None:
-        return True
-    if isinstance(input_ids, torch.Tensor):
-        return input_ids.dim() == 2 and input_ids.shape[0] > 1
-    return isinstance(input_ids, (list, tuple)) and bool(input_ids) and not isinstance(input_ids[0], Integral)
 
 
 @dataclass
@@ -164,12 +156,7 @@ def batch_speculative_decode(target, draft, input_ids, attention_mask=None, *, m
     prompts = _prompts(target, input_ids, attention_mask)
     budgets = _budgets(max_new_tokens, len(prompts))
     samplers = _samplers(temperature, top_k, top_p, generator, len(prompts))
-    ### BEGIN INSTRUCTOR ONLY
-    pass  # one prompt, greedy, with a draft is notebook 04's graded decode loop: the student edition refuses it
-    ### STUDENT EDITION
-    # if draft is not None and len(prompts) == 1 and samplers[0].temperature < checks.STUDENT_MIN_TEMPERATURE:
-    #     raise checks.student_edition("greedy speculative decoding of one prompt", "04", "generate_ids")
-    ### END INSTRUCTOR ONLY
+    reference_loop.check_batch(draft, prompts, samplers)  # (the student edition: greedy of one prompt is theirs)
     eos = set(checks.eos_ids(target, eos_token_id))
     drafter = None if draft is None else as_drafter(draft, target)
     for p, m in zip(prompts, budgets):
@@ -177,7 +164,8 @@ def batch_speculative_decode(target, draft, input_ids, attention_mask=None, *, m
         if drafter is not None and drafter.model is not None:
             checks.check_draft_model(drafter.model, p.view(1, -1), m)
     rows = row_drafter(drafter, len(prompts), target.device)
-    with exclusive(drafter) if drafter is not None else contextlib.nullcontext():
+    held = draft if isinstance(draft, Drafter) else drafter  # the caller's drafter: one decode at a time uses it
+    with exclusive(held) if held is not None else contextlib.nullcontext():
         out = _loop(target, rows, prompts, budgets, k, samplers, eos)
     if isinstance(input_ids, torch.Tensor):
         out.input_ids = input_ids.to(device=target.device, dtype=torch.long)

@@ -15,10 +15,9 @@ import torch
 from specdec_helpers.core.cache import (
     cache_kwargs,
     check_plain_layers,
-    crop_cache,
-    gather_cache_rows,
     keep_cache_rows,
     new_cache,
+    rollback,
 )
 from specdec_helpers.core.drafters import ModelDrafter, Proposal, PromptLookupDrafter
 
@@ -57,7 +56,7 @@ class RowCache:
         read = self.mask.any(0).nonzero()
         end = int(read[-1]) + 1 if read.numel() else 0
         if end < self.mask.shape[1]:  # trailing columns no row reads: give them back
-            crop_cache(self.cache, end)
+            rollback(self.cache, end)
             self.mask = self.mask[:, :end]
         if self.mask.shape[1] > 2 * int(self.seen.max()) + PACK_SLACK:
             self.pack()
@@ -68,7 +67,7 @@ class RowCache:
         width = int(self.seen.max())
         # A stable sort puts each row's dead columns first and its live ones last, both in column order.
         index = torch.sort(self.mask.long(), dim=1, stable=True).indices[:, self.mask.shape[1] - width:]
-        gather_cache_rows(self.cache, index)
+        rollback(self.cache, index)
         self.mask = torch.arange(width, device=self.mask.device) >= (width - self.seen)[:, None]
 
     def select(self, rows: torch.Tensor) -> None:

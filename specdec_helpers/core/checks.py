@@ -210,6 +210,16 @@ def greedy_divergence(target, prompt_ids: torch.Tensor, new_tokens, want=None, t
     return False, f"more than {max_ties} near-ties: " + "; ".join(notes)
 
 
+
+def is_batch(input_ids, attention_mask=None) -> bool:
+    """Whether `speculative_decode` should take the batched loop: several rows, a list of prompts, or a mask."""
+    if attention_mask is not None:
+        return True
+    if isinstance(input_ids, torch.Tensor):
+        return input_ids.dim() == 2 and input_ids.shape[0] > 1
+    return isinstance(input_ids, (list, tuple)) and bool(input_ids) and not isinstance(input_ids[0], Integral)
+
+
 #: The student edition samples no closer to greedy than this (near-greedy sampling is greedy decoding).
 STUDENT_MIN_TEMPERATURE = 0.3
 

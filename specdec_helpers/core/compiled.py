@@ -2,7 +2,7 @@
 
 Why try it: in eager mode a decoder pays per call for Python, a growing cache (``torch.cat`` per layer)
 and kernels it cannot fuse (norms, rotary embeddings, GQA heads copied out for masked attention). Our
-loop owns its cache, so it can keep it static and roll it back by moving one counter (`cache.crop_cache`);
+loop owns its cache, so it can keep it static and roll it back by moving one counter (`cache.rollback`);
 HF's assisted generation cannot. Why it is off by default: compiling takes minutes per graph on a
 CPU (two graphs: one token, several), and on a CPU the several-token graph (dynamic shapes) can
 verify less efficiently than eager oneDNN linears (`cpu_kernels`), so speculative decoding may gain

@@ -9,22 +9,18 @@ from torch.profiler import (
     record_function,  # labels phases for `profile_decode`; ~µs when no profiler runs
 )
 
-from specdec_helpers.core import checks
+from specdec_helpers.core import checks, reference_loop
 from specdec_helpers.core import verify as verification  # `verification.score_draft`, looked up per call: no alias here
 from specdec_helpers.core.adaptive import KSchedule, as_schedule
-from specdec_helpers.core.batch import batch_speculative_decode, is_batch
-from specdec_helpers.core.cache import crop_cache, new_cache
-from specdec_helpers.core.compiled import compiled_forward
+from specdec_helpers.core.batch import batch_speculative_decode
+from specdec_helpers.core.checks import is_batch
 from specdec_helpers.core.drafters import Drafter, Proposal, as_drafter, exclusive
-from specdec_helpers.core.graphs import graphs_by_default, static_pair
+from specdec_helpers.core.graphs import graphs_by_default
 from specdec_helpers.core.rounds import DecodeOutput, DecodeStats, Step, Text, cut_at_eos
 from specdec_helpers.core.sampling import Sampler
 from specdec_helpers.core.timing import sync_device
 from specdec_helpers.core.verify import verify
 
-
-STUDENT_MIN_TEMPERATURE = checks.STUDENT_MIN_TEMPERATURE
-student_edition = checks.student_edition  # raised by the student edition's parts (see `release`)
 
 __all__ = ["DecodeOutput", "DecodeStats", "Step", "cut_at_eos", "greedy_decode", "speculative_decode"]
 
@@ -95,14 +91,7 @@ def speculative_decode(
     input_ids, max_new_tokens, eos = checks.decode_args(target, input_ids, max_new_tokens, eos_token_id)
     schedule = as_schedule(num_speculative_tokens)
     sampler = Sampler(temperature, top_k, top_p, generator)
-    ### BEGIN INSTRUCTOR ONLY
-    pass  # greedy speculative decoding is what notebooks 02-04 grade: the student edition refuses it
-    ### STUDENT EDITION
-    # if temperature < STUDENT_MIN_TEMPERATURE or top_k == 1:  # near-greedy sampling is greedy decoding
-    #     raise student_edition(f"speculative decoding at temperature={temperature}, top_k={top_k} (greedy or "
-    #                           f"nearly so; the student edition samples at temperature >= {STUDENT_MIN_TEMPERATURE})",
-    #                           "04", "generate_ids")
-    ### END INSTRUCTOR ONLY
+    reference_loop.check_decoding(temperature, top_k)  # (the student edition: greedy decoding is theirs)
     drafter = as_drafter(draft, target)
     checks.check_draft_model(drafter.model, input_ids, max_new_tokens)
     if compile or graphs:
@@ -115,7 +104,7 @@ def speculative_decode(
         raise ValueError("score= must be a function score(target, input_ids, draft_tokens) -> logits [k + 1, vocab]; it "
                          "reads no cache and returns no target features, so use it without compile=True or graphs=True "
                          "and with a draft that needs none (not 'eagle')")
-    with exclusive(drafter):  # stateful: one decode at a time per drafter (see `exclusive`)
+    with exclusive(draft if isinstance(draft, Drafter) else drafter):  # stateful: one decode at a time per drafter
         return _decode_loop(target, drafter, input_ids, max_new_tokens, schedule, sampler, eos, use_cache, compile,
                             graphs, score)
 
@@ -123,55 +112,21 @@ def speculative_decode(
 def greedy_decode(target, input_ids, *, max_new_tokens: int = 100, eos_token_id=None, use_cache: bool = True,
                   compile: bool = False, attention_mask=None, graphs: bool | None = None):
     """Plain greedy decoding (one target pass per token), the baseline speculative decoding must match."""
-    ### BEGIN INSTRUCTOR ONLY
-    return speculative_decode(target, _NoDraft(), input_ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
-                              use_cache=use_cache, compile=compile, attention_mask=attention_mask, graphs=graphs)
-    ### STUDENT EDITION
-    # if is_batch(input_ids, attention_mask):  # the batched baseline (notebook 08): no draft, nothing graded
-    #     return batch_speculative_decode(target, None, input_ids, attention_mask, max_new_tokens=max_new_tokens,
-    #                                     eos_token_id=eos_token_id)
-    # return generate_greedy(target, input_ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
-    ### END INSTRUCTOR ONLY
-
-
-@torch.inference_mode()
-def generate_greedy(target, input_ids, *, max_new_tokens: int = 100, eos_token_id=None) -> DecodeOutput:
-    """Greedy decoding by Hugging Face ``generate`` (the student edition's `greedy_decode`: it holds no
-    decode loop of its own), with the same output and counters as `greedy_decode`."""
-    input_ids, max_new_tokens, eos = checks.decode_args(target, input_ids, max_new_tokens, eos_token_id)
-    text = Text(input_ids, max_new_tokens, eos)
-    sync_device(input_ids.device)
-    start = time.perf_counter()
-    out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
-                          max_new_tokens=max_new_tokens, eos_token_id=eos or None, pad_token_id=eos[0] if eos else 0)
-    sync_device(input_ids.device)
-    for token in out[0, input_ids.shape[1]:].tolist():  # one target pass per token
-        if not text.done:
-            text.record(Step([], 0, text.append([token])), 0, 0)
-    return text.finish(time.perf_counter() - start)
+    return reference_loop.greedy_decode(speculative_decode, _NoDraft(), target, input_ids, max_new_tokens=max_new_tokens,
+                                        eos_token_id=eos_token_id, use_cache=use_cache, compile=compile,
+                                        attention_mask=attention_mask, graphs=graphs)
 
 
 def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: KSchedule, sampler, eos, use_cache,
                  compile=False, graphs=False, score=None):
     """The target's cache (dynamic, static or none), then the rounds (`_rounds`)."""
-    ### BEGIN INSTRUCTOR ONLY
-    if graphs:  # the same rounds, both models over static caches (CUDA graphs on a GPU): see `graphs`
-        cuda = target.device.type == "cuda"
-        with static_pair(target, drafter, input_ids.shape[1] + max_new_tokens, cuda) as (target, cache, drafter):
-            return _rounds(target, drafter, cache, input_ids, max_new_tokens, schedule, sampler, eos)
-    if compile:  # the same loop, with the target's compiled forward over a static cache
-        target = compiled_forward(target)
-        cache = target.new_cache(input_ids.shape[1] + max_new_tokens)
-    else:
-        cache = new_cache(target) if use_cache and score is None else None  # a caller's score= reads no cache
-    ### STUDENT EDITION
-    # cache = None  # no cached verification here (notebook 04's exercise): the target re-reads the text
-    ### END INSTRUCTOR ONLY
-    return _rounds(target, drafter, cache, input_ids, max_new_tokens, schedule, sampler, eos, score)
+    with reference_loop.target_cache(target, drafter, input_ids, max_new_tokens, use_cache, compile, graphs,
+                                     score) as (target, cache, drafter):
+        return _rounds(target, drafter, cache, input_ids, max_new_tokens, schedule, sampler, eos, score)
 
 
 def _rounds(target, drafter: Drafter, cache, input_ids, max_new_tokens, schedule: KSchedule, sampler, eos, score=None):
-    """The rounds, written out: draft, one target pass, verify, append, roll both back to the kept text."""
+    """One round on one screen: draft, one target pass, accept, append, roll back to the kept text."""
     text = Text(input_ids, max_new_tokens, eos)
     drafter.update(0)  # a new text
     sync_device(input_ids.device)
@@ -191,16 +146,12 @@ def _rounds(target, drafter: Drafter, cache, input_ids, max_new_tokens, schedule
             result = verify(logits, proposal.tokens, proposal.probs, sampler)
             emitted = text.append(result.tokens, result.token_list)
         # Kept: the old text plus the accepted draft tokens; the new last token is fed next round.
-        with record_function("specdec::rollback"):
-            ### BEGIN INSTRUCTOR ONLY
-            if cache is not None:
-                crop_cache(cache, length + result.num_accepted)
-            ### STUDENT EDITION
-            # pass  # nothing to roll back: no target cache in the student edition
-            ### END INSTRUCTOR ONLY
+        with record_function("specdec::rollback"):  # every cache through `cache.rollback`
+            kept = length + result.num_accepted
+            reference_loop.keep_target_cache(cache, kept)  # (the student edition keeps no target cache)
             if features is not None:  # the rejected draft tokens' features go too
                 features = features[:, : features.shape[1] - (result.num_proposed - result.num_accepted)]
-            drafter.update(length + result.num_accepted, features)
+            drafter.update(kept, features)  # the drafter rolls its own state back
         schedule.update(result.num_accepted, result.num_proposed)
         text.record(Step(proposal.tokens, result.num_accepted, emitted), result.num_proposed,
                     proposal.forward_calls)

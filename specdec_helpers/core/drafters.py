@@ -6,14 +6,16 @@ feed the same decode loop.
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import torch
 
-from specdec_helpers.core.cache import cache_kwargs, cache_length, crop_cache, new_cache
-from specdec_helpers.core.checks import check_positive_int, student_edition, vocab_size  # noqa: F401 - see `release`
+from specdec_helpers.core import reference_parts  # the draft's rollback and greedy drafting: see there
+from specdec_helpers.core.cache import cache_kwargs, cache_length, new_cache
+from specdec_helpers.core.checks import check_positive_int, vocab_size
 from specdec_helpers.core.sampling import Sampler
 
 GREEDY = Sampler()
@@ -104,21 +106,11 @@ class ModelDrafter(Drafter):
     def update(self, n_kept: int, target_features=None) -> None:
         if n_kept == 0:  # a new text
             self.cache = self.new_cache()
-        ### BEGIN INSTRUCTOR ONLY
-        if cache_length(self.cache) > n_kept:  # drop the rejected draft tokens (and the last, never fed back)
-            crop_cache(self.cache, n_kept)
-        ### STUDENT EDITION
-        # self.cache = new_cache(self.model)  # no draft-cache rollback here (notebook 02's exercise): each round re-reads the text
-        ### END INSTRUCTOR ONLY
+        reference_parts.keep_draft_cache(self, n_kept)  # drop the rejected draft tokens (and the last, never fed)
 
     @torch.inference_mode()
     def propose(self, input_ids: torch.Tensor, k: int, sampler: Sampler = GREEDY) -> Proposal:
-        ### BEGIN INSTRUCTOR ONLY
-        pass
-        ### STUDENT EDITION
-        # if sampler.greedy:
-        #     raise student_edition("greedy drafting (ModelDrafter)", "02", "generate_draft_tokens")
-        ### END INSTRUCTOR ONLY
+        reference_parts.check_drafting(sampler)
         # Feed what the cache has not seen; the last context token is always among it: its logits give the
         # first draft token. `update` left the cache at the kept text, which is shorter than this one.
         cached = cache_length(self.cache)
@@ -222,7 +214,9 @@ def exclusive(drafter):
 
 
 def as_drafter(draft, target) -> Drafter:
-    """Wrap an HF model as a `ModelDrafter`; pass drafters through."""
+    """Wrap an HF model as a `ModelDrafter`; pass drafters through. A `ModelDrafter` without a ``vocab_limit`` (alone
+    or inside a `HybridDrafter`) comes back as a shallow copy capped at the target's vocabulary: the caller's drafter
+    keeps its own setting (`exclusive` still holds the caller's object, see `decode`)."""
     if isinstance(draft, torch.nn.Module):
         if not hasattr(draft, "get_output_embeddings"):
             raise TypeError(f"draft model {type(draft).__name__} is not a causal LM (no output embeddings)")
@@ -232,7 +226,12 @@ def as_drafter(draft, target) -> Drafter:
         # ids either: cap it at the target's vocabulary unless it was given a limit.
         inner = draft.model_drafter if isinstance(draft, HybridDrafter) else draft
         if isinstance(inner, ModelDrafter) and inner.vocab_limit is None:
-            inner.vocab_limit = vocab_size(target)
+            capped = copy.copy(inner)
+            capped.vocab_limit = vocab_size(target)
+            if inner is draft:
+                return capped
+            draft = copy.copy(draft)
+            draft.model_drafter = capped
         return draft
     raise TypeError(
         f"draft must be a Hugging Face causal LM or a Drafter (ModelDrafter, PromptLookupDrafter, HybridDrafter, "

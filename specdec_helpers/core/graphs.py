@@ -11,7 +11,7 @@ Three small pieces:
 - `StaticKV`: transformers' ``StaticCache`` whose layers count their length in ONE device tensor
   (``lengths``; every layer writes at its own entry), plus the host's copy of it (``position``). Rolling
   back is one ``fill_`` of that tensor; the rows beyond stay in memory, hidden by the causal mask,
-  and are overwritten by the next pass. It answers `cache.cache_length` and `cache.crop_cache`.
+  and are overwritten by the next pass. It answers `cache.cache_length` and `cache.rollback`.
 - `StaticForward`: calls like the model (``input_ids``, ``cache``, ``logits_to_keep``) over a `StaticKV`.
   A pass of ``n <= GRAPH_TOKENS`` tokens after the prefill runs a *step* of its own size: the tokens
   go into the step's static input buffer, then the step runs. The prefill (and longer passes) run
@@ -70,7 +70,7 @@ class StaticKV:
             self.position = n_kept
 
     def crop(self, tokens_to_remove: int) -> None:
-        """`cache.crop_cache` speaks to caches in transformers 5.x's words: a negative count drops that many."""
+        """`cache.rollback` speaks to caches in transformers 5.x's words: a negative count drops that many."""
         self.rollback(self.position + min(int(tokens_to_remove), 0))
 
 

@@ -8,6 +8,33 @@ import torch
 
 
 @dataclass
+class VerifyResult:
+    """What one verification pass decided.
+
+    ``tokens`` = the ``num_accepted`` accepted draft tokens followed by one token from the target:
+    the *correction* at the first mismatch, or the *bonus* token when every draft token passed.
+    """
+
+    tokens: torch.Tensor  # LongTensor [num_accepted + 1]
+    num_accepted: int
+    num_proposed: int
+    token_list: list[int] | None = field(default=None, repr=False, compare=False)  # ``tokens`` on the host, when already read
+
+    @property
+    def is_bonus(self) -> bool:
+        return self.num_accepted == self.num_proposed
+
+    # PA3 returned (accepted_tokens, accepted_position); keep that spelling available.
+    @property
+    def accepted_tokens(self) -> torch.Tensor:
+        return self.tokens[: self.num_accepted]
+
+    @property
+    def accepted_position(self) -> int:
+        return self.num_accepted
+
+
+@dataclass
 class Step:
     """One round: what the draft proposed, how many the target accepted, what was appended."""
 

@@ -12,7 +12,7 @@ node is the correction (or bonus) token, free as in a chain. Sampling: the child
 the draft and verified by multi-draft rejection sampling (`tree_sampling`), which keeps the target's
 distribution exactly.
 
-Both KV caches then hold the prefix plus every node; `cache.keep_cache_positions` gathers the prefix
+Both KV caches then hold the prefix plus every node; `cache.rollback` gathers the prefix
 and the kept branch, which is exactly the cache a chain over the kept text would have. A drafter that
 keeps its own cache (a feature draft) rolls itself back in ``update``, as in the chain loop.
 """
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec_helpers.core import checks
-from specdec_helpers.core.cache import cache_kwargs, cache_length, crop_cache, keep_cache_positions, new_cache
+from specdec_helpers.core import checks, reference_loop
+from specdec_helpers.core.cache import cache_kwargs, cache_length, new_cache, rollback
 from specdec_helpers.core.drafters import (
     Drafter,
     HybridDrafter,
@@ -118,7 +118,7 @@ def _probe(model) -> tuple[str, str, bool] | None:
         if not close(got, ref):
             reason = "a custom 4D attention mask (with position_ids) changed nothing or the wrong thing"
             return reason, attention_fix, False
-        keep_cache_positions(cache, [0, 2])
+        rollback(cache, [0, 2])
         got = model(input_ids=torch.tensor([[d]], device=device), **cache_kwargs(model, cache), use_cache=True).logits[0, -1]
         ref = model(input_ids=torch.tensor([[a, c, d]], device=device)).logits[0, -1]
         if not close(got, ref):
@@ -183,7 +183,7 @@ def draft_tree(model, cache, context: torch.Tensor, widths, vocab_limit: int | N
     tree = TokenTree()
     length = context.shape[1]
     if cache_length(cache) >= length:  # for direct callers (the loop leaves length - 1): the last token gives depth 1
-        crop_cache(cache, length - 1)
+        rollback(cache, length - 1)
     frontier, scores = [-1], torch.zeros(1)
     first = 0
     for width in widths:
@@ -233,13 +233,7 @@ def tree_speculative_decode(
     sampler = Sampler(temperature, top_k, top_p, generator)
     rule = check_rule(tree_sampling)
     parts = _draft_parts(draft, target)
-    ### BEGIN INSTRUCTOR ONLY
-    pass  # a greedy chain-shaped tree is notebook 04's graded decode loop: the student edition refuses it
-    ### STUDENT EDITION
-    # if sampler.temperature < checks.STUDENT_MIN_TEMPERATURE and (parts.model is None or max(widths) == 1):
-    #     raise checks.student_edition("greedy tree decoding of a chain (every width 1, or a drafter that "
-    #                                  "proposes chains)", "04", "generate_ids")
-    ### END INSTRUCTOR ONLY
+    reference_loop.check_tree(sampler, parts.model, widths)  # (the student edition: a greedy chain is theirs)
     lookup_tokens = checks.check_positive_int(len(widths) if lookup_tokens is None else lookup_tokens,
                                               "lookup_tokens", 1)
     check_tree_support(target, "target")
@@ -280,10 +274,10 @@ def _tree_loop(target, parts: _DraftParts, input_ids, max_new_tokens, widths, lo
 
             # Keep the text plus the kept branch; the new last token is fed next round, as in the chain loop.
             prefix = list(range(length))
-            keep_cache_positions(target_cache, prefix + [length + i for i in path])
+            rollback(target_cache, prefix + [length + i for i in path])
             if model is not None and calls:  # the draft fed the text this round; only non-leaf nodes are in its cache
                 cached = itertools.takewhile(lambda i: i < in_draft_cache, path)
-                keep_cache_positions(draft_cache, prefix + [length + i for i in cached])
+                rollback(draft_cache, prefix + [length + i for i in cached])
             if drafter is not None:
                 if hidden is not None:  # the target's features of the fed text and of the kept branch
                     tail = hidden.shape[0] - len(tree)

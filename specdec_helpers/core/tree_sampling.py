@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specdec_helpers.core.cache import cache_length, crop_cache
+from specdec_helpers.core.cache import cache_length, rollback
 from specdec_helpers.core.sampling import Sampler, residual_distribution
 from specdec_helpers.core.token_tree import TokenTree, tree_forward
 from specdec_helpers.core.verify import _match_vocab
@@ -145,7 +145,7 @@ def draft_sampled_tree(model, cache, context: torch.Tensor, widths, vocab_limit,
     tree = sampled.tree
     length = context.shape[1]
     if cache_length(cache) >= length:  # the last text token must be fed: its logits give depth 1
-        crop_cache(cache, length - 1)
+        rollback(cache, length - 1)
     frontier, scores, first, passes = [-1], torch.zeros(1), 0, 0
     for width in widths:
         logits = tree_forward(model, cache, context, tree, first, len(tree), logits_to_keep=len(frontier))

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from specdec_helpers.core.batch import batch_speculative_decode
-from specdec_helpers.core.cache import cache_kwargs, crop_cache, new_cache
+from specdec_helpers.core.cache import cache_kwargs, new_cache, rollback
 from specdec_helpers.core.checks import StudentEditionError
 from specdec_helpers.core.timing import interleaved_order, spread, timed
 from specdec_helpers.measure.theory import estimate_alpha, expected_tokens_per_step
@@ -131,7 +131,7 @@ def batch_costs(target, draft, *, batch_sizes=BATCH_SIZES, num_speculative_token
 
             def run(model=model, fed=fed, cache=cache):
                 model(input_ids=fed, **cache_kwargs(model, cache), use_cache=True, logits_to_keep=fed.shape[1])
-                crop_cache(cache, context)
+                rollback(cache, context)
 
             for _ in range(warmup):
                 run()

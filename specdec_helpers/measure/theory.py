@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec_helpers.core.cache import cache_kwargs, crop_cache, new_cache
+from specdec_helpers.core.cache import cache_kwargs, new_cache, rollback
 from specdec_helpers.core.timing import interleaved_order, spread, timed
 
 
@@ -44,7 +44,7 @@ def measure_forward_cost(model, input_ids: torch.Tensor | None = None, sizes=ran
 
     def run(n):
         model(input_ids=filler[:, :n], **cache_kwargs(model, cache), use_cache=True, logits_to_keep=n)
-        crop_cache(cache, prefix_length)
+        rollback(cache, prefix_length)
 
     for _ in range(warmup):
         for n in sizes:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec_helpers.core.cache import cache_kwargs, crop_cache, new_cache
+from specdec_helpers.core.cache import cache_kwargs, new_cache, rollback
 from specdec_helpers.core.graphs import static_forward
 from specdec_helpers.core.timing import sync_device
 
@@ -45,7 +45,7 @@ def pass_costs(model, sizes, repeats: int = 5, prefix: int = 32) -> dict[int, fl
                 sync_device(device)
                 if i:
                     times[n].append(time.perf_counter() - start)
-                crop_cache(cache, prefix)
+                rollback(cache, prefix)
     finally:
         if graphs:
             runner.release(cache)

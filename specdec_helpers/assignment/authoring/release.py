@@ -10,6 +10,10 @@ Instructor sources use nbgrader's markers, in Python files and in notebook cells
   student edition gets the second half, written as comments (``# `` removed on release), usually a
   ``raise`` that names the notebook where the student writes that part.
 
+Whole modules go the same way (``editions.SWAPS``): ``core/reference_*.py``, the kit's own implementations that
+the decode loops call, ship as their student editions (``assignment/student/edition_*.py``, which do not ship
+under their own names). ``core/`` holds no marker.
+
 Notebook outputs and execution counts are cleared, and every notebook's Colab badge and install line
 point at the student repository (``repo_url``: the one students open and install from). The kit gets
 its own README (``templates/STUDENT_README.md``), not the instructor's. Instructor-only files (this
@@ -38,7 +42,9 @@ from specdec_helpers.assignment.grading.editions import (  # noqa: F401 - the ma
     LINE_END,
     STUDENT_LINE,
     TEXT_STUB,
+    SWAPS,
     ReleaseError,
+    edition_source,
     strip,
 )
 from specdec_helpers.present.notebook_help import REPO_BRANCH, colab_url, github_path, pip_install_spec
@@ -208,12 +214,18 @@ def release(out, root=ROOT, repo_url: str | None = None, branch: str = REPO_BRAN
             if rel.startswith("notebooks/") and rel.count("/") == 1 and path.name[0].isdigit():
                 notebooks.append((path.name, _title(nb, path.name)))
         elif path.suffix == ".py":
-            target.write_text(strip(path.read_text(), where=rel))
+            inside = rel.startswith("specdec_helpers/")
+            shipped = edition_source(root / "specdec_helpers", rel.removeprefix("specdec_helpers/")) if inside else path
+            if shipped is None:
+                continue  # a student module: it ships in its instructor module's place
+            target.write_text(strip(shipped.read_text(), where=rel))
         else:
             shutil.copy2(path, target)
         if path.suffix in (".py", ".ipynb"):
             source = _text(path)
-            secrets[rel] = (regions(source) + whole_solutions(path), REGION.sub("", source))
+            swapped = rel.removeprefix("specdec_helpers/") in SWAPS and inside  # all of it is the instructor's
+            secrets[rel] = ([source] if swapped else regions(source) + whole_solutions(path),
+                            target.read_text() if swapped else REGION.sub("", source))
         written.append(rel)
     (out / "README.md").write_text(student_readme(sorted(notebooks), repo_url, branch))
     written.append("README.md")

@@ -1,14 +1,27 @@
-"""The student edition of a source, line by line: what ``release`` writes into the student kit and what the
-grader's `isolation.view` shows student code (the instructor's implementations and hidden tests left out).
+"""The student edition of the kit: what ``release`` writes into the student kit and what the grader's
+`isolation.view` shows student code (the instructor's implementations and hidden tests left out).
 
-The markers are nbgrader's (see ``authoring/release.py``): SOLUTION regions become nbgrader's stub,
-HIDDEN TESTS regions go, INSTRUCTOR ONLY regions become their STUDENT EDITION half. This module ships in
-the student kit: its `check` builds the same view (whose files then hold no marker), so nothing on that
-path imports the instructor-only ``authoring`` package.
+Two mechanisms, applied by both (and by the student kit's `check`, which builds the same view):
+
+- whole modules (`SWAPS`): the kit's own implementations of the graded parts live in modules of their own
+  (``core/reference_*.py``); the student edition has a module of the same public names in their place
+  (``assignment/student/edition_*.py``, never imported where it lies, and not shipped under its own name);
+- markers, line by line (`strip`), for what is left (answer cells, hidden tests, the assignment's stand-ins): the
+  markers are nbgrader's (see ``authoring/release.py``): SOLUTION regions become nbgrader's stub, HIDDEN TESTS
+  regions go, INSTRUCTOR ONLY regions become their STUDENT EDITION half. ``core/`` holds no marker.
+
+This module ships in the student kit, so nothing on the view's path imports the instructor-only ``authoring``.
 """
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+#: Instructor module -> its student edition, paths inside the package (``specdec_helpers/``).
+SWAPS = {
+    "core/reference_parts.py": "assignment/student/edition_parts.py",
+    "core/reference_loop.py": "assignment/student/edition_loop.py",
+}
 
 LINE_BEGIN = re.compile(r"^(?P<indent>\s*)### BEGIN (?P<kind>SOLUTION|HIDDEN TESTS|INSTRUCTOR ONLY)\s*$")
 LINE_ELSE = re.compile(r"^\s*### STUDENT EDITION\s*$")
@@ -56,3 +69,21 @@ def strip(source: str, markdown: bool = False, where: str = "") -> str:
     if inside:
         raise ReleaseError(f"{where}: unmatched marker '### BEGIN {inside}' (no END)")
     return "\n".join(out)
+
+
+def edition_source(package: Path, rel: str) -> Path | None:
+    """Which file the student edition holds at ``rel`` (a path inside ``package``): the student module in place of
+    a swapped instructor module, nothing (None) at a student module's own path, else ``rel`` itself. In the student
+    kit (already swapped: its student modules are gone) every file is its own."""
+    if rel in SWAPS.values():
+        return None
+    student = package / SWAPS[rel] if rel in SWAPS else None
+    return student if student is not None and student.is_file() else package / rel
+
+
+def swap_modules(package: Path) -> None:
+    """In a copy of the package (the student's view), move each student module into its instructor module's place;
+    in the student kit (already swapped) nothing changes."""
+    for rel, student in SWAPS.items():
+        if (package / student).is_file():
+            (package / student).replace(package / rel)

@@ -146,15 +146,16 @@ def view(kind: str = "child") -> Path:
         return skip
 
     shutil.copytree(PACKAGE, folder / "specdec_helpers", ignore=ignore)
-    from specdec_helpers.assignment.grading.editions import strip  # (shipped: the student kit's check makes views too)
+    from specdec_helpers.assignment.grading.editions import strip, swap_modules  # (shipped: the kit's check makes views)
 
     if kind != "child":
         for guarded in GUARDED:
             for path in (folder / "specdec_helpers" / "assignment" / guarded).glob("*.py"):
                 path.write_text(strip(path.read_text(), where=path.name))
-    # The student edition of every module: the kit's own implementations of the graded parts (INSTRUCTOR
-    # ONLY regions) are not in the student's view, so no name, module global or inspect.getsource + exec
-    # reaches them from a graded cell; the stand-ins become placeholders that name the missing part.
+    # The student edition of every module: the kit's own implementations of the graded parts (whole modules,
+    # `editions.SWAPS`, and INSTRUCTOR ONLY regions) are not in the student's view, so no name, module global or
+    # inspect.getsource + exec reaches them from a graded cell; the stand-ins become placeholders that name the part.
+    swap_modules(folder / "specdec_helpers")
     for path in (folder / "specdec_helpers").rglob("*.py"):
         source = path.read_text()
         if "### BEGIN INSTRUCTOR ONLY" in source:

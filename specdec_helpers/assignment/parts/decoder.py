@@ -166,7 +166,7 @@ def missing_part(name: str):
 
 
 ### BEGIN INSTRUCTOR ONLY
-from specdec_helpers.core.cache import crop_cache, new_cache  # noqa: E402 - the stand-ins' imports
+from specdec_helpers.core.cache import new_cache, rollback  # noqa: E402 - the stand-ins' imports
 from specdec_helpers.core.decode import speculative_decode as _kit_decode  # noqa: E402
 from specdec_helpers.core.drafters import ModelDrafter  # noqa: E402
 from specdec_helpers.core import verify as _verify  # noqa: E402 - looked up per call, so the grader's guards see it
@@ -218,7 +218,7 @@ def standin_verify_tokens_cached(self, input_ids, draft_tokens, attention_mask=N
         self.target_cache = new_cache(self.target_model)
     logits = _verify.score_draft(self.target_model, input_ids, draft_tokens, self.target_cache)
     result = _verify.accept_greedy(logits, draft_tokens.reshape(-1))
-    crop_cache(self.target_cache, input_ids.shape[1] + result.num_accepted)
+    rollback(self.target_cache, input_ids.shape[1] + result.num_accepted)
     return result.tokens.tolist(), result.num_accepted
 
 

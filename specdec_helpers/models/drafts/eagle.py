@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from specdec_helpers.core.cache import cache_kwargs, cache_length, crop_cache, new_cache
+from specdec_helpers.core.cache import cache_kwargs, cache_length, new_cache, rollback
 from specdec_helpers.core.drafters import (
     GREEDY,
     Drafter,
@@ -182,7 +182,7 @@ class FeatureDrafter(TreeDrafter):
             self.features = torch.cat([self.features[:, :start], target_features.to(self.features.dtype)], dim=1)
         # Rows past the kept text, or read from predicted (or replaced) features, are stale.
         self.true_length = min(self.true_length, start, max(n_kept - 1, 0))
-        crop_cache(self.cache, self.true_length)
+        rollback(self.cache, self.true_length)
 
     @torch.inference_mode()
     def propose(self, input_ids: torch.Tensor, k: int, sampler: Sampler = GREEDY) -> Proposal:
