@@ -54,7 +54,7 @@ def test_kit_code_pasted_into_the_cells_is_flagged_against_the_kit(detector):
     matches = detector.compare({"paster": handins.kit_copy_sources()})
     assert flags(matches) == {(part, "paster", "kit") for part in COMPARED}
     verify = next(m for m in matches if m.part == "verify")
-    assert "core/verify.py" in verify.other_label and "<mark>" in verify.student_html
+    assert "core/reference_parts.py" in verify.other_label and "<mark>" in verify.student_html
 
 
 def test_the_reference_itself_is_not_a_copy_of_the_kit(detector):
@@ -79,7 +79,7 @@ def test_the_report_shows_each_pair_side_by_side(detector, tmp_path):
     html = path.read_text()
     assert html.count("<section") == len(matches) > 0
     assert html.count('<div class="pair">') == len(matches) and "<mark>" in html
-    assert "copier" in html and "paster" in html and "core/verify.py" in html
+    assert "copier" in html and "paster" in html and "core/reference_parts.py" in html
     assert "no points were taken" in html
     assert json.dumps([m.brief() for m in matches])  # the JSON summary serializes
 

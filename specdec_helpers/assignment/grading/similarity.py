@@ -36,8 +36,9 @@ from specdec_helpers.assignment.grading.editions import strip
 
 PACKAGE = Path(__file__).resolve().parents[2]
 #: Kit code a graded cell could be copied from (paths inside the package; absent ones are skipped).
-KIT_FILES = ("core/verify.py", "core/decode.py", "core/drafters.py", "core/rounds.py", "core/tree.py",
-             "core/sampling.py", "core/adaptive.py", "core/compiled.py", "assignment/parts/decoder.py")
+KIT_FILES = ("core/reference_parts.py", "core/reference_loop.py", "core/verify.py", "core/decode.py",
+             "core/drafters.py", "core/cache.py", "core/rounds.py", "core/tree.py", "core/sampling.py",
+             "core/adaptive.py", "core/compiled.py", "assignment/parts/decoder.py")
 #: Parts compared. Not ``init``: two documented library calls that every correct answer writes alike.
 PARTS = ("draft", "verify", "decode")
 NOISE = 25  # copydetect's k: matches shorter than this many characters of masked code are noise

@@ -44,7 +44,6 @@ import torch
 from specdec_helpers.core.cache import cache_kwargs, cache_length, new_cache, rollback
 from specdec_helpers.core.drafters import (
     GREEDY,
-    Drafter,
     Proposal,
     check_threshold,
     unsure,
