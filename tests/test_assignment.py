@@ -172,7 +172,7 @@ def test_a_worlds_model_folders_go_when_its_process_ends(tmp_path):
 @pytest.mark.parametrize("seed", WORLDS)
 def test_reference_scores_exactly_full_implementation_marks(reference, seed):
     """The suite's judgement of the reference in fixed worlds, answered in process like the mistake catalog
-    (the instructor's own code); test_grading_the_instructor_notebooks_gives_full_marks grades it in a child."""
+    (the instructor's own code); tests/test_course.py grades it in a child, through the Gradescope bundle."""
     results = grader.run_suite(reference, POINTS, seed=seed, child_factory=lambda: InProcess(load_functions(reference)))
     assert all(r.passed for r in results), (f"world {seed}", [(r.test_id, r.feedback) for r in results if not r.passed])
     report = grader.Report(results)
@@ -379,19 +379,6 @@ def test_performance_scoring_relative_on_cpu_absolute_on_gpu(tmp_path):
     assert score(Measurement(0.99, 0.75, detail=gpu)) == {"speedup": 0, "acceptance": 0, "bonus": 0}
     wrong = grader.performance_results(Measurement(3.0, 0.99, identical=False), config)
     assert all(r.score == 0 and "differs from greedy" in r.feedback for r in wrong if r.status != "skipped")
-
-
-@pytest.mark.slow
-def test_grading_the_instructor_notebooks_gives_full_marks(tmp_path):
-    """Full marks, the timed comparison with the reference included. What varies between gradings is that
-    comparison: CI makes it three times, with the Gradescope grading in tests/test_course.py (which runs
-    these notebooks under nbval and checks that their check lines carry no points) and selfcheck's grader
-    section. Without nbval here."""
-    results = tmp_path / "results.json"
-    assert cli.grade([str(NOTEBOOKS), "--results", str(results), "--no-nbval"]) == 0
-    data = json.loads(results.read_text())
-    assert data["score"] == pytest.approx(data["max_score"]) == pytest.approx(45), data["output"]
-    assert not [t for t in data["tests"] if t["name"].startswith("checks")]  # --no-nbval: no check lines
 
 
 # --------------------------------------------------------------------------- check and hand-in

@@ -3,20 +3,19 @@
 fp32 fails here, on a machine without a GPU.
 
 ``SPECDEC_DTYPE=fp16`` makes `load_pair` (and so every notebook's pair) load the toy models in half precision;
-each notebook runs in a pytest child of its own, as the README's nbval run does, with that variable set. All
-eight run, no subset: in fp16 on the shared 2-core machine they took 10-28 s each, 135 s one after another and
-167 s as this file (beside another test run), 2026-11-26 at load 3.2 (benchmarks/RESULTS.md). The file stays on
-one xdist worker, so it adds at most about 3 minutes to CI's wall time (12 min, budget 20), within the 4 it may. A notebook that cannot
-run (no nbval, no kernel, a cell that fails or is skipped) fails its test: nothing here skips.
+all eight run in one pytest child, as the README's nbval run does, with that variable set. All eight, no
+subset: in fp16 on the shared 2-core machine they took 10-28 s each, 135 s one after another
+(benchmarks/RESULTS.md). A notebook that cannot run (no nbval, no kernel, a cell that fails or is skipped)
+fails the test: nothing here skips.
 """
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 import torch
@@ -47,18 +46,21 @@ def code_cells(path: Path) -> int:
     return sum(cell["cell_type"] == "code" for cell in json.loads(path.read_text())["cells"])
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_passes_nbval_in_fp16_on_the_cpu(path):
-    # The child is a pytest of its own: none of this run's xdist or option variables (a -m "not slow" there would
-    # deselect every notebook cell).
+def test_every_notebook_passes_nbval_in_fp16_on_the_cpu(tmp_path):
+    # One pytest child for all eight (one start-up instead of eight; each notebook still gets its own kernel), with
+    # none of this run's xdist or option variables (a -m "not slow" there would deselect every notebook cell).
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTEST_", "SPECDEC_DTYPE"))}
     env.update(SPECDEC_DTYPE="fp16", SPECDEC_PRESET="toy", SPECDEC_QUICK="1", SPECDEC_THREADS="1")
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)], cwd=ROOT,
-                            env=env, capture_output=True, text=True, timeout=900)
+    junit = tmp_path / "fp16.xml"
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
+                             *map(str, NOTEBOOKS)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     tail = (result.stdout + result.stderr)[-6000:]
-    assert result.returncode == 0, f"{path.name} under nbval in fp16 failed:\n{tail}"
-    summary = result.stdout.strip().splitlines()[-1]
-    passed = re.search(r"(\d+) passed", summary)
-    # every code cell ran and passed: none skipped, deselected or missing
-    assert passed and int(passed.group(1)) == code_cells(path) and not re.search(r"skipped|deselected|xfail", summary), \
-        f"{path.name}: {summary}"
+    assert result.returncode == 0, f"a notebook under nbval in fp16 failed:\n{tail}"
+    # every code cell of every notebook ran and passed: none skipped, deselected or missing
+    cases = ElementTree.parse(junit).getroot().iter("testcase")
+    ran: dict[str, int] = {}
+    for case in cases:
+        assert not list(case), f"{case.get('classname')} {case.get('name')}: not a plain pass"  # skipped/failure
+        notebook = case.get("classname", "").removeprefix("notebooks.").removesuffix(".ipynb")  # nbval's item names
+        ran[notebook] = ran.get(notebook, 0) + 1
+    assert ran == {path.stem: code_cells(path) for path in NOTEBOOKS}, ran
