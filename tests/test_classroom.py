@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "test_timeout_s = 3600\n[points]\nspeedup = 0\nacceptance = 0\nbonus = 0\n"
 # Hangs wait this long. A legitimate student took 17 s (median) to 36 s at load 1 on the 2-core machine with
 # grading workers (before them, up to 97 s at load 12): room for a busy CI worker beside this one.
-PER_STUDENT_S = 150
+PER_STUDENT_S = 180
 
 
 def command(*args, timeout=1800, env=None, **kwargs) -> subprocess.CompletedProcess:
