@@ -367,3 +367,23 @@ def test_released_notebooks_run_on_the_students_decoder(kit, name, tmp_path):
     assert "decode  (04): yours" in text and "chain k=5 " in text and "chain k=9 " in text, text[-3000:]
     if name.startswith("08"):
         assert "batch size 1 left out" in text and "✅ Correct: greedy, both chains and the tree" in text
+
+
+def test_a_missing_student_module_stops_the_swap_instead_of_shipping_the_instructors(tmp_path):
+    """The swap fails closed: in the instructor's tree (it has assignment/authoring) a missing student module would
+    leave the instructor's module in the student's view and kit, so it is an error; the student kit (swapped
+    already, no authoring) has none to swap."""
+    from specdec_helpers.assignment.grading import editions
+
+    package = tmp_path / "specdec_helpers"
+    for rel in editions.SWAPS:
+        (package / rel).parent.mkdir(parents=True, exist_ok=True)
+        (package / rel).write_text("ANSWER = 1\n")
+    (package / "assignment" / "authoring").mkdir(parents=True)
+    with pytest.raises(editions.ReleaseError, match="student edition of core/.* is missing"):
+        editions.swap_modules(package)
+    with pytest.raises(editions.ReleaseError, match="is missing"):
+        editions.edition_source(package, next(iter(editions.SWAPS)))
+    (package / "assignment" / "authoring").rmdir()  # the student kit: nothing to swap, nothing raised
+    editions.swap_modules(package)
+    assert all((package / rel).read_text() == "ANSWER = 1\n" for rel in editions.SWAPS)

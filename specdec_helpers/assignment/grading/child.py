@@ -14,10 +14,13 @@ that calls them records a delegation, which the grader turns into a failed test.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import pkgutil
 import sys
 import traceback
+import types
 
 import torch
 
@@ -63,6 +66,44 @@ def _caller_is_graded(frame) -> bool:
     return False
 
 
+#: core modules a graded cell may use (`cells.kit_references` allows `core.cache`), or that run inside a model's own
+#: forward, which graded code calls through library frames (`cpu_kernels`' linears in the test world's models).
+OPEN_CORE = ("specdec_helpers.core.cache", "specdec_helpers.core.cpu_kernels")
+
+
+def _poison_the_algorithm() -> None:
+    """Every other function and method of ``core/`` refuses graded callers too, however reached (``sys.modules``, a
+    module's globals): the student edition still ships the tree and batch loops, sampled acceptance and tree drafting
+    for the later notebooks, and any of them can stand in for a graded step (a width-1 tree is a chain)."""
+    import specdec_helpers.core as core
+
+    for found in pkgutil.iter_modules(core.__path__):  # all of them now: one imported later would be unguarded
+        importlib.import_module(f"specdec_helpers.core.{found.name}")
+    wrapped: dict[int, object] = {}
+
+    def guard(fn, name):  # no functools.wraps: its ``__wrapped__`` would hand graded code the real function
+        if id(fn) not in wrapped:
+            wrapped[id(fn)] = _poisoned(name, fn)
+            wrapped[id(fn)].__name__, wrapped[id(fn)].__qualname__ = fn.__name__, fn.__qualname__
+            wrapped[id(fn)].__doc__ = fn.__doc__
+        return wrapped[id(fn)]
+
+    def algorithm(fn) -> bool:
+        module = getattr(fn, "__module__", None) or ""
+        return isinstance(fn, types.FunctionType) and module.startswith("specdec_helpers.core.") and \
+            module not in OPEN_CORE
+    for module_name, module in list(sys.modules.items()):
+        if not module_name.startswith("specdec_helpers.core.") or module_name in OPEN_CORE or module is None:
+            continue
+        for name, value in list(vars(module).items()):
+            if algorithm(value):
+                setattr(module, name, guard(value, f"{module_name}.{name}"))
+            elif isinstance(value, type) and value.__module__ == module_name:
+                for attr, member in list(vars(value).items()):
+                    if not attr.startswith("__") and algorithm(member):
+                        setattr(value, attr, guard(member, f"{module_name}.{value.__name__}.{attr}"))
+
+
 def poison() -> dict:
     """Guard the kit's implementations of the graded steps against direct calls from graded cells;
     returns the real stand-ins (for the parts the student did not write)."""
@@ -78,6 +119,7 @@ def poison() -> dict:
     for owner, name in targets:
         if hasattr(owner, name):
             setattr(owner, name, _poisoned(f"{getattr(owner, '__name__', owner)}.{name}", getattr(owner, name)))
+    _poison_the_algorithm()
     for name, fn in real.items():
         decoder_module.STANDINS[name] = _poisoned(f"stand-in {name}", fn)
         setattr(decoder_module, f"standin_{name}", decoder_module.STANDINS[name])

@@ -77,13 +77,27 @@ def edition_source(package: Path, rel: str) -> Path | None:
     kit (already swapped: its student modules are gone) every file is its own."""
     if rel in SWAPS.values():
         return None
-    student = package / SWAPS[rel] if rel in SWAPS else None
-    return student if student is not None and student.is_file() else package / rel
+    if rel not in SWAPS:
+        return package / rel
+    return _student_module(package, rel) or package / rel
 
 
 def swap_modules(package: Path) -> None:
     """In a copy of the package (the student's view), move each student module into its instructor module's place;
     in the student kit (already swapped) nothing changes."""
-    for rel, student in SWAPS.items():
-        if (package / student).is_file():
-            (package / student).replace(package / rel)
+    for rel in SWAPS:
+        student = _student_module(package, rel)
+        if student is not None:
+            student.replace(package / rel)
+
+
+def _student_module(package: Path, rel: str) -> Path | None:
+    """The student module for the swapped ``rel``; None in the student kit (swapped already). In the instructor's
+    tree (it has ``assignment/authoring``) a missing one is an error: the instructor's module would stay in place."""
+    student = package / SWAPS[rel]
+    if student.is_file():
+        return student
+    if (package / "assignment" / "authoring").is_dir():
+        raise ReleaseError(f"the student edition of {rel} ({SWAPS[rel]}) is missing: without it the student's view "
+                           f"and kit would hold the instructor's {rel}; restore it")
+    return None

@@ -85,6 +85,11 @@ def is_stub(source: str) -> bool:
     return bool(_STUB.search(source))
 
 
+#: What reads a function's insides or a caller's frame: the way around the grader's guard on the kit's functions.
+INTROSPECTION = ("__closure__", "cell_contents", "__globals__", "__wrapped__", "__code__", "f_globals", "f_locals",
+                 "f_back", "gi_frame", "tb_frame")
+
+
 def kit_references(source: str) -> list[str]:
     """What a graded cell takes from the kit beyond cache bookkeeping (a part that delegates to the
     kit's own implementation earns nothing): imports of other kit modules, and dynamic imports."""
@@ -115,6 +120,12 @@ def kit_references(source: str) -> list[str]:
         elif isinstance(node, ast.Attribute) and node.attr in ("modules", "import_module", "STANDINS") and \
                 isinstance(node.value, ast.Name) and node.value.id in loaders:
             found.append(f"{node.value.id}.{node.attr}")
+        elif isinstance(node, ast.Attribute) and node.attr == "modules" and isinstance(node.value, ast.Attribute) \
+                and node.value.attr == "sys":  # torch.sys.modules and its kind
+            found.append("sys.modules")
+        elif isinstance(node, ast.Attribute) and node.attr in INTROSPECTION or \
+                isinstance(node, ast.Constant) and node.value in INTROSPECTION:  # getattr(f, "__closure__") too
+            found.append(node.attr if isinstance(node, ast.Attribute) else node.value)
     return found + _package_reaches(tree)
 
 
