@@ -4,8 +4,6 @@ A plain module, not conftest.py: notebooks/ has a conftest of its own, and `from
 would pick whichever pytest imported first."""
 from __future__ import annotations
 
-import copy
-
 import torch
 from transformers import (
     GPT2Config,
@@ -17,6 +15,8 @@ from transformers import (
     OPTConfig,
     OPTForCausalLM,
 )
+
+from specdec_helpers.assignment.testing.world import perturbed_copy  # noqa: F401 - the grading world's drafts, the tests' too
 
 # Tiny models gain nothing from threads, and CI machines have 2 cores: avoid oversubscription.
 torch.set_num_threads(1)
@@ -50,16 +50,6 @@ def tiny_model(family: str, seed: int = 0, vocab: int = VOCAB, layers: int = 2, 
     model.generation_config.eos_token_id = eos_token_id
     model.generation_config.pad_token_id = eos_token_id if eos_token_id is not None else 0
     return model.eval()
-
-
-def perturbed_copy(model, scale: float = 0.15, seed: int = 1):
-    """A draft that agrees with ``model`` often but not always: its weights plus seeded noise."""
-    torch.manual_seed(seed)
-    draft = copy.deepcopy(model)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(torch.randn_like(p) * scale * p.std().clamp_min(1e-3))
-    return draft.eval()
 
 
 def hf_greedy(target, input_ids, max_new_tokens, eos_token_id=None):

@@ -83,17 +83,17 @@ def _poison_the_algorithm() -> None:
 
     def guard(fn, name):  # no functools.wraps: its ``__wrapped__`` would hand graded code the real function
         if id(fn) not in wrapped:
-            wrapped[id(fn)] = _poisoned(name, fn)
-            wrapped[id(fn)].__name__, wrapped[id(fn)].__qualname__ = fn.__name__, fn.__qualname__
-            wrapped[id(fn)].__doc__ = fn.__doc__
+            guarded = wrapped[id(fn)] = _poisoned(name, fn)
+            guarded.__name__, guarded.__qualname__, guarded.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
         return wrapped[id(fn)]
 
     def algorithm(fn) -> bool:
         module = getattr(fn, "__module__", None) or ""
         return isinstance(fn, types.FunctionType) and module.startswith("specdec_helpers.core.") and \
             module not in OPEN_CORE
-    for module_name, module in list(sys.modules.items()):
-        if not module_name.startswith("specdec_helpers.core.") or module_name in OPEN_CORE or module is None:
+    for module_name, module in list(sys.modules.items()):  # the package itself too: it re-exports the decoders
+        if module is None or module_name in OPEN_CORE or \
+                not (module_name == "specdec_helpers" or module_name.startswith("specdec_helpers.core.")):
             continue
         for name, value in list(vars(module).items()):
             if algorithm(value):
@@ -105,20 +105,9 @@ def _poison_the_algorithm() -> None:
 
 
 def poison() -> dict:
-    """Guard the kit's implementations of the graded steps against direct calls from graded cells;
-    returns the real stand-ins (for the parts the student did not write)."""
-    import specdec_helpers
-    from specdec_helpers.core import batch, decode, drafters, tree, verify
-
+    """Guard the kit's implementations of the graded steps (every ``core`` function, `_poison_the_algorithm`) against
+    direct calls from graded cells; returns the real stand-ins (for the parts the student did not write)."""
     real = dict(decoder_module.STANDINS)
-    targets = [(verify, "accept_greedy"), (verify, "score_draft"), (verify, "verify_tokens_vectorized"),
-               (decode, "speculative_decode"), (decode, "greedy_decode"), (drafters.ModelDrafter, "propose"),
-               (tree, "tree_speculative_decode"), (batch, "batch_speculative_decode"),
-               (specdec_helpers, "speculative_decode"), (specdec_helpers, "greedy_decode"),
-               (specdec_helpers, "tree_speculative_decode")]
-    for owner, name in targets:
-        if hasattr(owner, name):
-            setattr(owner, name, _poisoned(f"{getattr(owner, '__name__', owner)}.{name}", getattr(owner, name)))
     _poison_the_algorithm()
     for name, fn in real.items():
         decoder_module.STANDINS[name] = _poisoned(f"stand-in {name}", fn)

@@ -108,9 +108,9 @@ def needs(kind: str) -> tuple[str, ...]:
         roots.remove("library")
         for path in PACKAGE.rglob("*.py"):
             name = ".".join(("specdec_helpers", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
-            if not name.startswith(("specdec_helpers.assignment.grading", "specdec_helpers.assignment.testing",
-                                    "specdec_helpers.assignment.authoring",
-                                    "specdec_helpers.cli", "specdec_helpers.__main__")):
+            if not name.startswith((*(f"specdec_helpers.assignment.{sub}" for sub in GUARDED),
+                                    "specdec_helpers.assignment.authoring", "specdec_helpers.cli",
+                                    "specdec_helpers.__main__")):
                 roots.append(name)
     seen, todo = {}, roots
     while todo:
@@ -141,7 +141,7 @@ def view(kind: str = "child") -> Path:
             path = f"{rel}/{name}".removeprefix("./")
             if path in HIDDEN_PARTS:
                 skip.add(name)
-            if rel in ("assignment/grading", "assignment/testing") and f"{rel}/{name}".removeprefix("assignment/") not in wanted:
+            if rel.removeprefix("assignment/") in GUARDED and f"{rel}/{name}".removeprefix("assignment/") not in wanted:
                 skip.add(name)
         return skip
 
