@@ -15,6 +15,7 @@ import contextlib
 from specdec_helpers.core.cache import new_cache, rollback
 from specdec_helpers.core.compiled import compiled_forward
 from specdec_helpers.core.graphs import static_pair
+from specdec_helpers.core.lean import lean_drafter, lean_forward
 
 __all__ = ["check_batch", "check_decoding", "check_tree", "greedy_decode", "keep_target_cache", "target_cache"]
 
@@ -35,8 +36,10 @@ def check_batch(draft, prompts, samplers) -> None:
 def target_cache(target, drafter, input_ids, max_new_tokens: int, use_cache: bool, compile: bool, graphs: bool,
                  score=None):
     """``(target, cache, drafter)`` for the rounds: with ``graphs`` both models over static caches (CUDA graphs on
-    a GPU, see `graphs`); with ``compile`` the target's compiled forward over a static cache; else a dynamic
-    cache, or none (``use_cache=False``, or a caller's ``score=``, which reads no cache)."""
+    a GPU, see `graphs`); with ``compile`` the target's compiled forward over a static cache; else, for a Llama on a
+    CPU, its lean forward over a static cache (`lean`: bitwise the model's logits; a Llama draft model drafts
+    through its own); else a dynamic cache, or none
+    (``use_cache=False``, or a caller's ``score=``, which reads no cache)."""
     if graphs:
         cuda = target.device.type == "cuda"
         with static_pair(target, drafter, input_ids.shape[1] + max_new_tokens, cuda) as trio:
@@ -45,6 +48,11 @@ def target_cache(target, drafter, input_ids, max_new_tokens: int, use_cache: boo
     if compile:
         target = compiled_forward(target)
         yield target, target.new_cache(input_ids.shape[1] + max_new_tokens), drafter
+        return
+    lean = lean_forward(target) if use_cache and score is None else None
+    if lean is not None:
+        length = input_ids.shape[1] + max_new_tokens
+        yield lean, lean.new_cache(length), lean_drafter(drafter, length)
         return
     yield target, new_cache(target) if use_cache and score is None else None, drafter
 

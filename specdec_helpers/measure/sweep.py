@@ -15,6 +15,7 @@ from specdec_helpers.core.drafters import (
     HybridDrafter,
     as_drafter,
 )
+from specdec_helpers.core.lean import lean_forward
 from specdec_helpers.measure.bench import benchmark_ks
 from specdec_helpers.measure.methods import METHODS, draft_label
 from specdec_helpers.measure.results import (
@@ -102,14 +103,17 @@ def measure_costs(target, draft, input_ids, ks, repeats: int = 5, target_curve: 
     Pass ``target_curve`` to reuse one already measured for the same target (several drafts)."""
     # Dense where the curve bends (small n), sparse beyond; always every k + 1 the sweep verifies.
     sizes = sorted({*range(1, 9), 12, 16, 24, 32, *(k + 1 for k in ks)})
-    curve = target_curve or measure_forward_cost(target, input_ids, sizes=sizes, repeats=repeats, warmup=1)
+    # Timed through the forwards the decode loop runs: `lean` for a Llama target, and a plain Llama draft, on a CPU.
+    curve = target_curve or measure_forward_cost(lean_forward(target) or target, input_ids, sizes=sizes,
+                                                 repeats=repeats, warmup=1)
     drafter = as_drafter(draft, target)
     # What drafts where a hybrid's lookup finds nothing: that is the step worth timing.
     inner = drafter.model_drafter if isinstance(drafter, HybridDrafter) else drafter
     if inner.needs_target_features:
         draft_step = measure_draft_step(target, inner, input_ids, repeats)
     elif drafter.model is not None:
-        draft_step = measure_forward_cost(drafter.model, input_ids, sizes=[1], repeats=repeats)["median_s"][0]
+        model = drafter.model if isinstance(drafter, HybridDrafter) else lean_forward(drafter.model) or drafter.model
+        draft_step = measure_forward_cost(model, input_ids, sizes=[1], repeats=repeats)["median_s"][0]
     else:
         draft_step = 0.0
     return costs_from_curve(curve, draft_step, ks)

@@ -1,0 +1,197 @@
+"""A Llama model's forward on a CPU without transformers' per-layer Python, over a static cache.
+
+Why: on 2 CPU cores a SmolLM2-135M step spends a fifth of its time outside the matrix products, in the
+model's Python (module calls, mask and cache bookkeeping, argument checks): the CPU's counterpart of a
+GPU's launch overhead, which `graphs` removes there. This forward runs the same tensor operations in
+the same order as transformers' Llama (RMSNorm, rotary embedding, attention as ``sdpa_attention_forward``
+calls it, MLP, the model's own Linear modules), so its logits are bitwise the model's; `lean_forward`
+checks that once per model, dtype and pass size class, and falls back to the model's own forward where
+they differ (a newer transformers, another architecture). Its cache is static: a rollback moves a
+position, and attention reads only the rows before it.
+"""
+from __future__ import annotations
+
+import weakref
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+
+from specdec_helpers.core.cache import cache_kwargs
+from specdec_helpers.core.drafters import ModelDrafter
+from specdec_helpers.core.graphs import StaticModelDrafter
+
+CHECK_SIZES = (1, 2, 5, 11, 17)  # passes compared with the model's own forward (after a prefill of PREFILL)
+PREFILL = 9
+_CHECKED: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
+
+
+class LeanKV:
+    """Keys and values ``[1, kv_heads, capacity, head_dim]`` per layer, filled up to ``position``."""
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, capacity: int, dtype, device):
+        shape = (1, kv_heads, capacity, head_dim)
+        self.keys = [torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.values = [torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.capacity, self.position = capacity, 0
+
+    def get_seq_length(self) -> int:
+        return self.position
+
+    def rollback(self, n_kept: int) -> None:
+        """Keep the first ``n_kept`` positions: the rows beyond are never read, and the next pass overwrites them."""
+        if not 0 <= n_kept <= self.position:
+            raise ValueError(f"cannot roll a cache of {self.position} positions back to {n_kept}")
+        self.position = n_kept
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """`cache.rollback` speaks transformers 5.x's words: a negative count drops that many."""
+        self.rollback(self.position + min(int(tokens_to_remove), 0))
+
+
+def supported(model) -> str | None:
+    """None when `LeanForward` can mirror ``model``; else why not."""
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) != "llama" or type(model).__name__ != "LlamaForCausalLM":
+        return "not a LlamaForCausalLM"
+    if model.device.type != "cpu" or getattr(model, "hf_device_map", None) or model.training:
+        return "not an inference model on the CPU"
+    rope = getattr(config, "rope_parameters", None) or {}
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    if (config.hidden_act != "silu" or config.attention_bias or getattr(config, "mlp_bias", False)
+            or rope.get("rope_type", "default") != "default" or getattr(config, "pretraining_tp", 1) > 1
+            or config._attn_implementation != "sdpa" or head_dim > 256):
+        return "a Llama variant this forward does not mirror"
+    if _hooked(model):
+        return "hooks on its modules (they see the passes of its own forward)"
+    return None
+
+
+def _hooked(model) -> bool:
+    from torch.nn.modules import module
+
+    if module._global_forward_hooks or module._global_forward_pre_hooks:
+        return True
+    return any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+class LeanForward:
+    """Calls like the model (``input_ids``, ``cache``, ``logits_to_keep``, ``output_hidden_states``) over a `LeanKV`."""
+
+    def __init__(self, model):
+        self.model_ref = weakref.ref(model)  # the layers below hold the weights; the model may go
+        config, body = model.config, model.model
+        self.config, self.device, self.dtype = config, model.device, model.dtype
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.embed, self.norm, self.head = body.embed_tokens, body.norm, model.lm_head
+        self.rotary = body.rotary_emb
+        self.layers = [(layer.input_layernorm, layer.self_attn, layer.post_attention_layernorm, layer.mlp)
+                       for layer in body.layers]
+
+    def get_input_embeddings(self):
+        return self.embed
+
+    def new_cache(self, max_length: int) -> LeanKV:
+        return LeanKV(len(self.layers), self.kv_heads, self.head_dim, max(int(max_length), 1), self.dtype, self.device)
+
+    @torch.inference_mode()
+    def __call__(self, input_ids, cache: LeanKV, use_cache: bool = True, logits_to_keep: int = 0,
+                 output_hidden_states: bool = False):
+        n, past = input_ids.shape[1], cache.position
+        if input_ids.shape[0] != 1:
+            raise ValueError(f"the lean forward decodes one text; got a batch of {input_ids.shape[0]}")
+        if past + n > cache.capacity:
+            raise ValueError(f"{n} more tokens overflow a cache of {cache.capacity} positions ({past} held); make it "
+                             "with new_cache(max_length) large enough")
+        positions = torch.arange(past, past + n, device=input_ids.device)
+        x = self.embed(input_ids)
+        cos, sin = self.rotary(x, positions[None])
+        cos, sin = cos[:, None], sin[:, None]
+        mask = None
+        if n > 1 and past:  # transformers' boolean causal mask over the cached rows and these
+            mask = (torch.arange(past + n, device=input_ids.device)[None, :] <= positions[:, None])[None, None]
+        for i, (norm1, attention, norm2, mlp) in enumerate(self.layers):
+            x = x + self._attention(attention, _rms_norm(norm1, x), cos, sin, cache, i, past, n, mask)
+            h = _rms_norm(norm2, x)
+            x = x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
+        hidden = _rms_norm(self.norm, x)
+        cache.position = past + n
+        keep = slice(-logits_to_keep, None) if logits_to_keep else slice(None)
+        logits = self.head(hidden[:, keep, :])
+        return SimpleNamespace(logits=logits, hidden_states=(hidden,) if output_hidden_states else None)
+
+    def _attention(self, attention, h, cos, sin, cache: LeanKV, i: int, past: int, n: int, mask):
+        q = attention.q_proj(h).view(1, n, self.heads, self.head_dim).transpose(1, 2)
+        k = attention.k_proj(h).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = attention.v_proj(h).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        cache.keys[i][:, :, past:past + n] = k
+        cache.values[i][:, :, past:past + n] = v
+        k, v = cache.keys[i][:, :, :past + n], cache.values[i][:, :, :past + n]
+        groups = self.heads // self.kv_heads
+        if mask is None:  # one query, or a prefill (causal): the kernel handles grouped heads itself
+            options = {"enable_gqa": True} if groups > 1 else {}
+            out = F.scaled_dot_product_attention(q, k, v, scale=attention.scaling, is_causal=n > 1, **options)
+        else:  # several queries after cached rows: heads repeated, then the boolean mask (as transformers does)
+            if groups > 1:
+                k, v = _repeat_heads(k, groups), _repeat_heads(v, groups)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attention.scaling)
+        return attention.o_proj(out.transpose(1, 2).contiguous().reshape(1, n, -1).contiguous())
+
+
+def _rms_norm(norm, x):
+    dtype = x.dtype
+    x32 = x.to(torch.float32)
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * x32.to(dtype)
+
+
+def _rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _repeat_heads(x, groups: int):
+    b, heads, length, dim = x.shape
+    return x[:, :, None].expand(b, heads, groups, length, dim).reshape(b, heads * groups, length, dim)
+
+
+def lean_forward(model) -> LeanForward | None:
+    """``model``'s `LeanForward` where it gives bitwise the model's own logits (checked once per dtype), else None."""
+    if supported(model) is not None:
+        return None
+    checked = _CHECKED.setdefault(model, {})
+    if model.dtype not in checked:
+        lean = LeanForward(model)
+        checked[model.dtype] = lean if _agrees(model, lean) else None
+    return checked[model.dtype]
+
+
+def lean_drafter(drafter, max_length: int):
+    """A plain `ModelDrafter` whose model has a lean forward drafts through it, over a cache of its own; any other
+    drafter (a lookup, a hybrid, a feature draft) is returned as it is."""
+    forward = lean_forward(drafter.model) if type(drafter) is ModelDrafter else None
+    return drafter if forward is None else StaticModelDrafter(drafter, forward, forward.new_cache(max_length))
+
+
+@torch.inference_mode()
+def _agrees(model, lean: LeanForward) -> bool:
+    """Whether the lean forward's logits and last hidden states equal the model's, for a prefill and each of
+    `CHECK_SIZES` after it (a verify pass's sizes), on token ids drawn with a fixed seed."""
+    from transformers import DynamicCache
+
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (1, PREFILL + sum(CHECK_SIZES)), generator=generator)
+    ids = ids.to(model.device)
+    theirs, ours = DynamicCache(config=model.config), lean.new_cache(ids.shape[1])
+    start = 0
+    for n in (PREFILL, *CHECK_SIZES):
+        chunk = ids[:, start:start + n]
+        expected = model(input_ids=chunk, **cache_kwargs(model, theirs), use_cache=True, output_hidden_states=True)
+        got = lean(chunk, ours, output_hidden_states=True)
+        if not (torch.equal(got.logits, expected.logits) and torch.equal(got.hidden_states[-1],
+                                                                         expected.hidden_states[-1])):
+            return False
+        start += n
+    return True

@@ -1,0 +1,125 @@
+"""The lean Llama forward (`core/lean.py`): bitwise the model's own logits and last hidden states, over a static
+cache that rolls back by moving a position; chosen by the decode loop for a Llama on the CPU, refused where it
+would differ."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from tiny_models import hf_greedy, perturbed_copy, tiny_model
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+import specdec_helpers as sd
+from specdec_helpers.core import lean, reference_loop
+from specdec_helpers.core.cache import cache_kwargs, cache_length, rollback
+from specdec_helpers.core.cpu_kernels import use_onednn_linears
+from specdec_helpers.core.drafters import as_drafter
+
+
+def ids(length, seed=3, vocab=64):
+    return torch.randint(1, vocab, (1, length), generator=torch.Generator().manual_seed(seed))
+
+
+def mha_llama():
+    """Every head its own keys (no grouped-query attention): the attention's other branch."""
+    torch.manual_seed(1)
+    cfg = LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                      intermediate_size=64, vocab_size=64, max_position_embeddings=256, initializer_range=0.5)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def models():
+    yield "gqa", tiny_model("llama")
+    yield "mha", mha_llama()
+    yield "onednn", use_onednn_linears(tiny_model("llama", seed=2))
+    for dtype in (torch.float16, torch.bfloat16):
+        yield str(dtype), tiny_model("llama", seed=4).to(dtype)
+
+
+@pytest.mark.parametrize("name,model", list(models()), ids=lambda v: v if isinstance(v, str) else "")
+@torch.inference_mode()
+def test_logits_and_hidden_states_are_bitwise_the_models_through_passes_and_rollbacks(name, model):
+    forward = lean.lean_forward(model)
+    assert isinstance(forward, lean.LeanForward), name
+    text = ids(60, seed=7)
+    theirs, ours = DynamicCache(config=model.config), forward.new_cache(60)
+    # A 1-token prefill, then passes of every size a verify makes, each partly rejected and rolled back.
+    position = 0
+    for n, keep in [(1, 1), (7, 5), (1, 1), (3, 0), (12, 4), (2, 2), (16, 9)]:
+        chunk = text[:, position:position + n]
+        expected = model(input_ids=chunk, **cache_kwargs(model, theirs), use_cache=True, logits_to_keep=n,
+                         output_hidden_states=True)
+        got = forward(input_ids=chunk, cache=ours, use_cache=True, logits_to_keep=n, output_hidden_states=True)
+        assert torch.equal(got.logits, expected.logits), (name, n)
+        assert torch.equal(got.hidden_states[-1], expected.hidden_states[-1]), (name, n)
+        position += keep
+        rollback(theirs, position)
+        rollback(ours, position)
+        assert cache_length(ours) == cache_length(theirs) == position
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_decoding_through_the_lean_forward_equals_hf_greedy(k):
+    target = tiny_model("llama", eos_token_id=5)
+    with reference_loop.target_cache(target, as_drafter(target, target), ids(4), 10, True, False, False) as (forward, *_):
+        assert isinstance(forward, lean.LeanForward)  # the loop's target on a CPU is the lean forward
+    draft = perturbed_copy(target, scale=0.2)
+    for prompt, max_new in [(ids(1), 30), (ids(9, seed=5), 40), (ids(30, seed=6), 25)]:
+        expected = hf_greedy(target, prompt, max_new)
+        assert torch.equal(sd.greedy_decode(target, prompt, max_new_tokens=max_new).sequences, expected)
+        for drafter in (draft, sd.PromptLookupDrafter(), target):
+            out = sd.speculative_decode(target, drafter, prompt, max_new_tokens=max_new, num_speculative_tokens=k)
+            assert torch.equal(out.sequences, expected), type(drafter).__name__
+
+
+def test_other_models_keep_their_own_forward():
+    neox = tiny_model("gpt_neox")
+    assert lean.supported(neox) == "not a LlamaForCausalLM" and lean.lean_forward(neox) is None
+    with reference_loop.target_cache(neox, as_drafter(neox, neox), ids(4), 10, True, False, False) as (forward, cache, _):
+        assert forward is neox and isinstance(cache, DynamicCache)
+    eager = tiny_model("llama")
+    eager.config._attn_implementation = "eager"
+    assert "variant" in lean.supported(eager) and lean.lean_forward(eager) is None
+    training = copy.deepcopy(tiny_model("llama")).train()
+    assert lean.lean_forward(training) is None
+    hooked = tiny_model("llama")  # a hook on any of its modules sees every pass of the model's own forward
+    handle = hooked.model.layers[1].mlp.register_forward_hook(lambda *args: None)
+    assert "hooks" in lean.supported(hooked) and lean.lean_forward(hooked) is None
+    handle.remove()
+    assert lean.lean_forward(hooked) is not None
+
+
+def test_a_forward_that_would_differ_is_refused(monkeypatch):
+    """The check compares with the model's own forward: a model whose forward computes something else (here its
+    logits scaled) gets no lean forward, and decoding keeps the model's."""
+    model = tiny_model("llama", seed=9)
+    original = type(model).forward
+
+    def scaled(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        out.logits = out.logits * 1.0001
+        return out
+
+    monkeypatch.setattr(type(model), "forward", scaled)
+    assert lean.lean_forward(model) is None
+    with reference_loop.target_cache(model, as_drafter(model, model), ids(4), 10, True, False, False) as (forward, *_):
+        assert forward is model
+
+
+def test_the_cache_moves_a_position_and_names_its_limits():
+    forward = lean.lean_forward(tiny_model("llama"))
+    cache = forward.new_cache(8)
+    forward(ids(6), cache)
+    rollback(cache, 2)
+    assert cache_length(cache) == 2
+    cache.crop(-1)
+    assert cache.position == 1
+    with pytest.raises(ValueError, match="cannot crop a cache of 1 positions to 3"):
+        rollback(cache, 3)
+    with pytest.raises(ValueError, match="cannot roll a cache of 1 positions back to 3"):
+        cache.rollback(3)
+    with pytest.raises(ValueError, match="overflow a cache of 8 positions"):
+        forward(ids(8), cache)
+    with pytest.raises(ValueError, match="one text"):
+        forward(torch.cat([ids(2), ids(2)]), forward.new_cache(4))
