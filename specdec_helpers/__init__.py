@@ -44,7 +44,7 @@ from specdec_helpers.models.vocab import check_compatible
 __version__ = "0.1.0"
 
 __all__ = [
-    "static_forward",
+    "lean_forward", "static_forward",
     "ModelPair", "check_compatible", "list_presets", "load_pair",
     "BatchDecodeOutput", "batch_costs", "batch_sweep", "predicted_batch_speedup",
     "benchmark", "expected_speedup", "expected_tokens_per_step", "measure_forward_cost", "run_sweep",
@@ -53,3 +53,4 @@ __all__ = [
     "Step", "accept_sampled", "VerifyResult", "greedy_decode", "speculative_decode", "verify_tokens_vectorized",
 ]
 from specdec_helpers.core.graphs import static_forward  # noqa: E402,F401 - a model step over a static cache (notebook 01)
+from specdec_helpers.core.lean import lean_forward  # noqa: E402,F401 - a Llama's forward without transformers' Python (notebook 01)

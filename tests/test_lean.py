@@ -88,6 +88,9 @@ def test_other_models_keep_their_own_forward():
     assert "hooks" in lean.supported(hooked) and lean.lean_forward(hooked) is None
     handle.remove()
     assert lean.lean_forward(hooked) is not None
+    # transformers' own output capturing (hooks installed by an output_hidden_states=True call) is no such hook
+    hooked(input_ids=ids(3), output_hidden_states=True)
+    assert lean.supported(hooked) is None and lean.lean_forward(hooked) is not None
 
 
 def test_a_forward_that_would_differ_is_refused(monkeypatch):
@@ -108,7 +111,8 @@ def test_a_forward_that_would_differ_is_refused(monkeypatch):
 
 
 def test_the_cache_moves_a_position_and_names_its_limits():
-    forward = lean.lean_forward(tiny_model("llama"))
+    model = tiny_model("llama")
+    forward = lean.lean_forward(model)
     cache = forward.new_cache(8)
     forward(ids(6), cache)
     rollback(cache, 2)

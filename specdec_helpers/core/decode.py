@@ -67,7 +67,9 @@ def speculative_decode(
     ``graphs``: run both models over static KV caches, each fixed-size pass (the draft's one-token step, the
     target's verify) replayed from a CUDA graph captured once (`graphs`); a rollback moves a position.
     ``None`` (default): on for a CUDA target, off elsewhere; ``True`` on a CPU runs the same static-cache
-    steps eagerly (what the CPU tests check).
+    steps eagerly (what the CPU tests check). Where graphs are off, a Llama target on a CPU (and a plain Llama draft
+    model) runs through its lean forward (`lean`: transformers' operations without its per-layer Python, bitwise
+    the same logits, over a static cache).
     The student edition (``release``) refuses greedy and near-greedy use, and verifies without a cache:
     greedy speculative decoding is what the students write in notebooks 02-04.
     ``score``: the target's scoring pass, ``score(target, input_ids [1, L], draft_tokens [k]) -> logits [k + 1, vocab]``

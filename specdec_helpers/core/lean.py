@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from specdec_helpers.core.cache import cache_kwargs
+from specdec_helpers.core.cpu_kernels import OneDNNLinear
 from specdec_helpers.core.drafters import ModelDrafter
 from specdec_helpers.core.graphs import StaticModelDrafter
 
@@ -68,32 +69,37 @@ def supported(model) -> str | None:
 
 
 def _hooked(model) -> bool:
+    """Whether a hook would miss passes: any forward hook but transformers' own output capturing (installed by the
+    first ``output_hidden_states=True`` call, and idle outside such calls)."""
     from torch.nn.modules import module
 
-    if module._global_forward_hooks or module._global_forward_pre_hooks:
-        return True
-    return any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    hooks = [*module._global_forward_hooks.values(), *module._global_forward_pre_hooks.values()]
+    for m in model.modules():
+        hooks += [*m._forward_hooks.values(), *m._forward_pre_hooks.values()]
+    return any(getattr(hook, "__module__", "") != "transformers.utils.output_capturing" for hook in hooks)
 
 
 class LeanForward:
     """Calls like the model (``input_ids``, ``cache``, ``logits_to_keep``, ``output_hidden_states``) over a `LeanKV`."""
 
-    def __init__(self, model):
-        self.model_ref = weakref.ref(model)  # the layers below hold the weights; the model may go
-        config, body = model.config, model.model
+    def __init__(self, model, fuse: bool = True):
+        # A weak reference (the check's table must not keep the model alive); its modules are read at each pass, so
+        # Linear layers swapped later (`cpu_kernels`) are the ones used.
+        self._model = weakref.ref(model)
+        config = model.config
         self.config, self.device, self.dtype = config, model.device, model.dtype
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
-        self.embed, self.norm, self.head = body.embed_tokens, body.norm, model.lm_head
-        self.rotary = body.rotary_emb
-        self.layers = [(layer.input_layernorm, layer.self_attn, layer.post_attention_layernorm, layer.mlp)
-                       for layer in body.layers]
+        # Per layer, q/k/v and gate/up as one product each where oneDNN packs them (fewer, larger products; the
+        # check in `lean_forward` says whether the results stay bitwise the same, and builds one without if not).
+        self.fused = [(_fused(layer.self_attn, "q_proj", "k_proj", "v_proj"), _fused(layer.mlp, "gate_proj", "up_proj"))
+                      for layer in model.model.layers] if fuse else None
 
     def get_input_embeddings(self):
-        return self.embed
+        return self._model().get_input_embeddings()
 
     def new_cache(self, max_length: int) -> LeanKV:
-        return LeanKV(len(self.layers), self.kv_heads, self.head_dim, max(int(max_length), 1), self.dtype, self.device)
+        return LeanKV(self.config.num_hidden_layers, self.kv_heads, self.head_dim, max(int(max_length), 1), self.dtype, self.device)
 
     @torch.inference_mode()
     def __call__(self, input_ids, cache: LeanKV, use_cache: bool = True, logits_to_keep: int = 0,
@@ -104,27 +110,39 @@ class LeanForward:
         if past + n > cache.capacity:
             raise ValueError(f"{n} more tokens overflow a cache of {cache.capacity} positions ({past} held); make it "
                              "with new_cache(max_length) large enough")
+        model = self._model()
+        body = model.model
         positions = torch.arange(past, past + n, device=input_ids.device)
-        x = self.embed(input_ids)
-        cos, sin = self.rotary(x, positions[None])
+        x = body.embed_tokens(input_ids)
+        cos, sin = body.rotary_emb(x, positions[None])
         cos, sin = cos[:, None], sin[:, None]
         mask = None
         if n > 1 and past:  # transformers' boolean causal mask over the cached rows and these
             mask = (torch.arange(past + n, device=input_ids.device)[None, :] <= positions[:, None])[None, None]
-        for i, (norm1, attention, norm2, mlp) in enumerate(self.layers):
-            x = x + self._attention(attention, _rms_norm(norm1, x), cos, sin, cache, i, past, n, mask)
-            h = _rms_norm(norm2, x)
-            x = x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
-        hidden = _rms_norm(self.norm, x)
+        for i, layer in enumerate(body.layers):
+            qkv, gate_up = self.fused[i] if self.fused else (None, None)
+            x = x + self._attention(layer.self_attn, qkv, _rms_norm(layer.input_layernorm, x), cos, sin, cache, i,
+                                    past, n, mask)
+            h, mlp = _rms_norm(layer.post_attention_layernorm, x), layer.mlp
+            if gate_up is not None:
+                gate, up = _packed(h, gate_up).chunk(2, dim=-1)
+            else:
+                gate, up = mlp.gate_proj(h), mlp.up_proj(h)
+            x = x + mlp.down_proj(F.silu(gate) * up)
+        hidden = _rms_norm(body.norm, x)
         cache.position = past + n
         keep = slice(-logits_to_keep, None) if logits_to_keep else slice(None)
-        logits = self.head(hidden[:, keep, :])
+        logits = model.lm_head(hidden[:, keep, :])
         return SimpleNamespace(logits=logits, hidden_states=(hidden,) if output_hidden_states else None)
 
-    def _attention(self, attention, h, cos, sin, cache: LeanKV, i: int, past: int, n: int, mask):
-        q = attention.q_proj(h).view(1, n, self.heads, self.head_dim).transpose(1, 2)
-        k = attention.k_proj(h).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = attention.v_proj(h).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+    def _attention(self, attention, qkv, h, cos, sin, cache: LeanKV, i: int, past: int, n: int, mask):
+        if qkv is not None:
+            q, k, v = _packed(h, qkv).split([self.heads * self.head_dim, *2 * [self.kv_heads * self.head_dim]], dim=-1)
+        else:
+            q, k, v = attention.q_proj(h), attention.k_proj(h), attention.v_proj(h)
+        q = q.view(1, n, self.heads, self.head_dim).transpose(1, 2)
+        k = k.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
         cache.keys[i][:, :, past:past + n] = k
         cache.values[i][:, :, past:past + n] = v
@@ -138,6 +156,21 @@ class LeanForward:
                 k, v = _repeat_heads(k, groups), _repeat_heads(v, groups)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attention.scaling)
         return attention.o_proj(out.transpose(1, 2).contiguous().reshape(1, n, -1).contiguous())
+
+
+def _fused(module, *names):
+    """One oneDNN-packed weight for ``module``'s Linear layers ``names`` (they read the same input), or None unless
+    all of them are packed and have no bias."""
+    linears = [getattr(module, name) for name in names]
+    if not all(isinstance(linear, OneDNNLinear) and linear.packed_weight is not None and linear.bias is None
+               for linear in linears):
+        return None
+    with torch.no_grad():
+        return torch.ops.mkldnn._reorder_linear_weight(torch.cat([linear.weight.detach() for linear in linears]))
+
+
+def _packed(x, weight):
+    return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
 
 
 def _rms_norm(norm, x):
@@ -163,8 +196,9 @@ def lean_forward(model) -> LeanForward | None:
         return None
     checked = _CHECKED.setdefault(model, {})
     if model.dtype not in checked:
-        lean = LeanForward(model)
-        checked[model.dtype] = lean if _agrees(model, lean) else None
+        fused = LeanForward(model)
+        plain = None if _agrees(model, fused) else LeanForward(model, fuse=False)
+        checked[model.dtype] = fused if plain is None else plain if _agrees(model, plain) else None
     return checked[model.dtype]
 
 
