@@ -127,3 +127,25 @@ def test_the_cache_moves_a_position_and_names_its_limits():
         forward(ids(8), cache)
     with pytest.raises(ValueError, match="one text"):
         forward(torch.cat([ids(2), ids(2)]), forward.new_cache(4))
+
+
+def test_layers_changed_after_the_check_are_the_ones_used():
+    """The check runs once per model; what changes later (weights packed again after a cast or a load, Linear layers
+    unpacked and edited, another activation) is read at each pass, so decoding still equals HF's."""
+    from specdec_helpers.core.cpu_kernels import use_plain_linears
+
+    model = use_onednn_linears(tiny_model("llama", seed=11))
+    prompt = ids(7, seed=2)
+    assert torch.equal(sd.greedy_decode(model, prompt, max_new_tokens=12).sequences, hf_greedy(model, prompt, 12))
+    model.to(torch.bfloat16).float()  # every OneDNNLinear packs its weight again
+    with torch.no_grad():
+        model.model.layers[0].self_attn.q_proj.weight.mul_(1.5)
+        model.model.layers[0].self_attn.q_proj.to(torch.float32)  # ... packed once more, from the edited weight
+    assert torch.equal(sd.greedy_decode(model, prompt, max_new_tokens=12).sequences, hf_greedy(model, prompt, 12))
+    use_plain_linears(model)
+    with torch.no_grad():
+        model.model.layers[1].mlp.up_proj.weight.mul_(2)
+    assert torch.equal(sd.greedy_decode(model, prompt, max_new_tokens=12).sequences, hf_greedy(model, prompt, 12))
+    for layer in model.model.layers:
+        layer.mlp.act_fn = torch.nn.GELU()
+    assert torch.equal(sd.greedy_decode(model, prompt, max_new_tokens=12).sequences, hf_greedy(model, prompt, 12))

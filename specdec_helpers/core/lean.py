@@ -2,11 +2,12 @@
 
 Why: on 2 CPU cores a SmolLM2-135M step spends a fifth of its time outside the matrix products, in the
 model's Python (module calls, mask and cache bookkeeping, argument checks): the CPU's counterpart of a
-GPU's launch overhead, which `graphs` removes there. This forward runs the same tensor operations in
-the same order as transformers' Llama (RMSNorm, rotary embedding, attention as ``sdpa_attention_forward``
-calls it, MLP, the model's own Linear modules), so its logits are bitwise the model's; `lean_forward`
-checks that once per model, dtype and pass size class, and falls back to the model's own forward where
-they differ (a newer transformers, another architecture). Its cache is static: a rollback moves a
+GPU's launch overhead, which `graphs` removes there. This forward calls the model's own modules (norms,
+rotary embedding, Linear layers, activation) and runs the tensor operations between them in transformers'
+order (attention as ``sdpa_attention_forward`` calls it), so its logits are bitwise the model's;
+`lean_forward` checks that once per model and dtype, and falls back to the model's own forward where they
+differ (a newer transformers, another architecture). q/k/v and gate/up run as one packed product each
+while their layers keep the weights they were packed from. Its cache is static: a rollback moves a
 position, and attention reads only the rows before it.
 """
 from __future__ import annotations
@@ -99,7 +100,7 @@ class LeanForward:
         return self._model().get_input_embeddings()
 
     def new_cache(self, max_length: int) -> LeanKV:
-        return LeanKV(self.config.num_hidden_layers, self.kv_heads, self.head_dim, max(int(max_length), 1), self.dtype, self.device)
+        return LeanKV(len(self._model().model.layers), self.kv_heads, self.head_dim, max(int(max_length), 1), self.dtype, self.device)
 
     @torch.inference_mode()
     def __call__(self, input_ids, cache: LeanKV, use_cache: bool = True, logits_to_keep: int = 0,
@@ -121,15 +122,16 @@ class LeanForward:
             mask = (torch.arange(past + n, device=input_ids.device)[None, :] <= positions[:, None])[None, None]
         for i, layer in enumerate(body.layers):
             qkv, gate_up = self.fused[i] if self.fused else (None, None)
-            x = x + self._attention(layer.self_attn, qkv, _rms_norm(layer.input_layernorm, x), cos, sin, cache, i,
-                                    past, n, mask)
-            h, mlp = _rms_norm(layer.post_attention_layernorm, x), layer.mlp
+            x = x + self._attention(layer.self_attn, _current(qkv, layer.self_attn), layer.input_layernorm(x), cos,
+                                    sin, cache, i, past, n, mask)
+            h, mlp = layer.post_attention_layernorm(x), layer.mlp
+            gate_up = _current(gate_up, mlp)
             if gate_up is not None:
                 gate, up = _packed(h, gate_up).chunk(2, dim=-1)
             else:
                 gate, up = mlp.gate_proj(h), mlp.up_proj(h)
-            x = x + mlp.down_proj(F.silu(gate) * up)
-        hidden = _rms_norm(body.norm, x)
+            x = x + mlp.down_proj(mlp.act_fn(gate) * up)
+        hidden = body.norm(x)
         cache.position = past + n
         keep = slice(-logits_to_keep, None) if logits_to_keep else slice(None)
         logits = model.lm_head(hidden[:, keep, :])
@@ -159,25 +161,30 @@ class LeanForward:
 
 
 def _fused(module, *names):
-    """One oneDNN-packed weight for ``module``'s Linear layers ``names`` (they read the same input), or None unless
-    all of them are packed and have no bias."""
+    """One oneDNN-packed weight for ``module``'s Linear layers ``names`` (they read the same input) and the packed
+    weights it was made from, or None unless all of them are packed and have no bias."""
     linears = [getattr(module, name) for name in names]
     if not all(isinstance(linear, OneDNNLinear) and linear.packed_weight is not None and linear.bias is None
                for linear in linears):
         return None
     with torch.no_grad():
-        return torch.ops.mkldnn._reorder_linear_weight(torch.cat([linear.weight.detach() for linear in linears]))
+        packed = torch.ops.mkldnn._reorder_linear_weight(torch.cat([linear.weight.detach() for linear in linears]))
+    return SimpleNamespace(packed=packed, names=names, sources=[linear.packed_weight for linear in linears])
+
+
+def _current(fused, module):
+    """``fused``'s packed weight while the layers it was made from still hold the weights it packed (a layer swapped,
+    or packed again after a cast or a load, makes its own copy: then the layers run one by one); else None."""
+    if fused is None:
+        return None
+    for name, source in zip(fused.names, fused.sources):
+        if getattr(getattr(module, name), "packed_weight", None) is not source:
+            return None
+    return fused.packed
 
 
 def _packed(x, weight):
     return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
-
-
-def _rms_norm(norm, x):
-    dtype = x.dtype
-    x32 = x.to(torch.float32)
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    return norm.weight * x32.to(dtype)
 
 
 def _rotate_half(x):
