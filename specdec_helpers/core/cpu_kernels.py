@@ -28,6 +28,16 @@ def onednn_available() -> bool:
     )
 
 
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """A CPU fp32 ``[out, in]`` weight packed for oneDNN (opaque: it cannot be cast, moved or copied)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach())
+
+
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ W.T + bias`` with a weight from `pack_weight`."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
 class OneDNNLinear(torch.nn.Module):
     """Drop-in, inference-only replacement of a CPU fp32 ``nn.Linear`` with a pre-packed weight.
 
@@ -49,7 +59,7 @@ class OneDNNLinear(torch.nn.Module):
         weight, packed = self.weight, None
         if weight.device.type == "cpu" and weight.dtype == torch.float32:
             with torch.no_grad():
-                packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach())
+                packed = pack_weight(weight)
         self.register_buffer("packed_weight", packed, persistent=False)
 
     def _apply(self, fn, recurse=True):
@@ -64,7 +74,7 @@ class OneDNNLinear(torch.nn.Module):
         if self.packed_weight is None:
             return torch.nn.functional.linear(x, self.weight, self.bias)
         bias = None if self.bias is None else self.bias.detach()
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, bias, "none", [], "")
+        return packed_linear(x, self.packed_weight, bias)
 
     def __deepcopy__(self, memo):
         # The packed tensor is opaque (it cannot be deep-copied): copy the weights, pack them again.

@@ -17,9 +17,10 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
+from transformers.models.llama.modeling_llama import repeat_kv, rotate_half
 
 from specdec_helpers.core.cache import cache_kwargs
-from specdec_helpers.core.cpu_kernels import OneDNNLinear
+from specdec_helpers.core.cpu_kernels import OneDNNLinear, pack_weight, packed_linear
 from specdec_helpers.core.drafters import ModelDrafter
 from specdec_helpers.core.graphs import StaticModelDrafter
 
@@ -127,7 +128,7 @@ class LeanForward:
             h, mlp = layer.post_attention_layernorm(x), layer.mlp
             gate_up = _current(gate_up, mlp)
             if gate_up is not None:
-                gate, up = _packed(h, gate_up).chunk(2, dim=-1)
+                gate, up = packed_linear(h, gate_up).chunk(2, dim=-1)
             else:
                 gate, up = mlp.gate_proj(h), mlp.up_proj(h)
             x = x + mlp.down_proj(mlp.act_fn(gate) * up)
@@ -139,13 +140,13 @@ class LeanForward:
 
     def _attention(self, attention, qkv, h, cos, sin, cache: LeanKV, i: int, past: int, n: int, mask):
         if qkv is not None:
-            q, k, v = _packed(h, qkv).split([self.heads * self.head_dim, *2 * [self.kv_heads * self.head_dim]], dim=-1)
+            q, k, v = packed_linear(h, qkv).split([self.heads * self.head_dim, *2 * [self.kv_heads * self.head_dim]], dim=-1)
         else:
             q, k, v = attention.q_proj(h), attention.k_proj(h), attention.v_proj(h)
         q = q.view(1, n, self.heads, self.head_dim).transpose(1, 2)
         k = k.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
         v = v.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         cache.keys[i][:, :, past:past + n] = k
         cache.values[i][:, :, past:past + n] = v
         k, v = cache.keys[i][:, :, :past + n], cache.values[i][:, :, :past + n]
@@ -155,7 +156,7 @@ class LeanForward:
             out = F.scaled_dot_product_attention(q, k, v, scale=attention.scaling, is_causal=n > 1, **options)
         else:  # several queries after cached rows: heads repeated, then the boolean mask (as transformers does)
             if groups > 1:
-                k, v = _repeat_heads(k, groups), _repeat_heads(v, groups)
+                k, v = repeat_kv(k, groups), repeat_kv(v, groups)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attention.scaling)
         return attention.o_proj(out.transpose(1, 2).contiguous().reshape(1, n, -1).contiguous())
 
@@ -168,7 +169,7 @@ def _fused(module, *names):
                for linear in linears):
         return None
     with torch.no_grad():
-        packed = torch.ops.mkldnn._reorder_linear_weight(torch.cat([linear.weight.detach() for linear in linears]))
+        packed = pack_weight(torch.cat([linear.weight for linear in linears]))
     return SimpleNamespace(packed=packed, names=names, sources=[linear.packed_weight for linear in linears])
 
 
@@ -181,20 +182,6 @@ def _current(fused, module):
         if getattr(getattr(module, name), "packed_weight", None) is not source:
             return None
     return fused.packed
-
-
-def _packed(x, weight):
-    return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
-
-
-def _rotate_half(x):
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def _repeat_heads(x, groups: int):
-    b, heads, length, dim = x.shape
-    return x[:, :, None].expand(b, heads, groups, length, dim).reshape(b, heads * groups, length, dim)
 
 
 def lean_forward(model) -> LeanForward | None:
