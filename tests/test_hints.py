@@ -7,7 +7,7 @@ import pytest
 
 from specdec_helpers.assignment.student.check import CAUSE_HINTS, CRASH_HINTS, CheckFailed, check_part
 from specdec_helpers.assignment.parts.decoder import PARTS
-from specdec_helpers.present import notebook_help as nb
+from specdec_helpers.present import notebook_help
 from specdec_helpers.present.hints import HINTS, _failures
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("0*.ipynb"))
@@ -41,28 +41,28 @@ def test_no_check_cell_writes_its_hint_and_every_hint_it_names_exists():
 
 def test_a_hint_shows_only_after_a_failure_and_grows_on_the_second(capsys):
     _failures.pop("ex2_cache_lengths", None)
-    nb.check(lambda: True, "fine.", hint="ex2_cache_lengths")
+    notebook_help.check(lambda: True, "fine.", hint="ex2_cache_lengths")
     assert "Hint" not in capsys.readouterr().out
     nudge, fuller = HINTS["ex2_cache_lengths"]
-    with pytest.raises(nb.CheckFailed) as first:
-        nb.check(lambda: False, "fine.", hint="ex2_cache_lengths")
+    with pytest.raises(notebook_help.CheckFailed) as first:
+        notebook_help.check(lambda: False, "fine.", hint="ex2_cache_lengths")
     assert nudge in str(first.value) and fuller not in str(first.value)
-    with pytest.raises(nb.CheckFailed) as second:
-        nb.check(False, "fine.", hint="ex2_cache_lengths")
+    with pytest.raises(notebook_help.CheckFailed) as second:
+        notebook_help.check(False, "fine.", hint="ex2_cache_lengths")
     assert fuller in str(second.value)
 
 
 def test_unfinished_work_gets_no_hint_yet():
     def stub():
         raise NotImplementedError
-    with pytest.raises(nb.CheckFailed, match="Not done yet") as failed:
-        nb.check(stub, "fine.", hint="ex2_cache_lengths")
+    with pytest.raises(notebook_help.CheckFailed, match="Not done yet") as failed:
+        notebook_help.check(stub, "fine.", hint="ex2_cache_lengths")
     assert "Hint" not in str(failed.value)
 
 
 def test_an_unknown_hint_is_named_with_the_known_ones():
     with pytest.raises(ValueError, match="no hint 'ex9_nothing'; known hints: .*ex2_cache_lengths"):
-        nb.check(True, "fine.", hint="ex9_nothing")
+        notebook_help.check(True, "fine.", hint="ex9_nothing")
 
 
 @pytest.mark.slow

@@ -93,13 +93,13 @@ def test_load_pair_decodes_equal_to_greedy(offline_hub, preset):
 @pytest.mark.parametrize("preset", PRESET_TIERS)
 def test_notebook_setup_cell_path(offline_hub, preset, capsys):
     """What the notebooks' set-up and load cells do with ``PRESET``: set up, load, pick prompts, encode."""
-    from specdec_helpers.present import notebook_help as nb
+    from specdec_helpers.present import notebook_help
 
-    nb.setup()
+    notebook_help.setup()
     pair = sd.load_pair(preset)  # as the load cell calls it: default device and dtype (CPU, fp32 here)
-    nb.show_pair(pair)
+    notebook_help.show_pair(pair)
     assert preset in capsys.readouterr().out
-    for prompt in nb.prompts_for(pair):
+    for prompt in notebook_help.prompts_for(pair):
         ids = pair.encode(prompt)
         assert ids.shape[0] == 1 and ids.shape[1] > 1
         assert pair.decode(ids).strip()[:5] == prompt.strip()[:5]

@@ -315,7 +315,7 @@ def test_notebook_check_fails_a_wrong_residual(wrong):
 
 @pytest.mark.slow
 def test_notebook_check_passes_the_right_residual_and_says_unfinished():
-    from specdec_helpers.present import notebook_help as nb
+    from specdec_helpers.present import notebook_help
     from specdec_helpers.present.tree_lesson import check_tree_residual
 
     ok, message = check_tree_residual(residual_distribution)
@@ -324,8 +324,8 @@ def test_notebook_check_passes_the_right_residual_and_says_unfinished():
     def unfinished(p, q):
         raise NotImplementedError
 
-    with pytest.raises(nb.CheckFailed, match="Not done yet"):
-        nb.check(lambda: check_tree_residual(unfinished)[0], "fine")
+    with pytest.raises(notebook_help.CheckFailed, match="Not done yet"):
+        notebook_help.check(lambda: check_tree_residual(unfinished)[0], "fine")
 
 
 def test_sampling_benchmark_rows(capsys):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tiny_models import perturbed_copy, tiny_model
-from specdec_helpers.present import notebook_help as nb
+from specdec_helpers.present import notebook_help
 from specdec_helpers import speculative_decode
 from specdec_helpers.core.decode import DecodeOutput, DecodeStats, Step
 from specdec_helpers.present.widgets import TokenExplorer, render_html, token_spans
@@ -138,20 +138,20 @@ def test_explorer_reports_bad_input(models):
 
 
 def test_check_verdicts(capsys):
-    nb.check(True, "fine", "fix it")
+    notebook_help.check(True, "fine", "fix it")
     assert "✅" in capsys.readouterr().out
     with pytest.raises(AssertionError, match="fix it"):
-        nb.check(False, "fine", "fix it")
+        notebook_help.check(False, "fine", "fix it")
 
     def unfinished():
         raise NotImplementedError
 
-    with pytest.raises(nb.CheckFailed, match="NotImplementedError"):
-        nb.check(unfinished, "fine", "write the function")
+    with pytest.raises(notebook_help.CheckFailed, match="NotImplementedError"):
+        notebook_help.check(unfinished, "fine", "write the function")
 
 
 def test_colab_badge_uses_the_one_repo_constant():
-    badge = nb.colab_badge("01_model_init.ipynb")
-    assert nb.github_path() in badge and badge.endswith("/notebooks/01_model_init.ipynb)")
-    assert nb.pip_install_spec().startswith("git+" + nb.REPO_URL)
-    assert nb.in_colab() is False
+    badge = notebook_help.colab_badge("01_model_init.ipynb")
+    assert notebook_help.github_path() in badge and badge.endswith("/notebooks/01_model_init.ipynb)")
+    assert notebook_help.pip_install_spec().startswith("git+" + notebook_help.REPO_URL)
+    assert notebook_help.in_colab() is False
