@@ -12,7 +12,7 @@ import torch
 
 import specdec_helpers as sd
 from specdec_helpers.measure.sweep import PA3_PROMPTS
-from specdec_helpers.measure.trees import compare_tree_chain_sampling
+from specdec_helpers.measure.tree_vs_chain import compare_tree_chain_sampling
 
 
 def acceptance_vs_temperature(pair, prompts, temperatures, k, max_new_tokens, seed=0):

@@ -36,7 +36,7 @@ from specdec_helpers.measure.theory import (
     expected_tokens_per_step,
     measure_forward_cost,
 )
-from specdec_helpers.measure.trees import compare_tree_chain
+from specdec_helpers.measure.tree_vs_chain import compare_tree_chain
 from specdec_helpers.models.pairs import ModelPair, load_pair
 from specdec_helpers.models.presets import list_presets
 from specdec_helpers.models.vocab import check_compatible

@@ -187,7 +187,7 @@ def test_a_student_edition_placeholder_names_its_notebook(pair):
 def test_compare_tree_chain_runs_the_chains_on_the_decoder(pair):
     """Notebooks 07/08 pass the student's decoder: its chain rows count what the kit's chains count (both greedy
     with the same draft), and a wrong decoder shows in the ``same`` column."""
-    from specdec_helpers.measure.trees import compare_tree_chain
+    from specdec_helpers.measure.tree_vs_chain import compare_tree_chain
 
     kit = compare_tree_chain(pair.target, pair.draft, [PROMPT], tree=(2, 1), max_new_tokens=10, show=False)
     mine = compare_tree_chain(pair.target, pair.draft, [PROMPT], tree=(2, 1), max_new_tokens=10, show=False,

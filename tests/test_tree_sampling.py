@@ -329,7 +329,7 @@ def test_notebook_check_passes_the_right_residual_and_says_unfinished():
 
 
 def test_sampling_benchmark_rows(capsys):
-    from specdec_helpers.measure.trees import compare_tree_chain_sampling
+    from specdec_helpers.measure.tree_vs_chain import compare_tree_chain_sampling
 
     target, draft = models()["target"], models()["close"]
     rows = compare_tree_chain_sampling(target, draft, [torch.tensor([PROMPT])], tree=(2, 1), max_new_tokens=12)

@@ -8,7 +8,7 @@ from specdec_helpers.core.cache import new_cache  # noqa: F401 - for the noteboo
 from specdec_helpers.core.sampling import Sampler
 from specdec_helpers.core.tree import draft_tree, tree_attention_mask, tree_forward  # noqa: F401
 from specdec_helpers.core.tree_sampling import RULES, accept_at_node, draw_children
-from specdec_helpers.measure.trees import compare_tree_chain, compare_tree_chain_sampling  # noqa: F401
+from specdec_helpers.measure.tree_vs_chain import compare_tree_chain, compare_tree_chain_sampling  # noqa: F401
 from specdec_helpers.present.benchmarking import matches_greedy  # noqa: F401 - the same near-tie check as 03-06
 
 
