@@ -82,7 +82,7 @@ def test_compiled_forward_is_shared_and_its_cache_is_rounded(target):
     forward = compiled_forward(target)
     assert compiled_forward(target) is forward  # compiled once per model
     cache = forward.new_cache(CACHE_BLOCK + 1)
-    assert cache.layers[0].max_cache_len == 2 * CACHE_BLOCK
+    assert cache.capacity == cache.cache.layers[0].max_cache_len == 2 * CACHE_BLOCK
     with pytest.raises(ValueError, match="hidden states"):
         forward(prompt(3), cache, output_hidden_states=True)
     curve = sd.measure_forward_cost(forward, prompt(4), sizes=[1, 3], repeats=1, warmup=0)

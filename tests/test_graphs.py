@@ -1,8 +1,9 @@
 """Static caches with replayed steps (`core/graphs.py`, ``graphs=True``): the same tokens as greedy decoding,
 rollback by moving a position, one step per pass size, caches and steps kept for the next decode.
 
-On a CPU a step's "replay" is the eager forward over the same static buffers, so everything here but the
-capture itself runs without CUDA (benchmarks/graphs_goals.py runs the captured graphs on a GPU)."""
+On a CPU a step replays an emulated graph (the eager pass, written into the first run's buffers), so everything
+here but the CUDA capture itself runs without CUDA (benchmarks/graphs_goals.py runs the captured graphs on a GPU);
+tests/test_capture_safety.py has the capture's failure paths."""
 from __future__ import annotations
 
 import pytest
@@ -10,9 +11,9 @@ import torch
 from tiny_models import hf_greedy, perturbed_copy, tiny_model
 
 import specdec_helpers as sd
-from specdec_helpers.core import graphs
-from specdec_helpers.core.cache import cache_kwargs, cache_length, crop_cache
-from specdec_helpers.core.graphs import BLOCK, GRAPH_TOKENS, StaticForward, StaticKV, static_forward
+from specdec_helpers.core import backends, graphs
+from specdec_helpers.core.cache import StaticKV, cache_kwargs, cache_length, crop_cache, plain_static_layers
+from specdec_helpers.core.graphs import BLOCK, GRAPH_TOKENS, StaticForward, static_forward
 
 
 def prompt(length, seed=3):
@@ -87,8 +88,8 @@ def test_rollback_moves_a_position_and_the_rows_beyond_are_never_read():
     fresh = model(input_ids=torch.cat([first[:, :6], second[:, 6:8]], dim=1), use_cache=False).logits[:, 6:]
     torch.testing.assert_close(rolled, fresh, rtol=1e-4, atol=1e-4)
     assert sorted(kv.steps) == [2]
-    with pytest.raises(ValueError, match="cannot roll"):
-        kv.rollback(9)
+    with pytest.raises(ValueError, match="cannot crop a cache of 8 positions to 9"):
+        crop_cache(kv, 9)
     with pytest.raises(ValueError, match="overflow"):
         forward(input_ids=prompt(BLOCK), **cache_kwargs(forward, kv))
 
@@ -98,19 +99,19 @@ def test_one_step_per_pass_size_and_caches_kept_for_the_next_decode():
     target = tiny_model("gpt_neox", seed=11)
     draft = perturbed_copy(target, scale=0.15)
     sd.speculative_decode(target, draft, prompt(5), max_new_tokens=40, num_speculative_tokens=3, graphs=True)
-    (target_kv,), (draft_kv,) = static_forward(target, False).caches, static_forward(draft, False).caches
-    assert set(target_kv.steps) <= {1, 2, 3, 4} and 4 in target_kv.steps  # a verify of k + 1 = 4 tokens
-    assert set(draft_kv.steps) <= {1, 2} and 1 in draft_kv.steps  # the draft's one-token step (2: after a bonus)
+    (target_kv,), (draft_kv,) = static_forward(target).caches, static_forward(draft).caches
+    assert set(target_kv.steps) == {1, 2, 3, 4}  # every verify of 0 .. k = 3 draft tokens, made before the rounds
+    assert set(draft_kv.steps) == {1, 2}  # the draft's one-token step (2: after a bonus)
     buffers = {n: step.tokens.data_ptr() for n, step in target_kv.steps.items()}
     assert not target_kv.in_use and not draft_kv.in_use  # given back after the decode
     sd.speculative_decode(target, draft, prompt(7, seed=8), max_new_tokens=40, num_speculative_tokens=3, graphs=True)
-    assert static_forward(target, False).caches == [target_kv]  # the same cache, its steps reused
+    assert static_forward(target).caches == [target_kv]  # the same cache, its steps reused
     assert {n: target_kv.steps[n].tokens.data_ptr() for n in buffers} == buffers
     # A draft that is the target itself: two caches of one model, one per role.
     sd.speculative_decode(target, target, prompt(5), max_new_tokens=20, num_speculative_tokens=3, graphs=True)
-    assert len(static_forward(target, False).caches) == 2
+    assert len(static_forward(target).caches) == 2
     # A longer text needs a larger cache: it replaces the free smaller ones.
-    forward = static_forward(target, False)
+    forward = static_forward(target)
     kv = forward.new_cache(BLOCK + 1)
     assert [kv.capacity for kv in forward.caches] == [2 * BLOCK] and kv.in_use
     forward.release(kv)
@@ -131,8 +132,6 @@ def test_graphs_default_off_on_a_cpu_and_refused_where_they_cannot_serve():
 
     with pytest.raises(ValueError, match="use graphs=False"):
         sd.speculative_decode(target, Reader(), prompt(5), max_new_tokens=5, graphs=True)
-    with pytest.raises(ValueError, match="CUDA device"):
-        StaticForward(target, graphs=True)
     assert isinstance(StaticKV(target, 8), StaticKV)
 
 
@@ -142,14 +141,18 @@ def test_by_default_only_where_a_position_can_roll_the_cache_back(monkeypatch):
     plain = tiny_model("llama")
     sliding = MistralForCausalLM(MistralConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                                num_key_value_heads=2, intermediate_size=64, sliding_window=8)).eval()
-    assert graphs.plain_static_layers(plain) and not graphs.plain_static_layers(sliding)
+    assert plain_static_layers(plain) and not plain_static_layers(sliding)
     lookup = sd.PromptLookupDrafter()
-    assert not graphs.graphs_by_default(plain, True, False, lookup)  # a CPU model
+
+    def chosen(model, use_cache=True, compile=False):
+        return backends.choose(model, lookup, use_cache, compile, None)[0]
+
+    assert chosen(plain) == "lean"  # a CPU model: no graphs by default
     monkeypatch.setattr(type(plain), "device", property(lambda self: torch.device("cuda")))
-    assert graphs.graphs_by_default(plain, True, False, lookup)
-    assert not graphs.graphs_by_default(plain, False, False, lookup) and not graphs.graphs_by_default(plain, True, True, lookup)
+    assert chosen(plain) == "graphs" and backends.graphs_unfit(plain, lookup) is None
+    assert chosen(plain, use_cache=False) == "uncached" and chosen(plain, compile=True) == "compiled"
     monkeypatch.setattr(type(sliding), "device", property(lambda self: torch.device("cuda")))
-    assert not graphs.graphs_by_default(sliding, True, False, lookup)
+    assert chosen(sliding) == "dynamic" and "sliding-window" in backends.graphs_unfit(sliding, lookup)
     with pytest.raises(NotImplementedError, match="sliding-window"):
         StaticKV(sliding, 16)
 

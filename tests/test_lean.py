@@ -11,7 +11,7 @@ from tiny_models import hf_greedy, perturbed_copy, tiny_model
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 import specdec_helpers as sd
-from specdec_helpers.core import lean, reference_loop
+from specdec_helpers.core import backends, lean
 from specdec_helpers.core.cache import cache_kwargs, cache_length, rollback
 from specdec_helpers.core.cpu_kernels import use_onednn_linears
 from specdec_helpers.core.drafters import as_drafter
@@ -62,8 +62,9 @@ def test_logits_and_hidden_states_are_bitwise_the_models_through_passes_and_roll
 @pytest.mark.parametrize("k", [1, 3, 8])
 def test_decoding_through_the_lean_forward_equals_hf_greedy(k):
     target = tiny_model("llama", eos_token_id=5)
-    with reference_loop.target_cache(target, as_drafter(target, target), ids(4), 10, True, False, False) as (forward, *_):
-        assert isinstance(forward, lean.LeanForward)  # the loop's target on a CPU is the lean forward
+    with backends.backend(target, as_drafter(target, target), ids(4), 10, k) as run:
+        assert isinstance(run.target, lean.LeanForward) and run.name == "lean"  # the loop's target on a CPU
+        assert isinstance(run.drafter, backends.StaticModelDrafter)  # a plain Llama draft drafts through its own
     draft = perturbed_copy(target, scale=0.2)
     for prompt, max_new in [(ids(1), 30), (ids(9, seed=5), 40), (ids(30, seed=6), 25)]:
         expected = hf_greedy(target, prompt, max_new)
@@ -76,8 +77,9 @@ def test_decoding_through_the_lean_forward_equals_hf_greedy(k):
 def test_other_models_keep_their_own_forward():
     neox = tiny_model("gpt_neox")
     assert lean.supported(neox) == "not a LlamaForCausalLM" and lean.lean_forward(neox) is None
-    with reference_loop.target_cache(neox, as_drafter(neox, neox), ids(4), 10, True, False, False) as (forward, cache, _):
-        assert forward is neox and isinstance(cache, DynamicCache)
+    with backends.backend(neox, as_drafter(neox, neox), ids(4), 10, 3) as run:
+        assert run.target is neox and isinstance(run.cache, DynamicCache) and run.name == "dynamic"
+        assert "not a LlamaForCausalLM" in run.reason
     eager = tiny_model("llama")
     eager.config._attn_implementation = "eager"
     assert "variant" in lean.supported(eager) and lean.lean_forward(eager) is None
@@ -106,8 +108,8 @@ def test_a_forward_that_would_differ_is_refused(monkeypatch):
 
     monkeypatch.setattr(type(model), "forward", scaled)
     assert lean.lean_forward(model) is None
-    with reference_loop.target_cache(model, as_drafter(model, model), ids(4), 10, True, False, False) as (forward, *_):
-        assert forward is model
+    with backends.backend(model, as_drafter(model, model), ids(4), 10, 3) as run:
+        assert run.target is model and "logits differ" in run.reason
 
 
 def test_the_cache_moves_a_position_and_names_its_limits():
@@ -117,12 +119,10 @@ def test_the_cache_moves_a_position_and_names_its_limits():
     forward(ids(6), cache)
     rollback(cache, 2)
     assert cache_length(cache) == 2
-    cache.crop(-1)
-    assert cache.position == 1
-    with pytest.raises(ValueError, match="cannot crop a cache of 1 positions to 3"):
+    with pytest.raises(ValueError, match="cannot crop a cache of 2 positions to 3"):
         rollback(cache, 3)
-    with pytest.raises(ValueError, match="cannot roll a cache of 1 positions back to 3"):
-        cache.rollback(3)
+    with pytest.raises(NotImplementedError, match="first n positions only"):
+        rollback(cache, [0, 2])  # scattered positions: trees roll back dynamic caches
     with pytest.raises(ValueError, match="overflow a cache of 8 positions"):
         forward(ids(8), cache)
     with pytest.raises(ValueError, match="one text"):

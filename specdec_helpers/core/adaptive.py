@@ -43,6 +43,11 @@ class KSchedule:
         else:
             self.current = max(1, self.current - 1)
 
+    @property
+    def largest(self) -> int | None:
+        """The largest k a round may draft (None: no bound), which the backend prepares for."""
+        return self.max_k if self.adaptive else self.start
+
     def reset(self) -> None:
         self.current = self.start
         self.history = []

@@ -1,9 +1,9 @@
-"""The only module that touches KV-cache internals.
+"""KV caches: which argument a forward takes them by, the one static cache (`StaticKV`), and THE rollback.
 
-transformers changes its cache API between versions (5.x: ``DynamicCache.crop`` takes a *negative*
-count of tokens to drop; 4.x took the length to keep; 5.24 renamed the forward's ``past_key_values``
-to ``cache``). Everything version-sensitive about caches lives here so the decode loop only speaks
-of lengths.
+transformers changes its cache API between versions (5.x: ``DynamicCache.crop`` takes a *negative* count of tokens
+to drop; 4.x took the length to keep; 5.24 renamed the forward's ``past_key_values`` to ``cache``). What is
+version-sensitive about caches lives here, so the loops speak only of lengths. (Two other modules write into cache
+tensors they own: the batch loop's columns, `batch_rows`, and the lean forward's rows of a `StaticKV`, `lean`.)
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from numbers import Integral
 
 import torch
 from transformers import DynamicCache, StaticCache
+from transformers.cache_utils import DynamicLayer, StaticLayer
 
 
 @functools.lru_cache(maxsize=None)
@@ -23,8 +24,11 @@ def _cache_argument(forward) -> str:
 def cache_kwargs(model, cache) -> dict:
     """``{name: cache}`` under the name ``model``'s forward takes: ``cache`` from transformers 5.24 on
     (where ``past_key_values`` warns, and goes in 5.40), ``past_key_values`` before and in models not yet
-    renamed. Passing the wrong one would not fail: it would vanish into ``**kwargs`` and drop the cache."""
+    renamed. Passing the wrong one would not fail: it would vanish into ``**kwargs`` and drop the cache.
+    A model is given the transformers cache a `StaticKV` holds; the kit's forwards take the `StaticKV` itself."""
     forward = getattr(type(model), "forward", None) or type(model).__call__
+    if isinstance(cache, StaticKV) and isinstance(model, torch.nn.Module):
+        cache = cache.cache
     return {_cache_argument(forward): cache}
 
 
@@ -40,23 +44,80 @@ def new_cache(model) -> DynamicCache:
 
 
 def new_static_cache(model, max_length: int) -> StaticCache:
-    """An empty cache of ``max_length`` preallocated positions: fixed shapes, for a compiled forward."""
+    """transformers' own static cache of ``max_length`` preallocated positions (the kit's forwards use `StaticKV`)."""
     return StaticCache(config=model.config, max_cache_len=max_length)
 
 
-def cache_length(cache: DynamicCache | StaticCache | None) -> int:
+def plain_static_layers(model) -> bool:
+    """Whether ``model``'s static cache has only plain full-attention layers (no sliding window, no recurrent state):
+    the layers a position can roll back. (Building the cache allocates nothing: its layers allocate on first use.)"""
+    try:
+        return all(type(layer) is StaticLayer for layer in new_static_cache(model, 1).layers)
+    except Exception:  # a model transformers cannot give a static cache
+        return False
+
+
+class StaticKV:
+    """The kit's one static cache: ``capacity`` preallocated positions per layer, of which the first ``position`` hold
+    the text. A rollback moves the position (gpt-fast's ``input_pos``): the rows beyond stay in memory, hidden from
+    attention, and the next pass overwrites them. Nothing is copied.
+
+    It holds transformers' ``StaticCache`` (``cache``), so the model's own forward writes into it, and the lean CPU
+    forward writes the same layers' rows itself. Each layer counts its length in a device tensor (all layers: views of
+    ``lengths``), which a CUDA graph reads; ``position`` is the host's copy, read without waiting for the device.
+    Both change only through `move_to`, so they cannot drift apart (a pass that raised is undone there too).
+    """
+
+    def __init__(self, model, capacity: int):
+        self.cache = new_static_cache(model, capacity)
+        if any(type(layer) is not StaticLayer for layer in self.cache.layers):
+            raise NotImplementedError(f"{type(model).__name__} has sliding-window or recurrent cache layers: a "
+                                      "static cache rolls back plain full-attention layers only; use graphs=False")
+        self.capacity, self.position, self.in_use = capacity, 0, False
+        self.lengths = torch.zeros(len(self.cache.layers), dtype=torch.long, device=model.device)
+        for i, layer in enumerate(self.cache.layers):
+            layer.cumulative_length = self.lengths[i]
+        self.steps: dict = {}  # `graphs`' steps over this cache: tokens per pass -> its (captured) step
+        self.pool = None  # the memory pool of those steps' CUDA graphs
+
+    def get_seq_length(self) -> int:
+        """Positions held (the host's count: reading it never waits for the device)."""
+        return self.position
+
+    def move_to(self, position: int) -> None:
+        """Set the length, host and device alike: after a pass, a rollback, a reset, or a pass that raised."""
+        self.position = position
+        self.lengths.fill_(position)
+
+    def keep(self, n_kept: int) -> None:
+        """Keep the first ``n_kept`` positions (the rollback of a static cache)."""
+        if not 0 <= n_kept <= self.position:
+            raise ValueError(f"cannot crop a cache of {self.position} positions to {n_kept}: a rollback keeps between "
+                             f"0 and the {self.position} positions it holds (count the kept text, prompt included)")
+        self.move_to(n_kept)
+
+    def layer(self, i: int, like: torch.Tensor) -> StaticLayer:
+        """Layer ``i``, its rows allocated (shaped and typed after ``like``, ``[1, kv_heads, n, head_dim]``) if no
+        pass has written it yet."""
+        layer = self.cache.layers[i]
+        if not layer.is_initialized:
+            layer.lazy_initialization(like, like)
+        return layer
+
+
+def cache_length(cache) -> int:
     """Number of positions the cache holds (0 for ``None``)."""
     return 0 if cache is None else int(cache.get_seq_length())
 
 
 def rollback(cache, kept) -> None:
     """Roll ``cache`` back to the positions the text keeps: THE rollback, which every decode loop calls (chain, tree,
-    tree sampling, batch, the drafts, the benchmarks).
+    tree sampling, batch, the drafts, the benchmarks). It dispatches once, on the cache's kind.
 
     ``kept`` is one of:
 
     - an int ``n``: keep the first ``n`` positions (after a rejection: the text plus the accepted draft). A static
-      cache moves its position back (nothing is copied; the causal mask hides the rows beyond); a dynamic one
+      cache moves its position back (nothing is copied; attention never reads the rows beyond); a dynamic one
       drops the rest.
     - a 1-D index (a list or a LongTensor) of the positions to keep, in that order: a token tree's prefix plus the
       kept branch, whose nodes are scattered through the tree. ``0 .. n - 1`` is the int case.
@@ -67,22 +128,18 @@ def rollback(cache, kept) -> None:
     """
     if cache is None:
         return
-    if isinstance(kept, bool) or not isinstance(kept, (Integral, list, tuple, torch.Tensor)):
-        raise TypeError(f"rollback keeps an int (the first n positions), a list or 1-D LongTensor of positions, or a "
-                        f"[B, C'] LongTensor of positions per row; got {type(kept).__name__}")
-    if isinstance(kept, torch.Tensor) and kept.dim() == 0:
-        kept = int(kept)
-    if isinstance(kept, Integral):
-        _keep_first(cache, int(kept))
-        return
-    index = torch.as_tensor(kept, dtype=torch.long)
-    if index.dim() == 1:
-        _keep_positions(cache, index)
-    elif index.dim() == 2:
-        _keep_positions_per_row(cache, index)
+    kept = _as_kept(kept)
+    if isinstance(kept, torch.Tensor) and kept.dim() == 1 and torch.equal(kept.cpu(), torch.arange(kept.numel())):
+        kept = kept.numel()  # the kept positions are a prefix: a crop
+    if isinstance(cache, StaticKV):
+        _static_kv_keep(cache, kept)
+    elif isinstance(cache, StaticCache):
+        _static_cache_keep(cache, kept)
+    elif isinstance(cache, DynamicCache):
+        _dynamic_keep(cache, kept)
     else:
-        raise ValueError(f"rollback got positions shaped {list(index.shape)}: pass [C'] positions for every row, or "
-                         "[B, C'] (one list of positions per batch row)")
+        raise TypeError(f"rollback knows a DynamicCache, a StaticCache and the kit's StaticKV, not "
+                        f"{type(cache).__name__}")
 
 
 def crop_cache(cache: DynamicCache | StaticCache, length: int) -> None:
@@ -91,60 +148,80 @@ def crop_cache(cache: DynamicCache | StaticCache, length: int) -> None:
     rollback(cache, length)
 
 
-def _keep_first(cache: DynamicCache | StaticCache, length: int) -> None:
-    held = cache_length(cache)
+def _as_kept(kept) -> int | torch.Tensor:
+    """``kept`` as an int or a LongTensor of positions (1-D or [B, C']), or the error that says what to pass."""
+    if isinstance(kept, bool) or not isinstance(kept, (Integral, list, tuple, torch.Tensor)):
+        raise TypeError(f"rollback keeps an int (the first n positions), a list or 1-D LongTensor of positions, or a "
+                        f"[B, C'] LongTensor of positions per row; got {type(kept).__name__}")
+    if isinstance(kept, torch.Tensor) and kept.dim() == 0:
+        return int(kept)
+    if isinstance(kept, Integral):
+        return int(kept)
+    index = torch.as_tensor(kept, dtype=torch.long)
+    if index.dim() not in (1, 2):
+        raise ValueError(f"rollback got positions shaped {list(index.shape)}: pass [C'] positions for every row, or "
+                         "[B, C'] (one list of positions per batch row)")
+    return index
+
+
+def _check_prefix(held: int, length: int) -> None:
     if not 0 <= length <= held:
         raise ValueError(f"cannot crop a cache of {held} positions to {length}: a rollback keeps between 0 and the "
                          f"{held} positions it holds (count the kept text, prompt included)")
-    if length == held:
-        return
-    if isinstance(cache, StaticCache):
-        from transformers.cache_utils import StaticLayer
 
-        if any(type(layer) is not StaticLayer for layer in cache.layers):
-            raise NotImplementedError("only plain full-attention static caches can be rolled back (no sliding window)")
-        # transformers 5.x: each static layer writes at its ``cumulative_length`` counter, and the causal
-        # mask hides whatever lies beyond the query, so moving the counter back is the whole rollback.
-        for layer in cache.layers:
-            layer.cumulative_length.fill_(length)
+
+def _static_kv_keep(cache: StaticKV, kept) -> None:
+    """The kit's static cache: a position moves (scattered positions would need a copy: trees use dynamic caches)."""
+    if not isinstance(kept, int):
+        raise NotImplementedError("a static cache keeps the first n positions only; token trees and batches roll "
+                                  "back dynamic caches")
+    cache.keep(kept)
+
+
+def _static_cache_keep(cache: StaticCache, kept) -> None:
+    """transformers' static cache: each layer writes at its ``cumulative_length`` counter, and the causal mask hides
+    whatever lies beyond the query, so moving every counter back is the whole rollback."""
+    if not isinstance(kept, int):
+        raise NotImplementedError("a static cache keeps the first n positions only; token trees and batches roll "
+                                  "back dynamic caches")
+    _check_prefix(cache_length(cache), kept)
+    if any(type(layer) is not StaticLayer for layer in cache.layers):
+        raise NotImplementedError("only plain full-attention static caches can be rolled back (no sliding window)")
+    for layer in cache.layers:
+        layer.cumulative_length.fill_(kept)
+
+
+def _dynamic_keep(cache: DynamicCache, kept) -> None:
+    """A dynamic cache drops what the text no longer holds: the tail (an int), all but a tree's kept positions (1-D),
+    or all but each batch row's live positions (2-D)."""
+    # transformers 5.x: a DynamicCache is a list of per-layer objects (``cache.layers``), each with ``keys``/``values``
+    # shaped [batch, kv_heads, seq, head_dim]. Sliding-window, recurrent, indexed and quantized layers keep more than
+    # plain rows of K/V, so a row gather would silently corrupt them: refused.
+    held = cache_length(cache)
+    if isinstance(kept, int):
+        _check_prefix(held, kept)
+        if kept < held:
+            cache.crop(kept - held)  # transformers 5.x: a negative count of tokens to drop
+        return
+    if kept.dim() == 1:
+        if kept.numel() and (int(kept.min()) < 0 or int(kept.max()) >= held):
+            raise ValueError(f"positions {kept.tolist()} outside a cache of {held} positions: keep positions "
+                             f"0 .. {held - 1}")
+        check_plain_layers(cache, "keeping scattered positions (token trees)")
+        gather = lambda keys, rows: keys.index_select(-2, rows)  # noqa: E731 - one line per kind of index
     else:
-        cache.crop(length - held)  # transformers 5.x: negative = number of tokens to remove (`graphs.StaticKV` too)
+        check_plain_layers(cache, "packing a batched cache")
+        for layer in cache.layers:
+            if layer.is_initialized and layer.keys.numel() and kept.shape[0] != layer.keys.shape[0]:
+                raise ValueError(f"rollback got positions for {kept.shape[0]} rows, but the cache holds "
+                                 f"{layer.keys.shape[0]}: pass one row of positions per batch row ([B, C'])")
 
-
-def _keep_positions(cache: DynamicCache, idx: torch.Tensor) -> None:
-    """Keep only the cached positions ``idx`` (in that order) in every layer: after one pass over a token tree the
-    cache holds the prefix followed by *every* tree node, and only the prefix plus the kept branch may stay."""
-    # transformers 5.x: a DynamicCache is a list of per-layer objects (``cache.layers``), each with
-    # ``keys``/``values`` tensors shaped [batch, kv_heads, seq, head_dim]; the sequence axis is -2.
-    # 4.x kept ``key_cache``/``value_cache`` lists instead. Sliding-window, linear-attention
-    # (recurrent state), indexed and quantized layers keep more than plain rows of K/V, so a row
-    # gather would silently corrupt them: refuse those.
-    from transformers.cache_utils import DynamicLayer
-
-    layers = getattr(cache, "layers", None)
-    if layers is None:
-        raise NotImplementedError(
-            f"{type(cache).__name__} has no per-layer list (transformers < 5?); token trees need transformers 5.x"
-        )
-    length = cache_length(cache)
-    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= length):
-        raise ValueError(f"positions {idx.tolist()} outside a cache of {length} positions: keep positions "
-                         f"0 .. {length - 1}")
-    for layer in layers:
-        if type(layer) is not DynamicLayer:
-            raise NotImplementedError(
-                f"cannot keep scattered positions of a {type(layer).__name__} cache layer (sliding window, "
-                "recurrent or quantized state); token trees need plain full-attention KV caches"
-            )
-    if torch.equal(idx.cpu(), torch.arange(idx.numel())):  # the kept text is a prefix: a crop is enough
-        _keep_first(cache, idx.numel())
-        return
-    for layer in layers:
-        if not layer.is_initialized or layer.keys.numel() == 0:
-            continue
-        rows = idx.to(layer.keys.device)
-        layer.keys = layer.keys.index_select(-2, rows)
-        layer.values = layer.values.index_select(-2, rows)
+        def gather(keys, rows):
+            return keys.gather(2, rows[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[-1]))
+    for layer in cache.layers:
+        if layer.is_initialized and layer.keys.numel():
+            rows = kept.to(layer.keys.device)
+            layer.keys, layer.values = gather(layer.keys, rows), gather(layer.values, rows)
 
 
 def keep_cache_rows(cache: DynamicCache, rows: torch.Tensor) -> None:
@@ -156,28 +233,14 @@ def keep_cache_rows(cache: DynamicCache, rows: torch.Tensor) -> None:
 def check_plain_layers(cache: DynamicCache, what: str) -> None:
     """Refuse caches whose layers hold more than plain rows of K/V (sliding window, recurrent state,
     quantized): cropping and masking positions per row would silently corrupt them."""
-    from transformers.cache_utils import DynamicLayer
-
-    for layer in getattr(cache, "layers", []):
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        raise NotImplementedError(f"{type(cache).__name__} has no per-layer list (transformers < 5?); {what} needs "
+                                  "transformers 5.x")
+    for layer in layers:
         if type(layer) is not DynamicLayer:
             raise NotImplementedError(
                 f"{what} needs plain full-attention KV caches, and this model's cache has a "
                 f"{type(layer).__name__} layer (sliding window, recurrent or quantized state); decode its "
                 "prompts one at a time"
             )
-
-
-def _keep_positions_per_row(cache: DynamicCache, index: torch.Tensor) -> None:
-    """Row ``b`` of every layer keeps the cached positions ``index[b]`` (``[B, C']``, in that order): batched
-    decoding packs each row's live positions together once rejected ones (holes) pile up."""
-    check_plain_layers(cache, "packing a batched cache")
-    for layer in cache.layers:
-        if layer.is_initialized and layer.keys.numel() and index.shape[0] != layer.keys.shape[0]:
-            raise ValueError(f"rollback got positions for {index.shape[0]} rows, but the cache holds "
-                             f"{layer.keys.shape[0]}: pass one row of positions per batch row ([B, C'])")
-    for layer in cache.layers:
-        if not layer.is_initialized or layer.keys.numel() == 0:
-            continue
-        rows = index.to(layer.keys.device)[:, None, :, None]
-        layer.keys = layer.keys.gather(2, rows.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1]))
-        layer.values = layer.values.gather(2, rows.expand(-1, layer.values.shape[1], -1, layer.values.shape[-1]))

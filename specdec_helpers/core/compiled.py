@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import torch
 
-from specdec_helpers.core.cache import cache_kwargs, cache_length, new_static_cache
+from specdec_helpers.core.cache import StaticKV, cache_kwargs
 from specdec_helpers.core.cpu_kernels import use_plain_linears, uses_onednn
 
 CACHE_BLOCK = 256  # static cache lengths are multiples of this
@@ -25,7 +25,7 @@ _FORWARDS: "weakref.WeakKeyDictionary[torch.nn.Module, CompiledForward]" = weakr
 
 
 class CompiledForward:
-    """Calls like the model (``input_ids``, ``cache``, ``logits_to_keep``) over a static cache.
+    """The forward protocol (``forward(input_ids, cache)``, ``new_cache(n)``) over a `StaticKV`, compiled.
 
     Built once per model by `compiled_forward`. The model must not change afterwards: on a CPU the
     compiled graph holds its own packed copy of the weights (inductor's ``freezing``).
@@ -48,28 +48,35 @@ class CompiledForward:
     def get_input_embeddings(self):
         return self.model.get_input_embeddings()
 
-    def new_cache(self, max_length: int):
+    def new_cache(self, max_length: int) -> StaticKV:
         # Rounded up, so texts of different lengths share one cache shape (and one compiled graph).
-        return new_static_cache(self.model, -(-max_length // CACHE_BLOCK) * CACHE_BLOCK)
+        return StaticKV(self.model, -(-max(int(max_length), 1) // CACHE_BLOCK) * CACHE_BLOCK)
 
     @torch.inference_mode()
-    def __call__(self, input_ids, cache, use_cache=True, logits_to_keep: int = 0,
+    def __call__(self, input_ids, cache: StaticKV, use_cache=True, logits_to_keep: int = 0,
                  output_hidden_states: bool = False):
         if output_hidden_states:
             raise ValueError("a compiled target does not return hidden states: drafts that read the target's "
                              "features (eagle) need compile=False")
-        start = cache_length(cache)
-        if start == 0:
-            # The prefill runs eagerly: it allocates the cache once, and the graphs then only ever see a
-            # ready cache (one graph for a single token, one for several, instead of a third for the prefill).
-            return self.model(input_ids=input_ids, **cache_kwargs(self.model, cache), use_cache=True,
-                              logits_to_keep=logits_to_keep)
-        positions = torch.arange(start, start + input_ids.shape[1], device=input_ids.device)
-        # A fresh inference tensor with standard strides: other strides, or a tensor made outside inference mode,
-        # would each cost a recompile.
-        fresh = input_ids.new_empty(input_ids.shape).copy_(input_ids)
-        logits = self._logits(fresh, cache, positions)
-        return SimpleNamespace(logits=logits[:, -logits_to_keep:] if logits_to_keep else logits)
+        start, n = cache.position, input_ids.shape[1]
+        try:
+            if start == 0:
+                # The prefill runs eagerly: it allocates the cache once, and the graphs then only ever see a
+                # ready cache (one graph for a single token, one for several, instead of a third for the prefill).
+                logits = self.model(input_ids=input_ids, **cache_kwargs(self.model, cache), use_cache=True,
+                                    logits_to_keep=logits_to_keep).logits
+            else:
+                positions = torch.arange(start, start + n, device=input_ids.device)
+                # A fresh inference tensor with standard strides: other strides, or a tensor made outside inference
+                # mode, would each cost a recompile.
+                fresh = input_ids.new_empty(input_ids.shape).copy_(input_ids)
+                logits = self._logits(fresh, cache.cache, positions)
+                logits = logits[:, -logits_to_keep:] if logits_to_keep else logits
+        except BaseException:
+            cache.move_to(start)  # the layers may have counted part of the pass
+            raise
+        cache.move_to(start + n)
+        return SimpleNamespace(logits=logits)
 
 
 def compiled_forward(model) -> CompiledForward:

@@ -1,5 +1,6 @@
-"""The decode loops: speculative decoding, and plain greedy decoding as the same loop with a drafter that
-proposes nothing (`_NoDraft`)."""
+"""The chain loop: speculative decoding of one text (`_rounds`), and plain greedy decoding as the same loop with a
+drafter that proposes nothing (`_NoDraft`). Trees (`tree`) and batches (`batch`) have loops of their own; which
+forward runs the models is `backends`' choice."""
 from __future__ import annotations
 
 import time
@@ -9,17 +10,16 @@ from torch.profiler import (
     record_function,  # labels phases for `profile_decode`; ~µs when no profiler runs
 )
 
-from specdec_helpers.core import checks, reference_loop
-from specdec_helpers.core import verify as verification  # `verification.score_draft`, looked up per call: no alias here
+from specdec_helpers.core import checks, reference_loop, verify  # `verify.score_draft` etc. looked up per call
 from specdec_helpers.core.adaptive import KSchedule, as_schedule
+from specdec_helpers.core.backends import Backend, backend
 from specdec_helpers.core.batch import batch_speculative_decode
+from specdec_helpers.core.cache import rollback
 from specdec_helpers.core.checks import is_batch
 from specdec_helpers.core.drafters import Drafter, Proposal, as_drafter, exclusive
-from specdec_helpers.core.graphs import graphs_by_default
 from specdec_helpers.core.rounds import DecodeOutput, DecodeStats, Step, Text, cut_at_eos
 from specdec_helpers.core.sampling import Sampler
 from specdec_helpers.core.timing import sync_device
-from specdec_helpers.core.verify import verify
 
 
 __all__ = ["DecodeOutput", "DecodeStats", "Step", "cut_at_eos", "greedy_decode", "speculative_decode"]
@@ -98,8 +98,6 @@ def speculative_decode(
     checks.check_draft_model(drafter.model, input_ids, max_new_tokens)
     if compile or graphs:
         checks.check_compilable(use_cache, drafter, "graphs=True" if graphs else "compile=True")
-    if graphs is None:
-        graphs = score is None and graphs_by_default(target, use_cache, compile, drafter)
     if compile and graphs:
         raise ValueError("compile=True and graphs=True are two ways to a static-cache forward: choose one")
     if score is not None and (compile or graphs or drafter.needs_target_features or not callable(score)):
@@ -107,50 +105,46 @@ def speculative_decode(
                          "reads no cache and returns no target features, so use it without compile=True or graphs=True "
                          "and with a draft that needs none (not 'eagle')")
     with exclusive(draft if isinstance(draft, Drafter) else drafter):  # stateful: one decode at a time per drafter
-        return _decode_loop(target, drafter, input_ids, max_new_tokens, schedule, sampler, eos, use_cache, compile,
-                            graphs, score)
+        largest_k = 0 if isinstance(drafter, _NoDraft) else schedule.largest
+        with backend(target, drafter, input_ids, max_new_tokens, largest_k, use_cache, compile, graphs,
+                     score) as run:  # set up (graphs captured) before the rounds' timing starts
+            return _rounds(run, input_ids, max_new_tokens, schedule, sampler, eos, score)
 
 
 def greedy_decode(target, input_ids, *, max_new_tokens: int = 100, eos_token_id=None, use_cache: bool = True,
                   compile: bool = False, attention_mask=None, graphs: bool | None = None):
     """Plain greedy decoding (one target pass per token), the baseline speculative decoding must match."""
-    return reference_loop.greedy_decode(speculative_decode, _NoDraft(), target, input_ids, max_new_tokens=max_new_tokens,
-                                        eos_token_id=eos_token_id, use_cache=use_cache, compile=compile,
-                                        attention_mask=attention_mask, graphs=graphs)
+    return reference_loop.greedy_baseline(speculative_decode, _NoDraft(), target, input_ids,
+                                          max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, use_cache=use_cache,
+                                          compile=compile, attention_mask=attention_mask, graphs=graphs)
 
 
-def _decode_loop(target, drafter: Drafter, input_ids, max_new_tokens, schedule: KSchedule, sampler, eos, use_cache,
-                 compile=False, graphs=False, score=None):
-    """The target's cache (dynamic, static or none), then the rounds (`_rounds`)."""
-    with reference_loop.target_cache(target, drafter, input_ids, max_new_tokens, use_cache, compile, graphs,
-                                     score) as (target, cache, drafter):
-        return _rounds(target, drafter, cache, input_ids, max_new_tokens, schedule, sampler, eos, score)
-
-
-def _rounds(target, drafter: Drafter, cache, input_ids, max_new_tokens, schedule: KSchedule, sampler, eos, score=None):
+def _rounds(run: Backend, input_ids, max_new_tokens, schedule: KSchedule, sampler, eos, score=None) -> DecodeOutput:
     """One round on one screen: draft, one target pass, accept, append, roll back to the kept text."""
+    target, cache, drafter = run.target, run.cache, run.drafter  # what runs them: `backends.choose`
     text = Text(input_ids, max_new_tokens, eos)
     drafter.update(0)  # a new text
     sync_device(input_ids.device)
     start = time.perf_counter()
     while not text.done:
         context, length = text.context, text.length
+        k = min(schedule.current, text.room, run.max_k or text.room)
         with record_function("specdec::draft"):
-            proposal = drafter.propose(context, min(schedule.current, text.room), sampler)
+            proposal = drafter.propose(context, k, sampler)
         with record_function("specdec::target_forward"):  # the positions the cache lacks, then the draft
             if score is not None:  # the caller's own scoring pass (the student's, from notebook 03)
                 logits, features = score(target, context, proposal.tokens), None
             elif drafter.needs_target_features:  # e.g. `eagle`: it reads what the target computed
-                logits, features = verification.score_draft(target, context, proposal.tokens, cache, features=True)
+                logits, features = verify.score_draft(target, context, proposal.tokens, cache, features=True)
             else:
-                logits, features = verification.score_draft(target, context, proposal.tokens, cache), None
+                logits, features = verify.score_draft(target, context, proposal.tokens, cache), None
         with record_function("specdec::accept"):
-            result = verify(logits, proposal.tokens, proposal.probs, sampler)
+            result = verify.accept(logits, proposal.tokens, proposal.probs, sampler)
             emitted = text.append(result.tokens, result.token_list)
         # Kept: the old text plus the accepted draft tokens; the new last token is fed next round.
-        with record_function("specdec::rollback"):  # every cache through `cache.rollback`
+        with record_function("specdec::rollback"):
             kept = length + result.num_accepted
-            reference_loop.keep_target_cache(cache, kept)  # (the student edition keeps no target cache)
+            rollback(cache, kept)  # a static cache moves its position; a dynamic one drops the rest
             if features is not None:  # the rejected draft tokens' features go too
                 features = features[:, : features.shape[1] - (result.num_proposed - result.num_accepted)]
             drafter.update(kept, features)  # the drafter rolls its own state back
@@ -158,4 +152,4 @@ def _rounds(target, drafter: Drafter, cache, input_ids, max_new_tokens, schedule
         text.record(Step(proposal.tokens, result.num_accepted, emitted), result.num_proposed,
                     proposal.forward_calls)
     sync_device(input_ids.device)
-    return text.finish(time.perf_counter() - start)
+    return text.finish(time.perf_counter() - start, backend=str(run))

@@ -1,28 +1,27 @@
-"""Static KV caches, and CUDA graphs replayed over them (gpt-fast's recipe, with no compiler).
+"""Fixed-size steps over the kit's static cache, replayed from CUDA graphs (gpt-fast's recipe, with no compiler).
 
-Why: in eager mode a GPU waits on Python. A one-token step of a 24-layer model launches hundreds of
-small kernels, and each launch costs more than the kernel runs on a modern GPU, so a step costs about
-the same for a 160m draft as for a 1.4b target (c near 1: speculation cannot pay). A CUDA graph
-records those launches once and replays them with one call; that needs fixed shapes and fixed
-addresses, which is what a static cache gives. Rollback then moves a position: nothing is copied.
+Why: in eager mode a GPU waits on Python. A one-token step of a 24-layer model launches hundreds of small kernels,
+and each launch costs more than the kernel runs on a modern GPU, so a step costs about the same for a 160m draft as
+for a 1.4b target (c near 1: speculation cannot pay). A CUDA graph records those launches once and replays them with
+one call; that needs fixed shapes and fixed addresses, which the static cache (`cache.StaticKV`) gives.
 
-Three small pieces:
+`StaticForward` is the forward protocol (``forward(input_ids, cache)``, ``new_cache(n)``) over a `StaticKV`. A pass of
+``n <= GRAPH_TOKENS`` tokens after the prefill runs n's *step*: the tokens go into the step's input buffer, the step
+replays, and its output buffer holds the logits until the step's next replay. The prefill and longer passes run
+eagerly on the same cache. On a CPU the steps replay an emulated graph (`_Emulated`: eager, written into the first
+run's buffers), so the tests there run the same bookkeeping as a GPU.
 
-- `StaticKV`: transformers' ``StaticCache`` whose layers count their length in ONE device tensor
-  (``lengths``; every layer writes at its own entry), plus the host's copy of it (``position``). Rolling
-  back is one ``fill_`` of that tensor; the rows beyond stay in memory, hidden by the causal mask,
-  and are overwritten by the next pass. It answers `cache.cache_length` and `cache.rollback`.
-- `StaticForward`: calls like the model (``input_ids``, ``cache``, ``logits_to_keep``) over a `StaticKV`.
-  A pass of ``n <= GRAPH_TOKENS`` tokens after the prefill runs a *step* of its own size: the tokens
-  go into the step's static input buffer, then the step runs. The prefill (and longer passes) run
-  eagerly on the same cache.
-- The step: on CUDA (``graphs=True``) a ``torch.cuda.CUDAGraph`` captured on first use, then replayed;
-  anywhere else (``graphs=False``, e.g. on a CPU) "replay" calls the same eager forward on the same static
-  buffers. So the positions, the rollback and the bookkeeping are the same code on a CPU, where the tests run.
+A capture must never hurt the process (a failed capture once left the capture stream current, and every later CUDA
+random call raised):
+- a family whose step reads the device on the host (`capture_rehearsal.HOST_READING_FAMILIES`, found on the CPU) runs
+  eagerly by rule, and every step's first warm-up runs under the same spy, on the real device, before it is captured;
+- `prepare` captures every step a decode may use before its timing starts; nothing is captured during a pass;
+- the first `prepare` per (dtype, device) replays each step against the same pass run eagerly, bitwise, else the
+  model runs eagerly, with a warning that names it;
+- a capture that fails anyway restores the stream and the random state and drops the graphs and their pool.
 """
 from __future__ import annotations
 
-import contextlib
 import threading
 import warnings
 import weakref
@@ -30,65 +29,41 @@ from types import SimpleNamespace
 
 import torch
 
-from specdec_helpers.core.cache import cache_kwargs, new_static_cache
-from specdec_helpers.core.drafters import ModelDrafter
+from specdec_helpers.core.cache import StaticKV, cache_kwargs
+from specdec_helpers.core.capture_rehearsal import HOST_READING_FAMILIES, host_reads
 
 GRAPH_TOKENS = 16  # passes up to this many tokens run as (captured) steps; longer ones (prefills) eagerly
-BLOCK = 256  # cache capacities are multiples of this, so texts of different lengths share one cache
-_FORWARDS: "weakref.WeakKeyDictionary[torch.nn.Module, StaticForward]" = weakref.WeakKeyDictionary()
+MAX_K = GRAPH_TOKENS - 1  # draft tokens a round may verify while graphs are on (k + 1 tokens a pass)
+BLOCK = 256  # cache capacities are multiples of this, so texts of different lengths share one cache (and its graphs)
+CHECK_PREFILL = 9  # the self-check's prefill, before its passes
+_FORWARDS: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
-class StaticKV:
-    """A ``StaticCache`` of ``capacity`` positions whose length is one host int and one device tensor."""
-
-    def __init__(self, model, capacity: int):
-        from transformers.cache_utils import StaticLayer
-
-        self.cache = new_static_cache(model, capacity)
-        if any(type(layer) is not StaticLayer for layer in self.cache.layers):
-            raise NotImplementedError(f"{type(model).__name__} has sliding-window or recurrent cache layers: a "
-                                      "static cache here rolls back plain full-attention layers only; use graphs=False")
-        self.capacity, self.position, self.in_use = capacity, 0, False
-        # One counter per layer, all views of one tensor: a rollback is a single fill, with no host read.
-        self.lengths = torch.zeros(len(self.cache.layers), dtype=torch.long, device=model.device)
-        for i, layer in enumerate(self.cache.layers):
-            layer.cumulative_length = self.lengths[i]
-        self.steps: dict[int, SimpleNamespace] = {}  # tokens per pass -> its step (input buffer, logits, run)
-        self.pool = None  # the CUDA graphs' shared memory pool
-
-    def get_seq_length(self) -> int:
-        """Positions held (the host's count: reading it never waits for the device)."""
-        return self.position
-
-    def rollback(self, n_kept: int) -> None:
-        """Keep the first ``n_kept`` positions: move the position back (the rows beyond are overwritten later)."""
-        if not 0 <= n_kept <= self.position:
-            raise ValueError(f"cannot roll a static cache of {self.position} positions back to {n_kept}")
-        if n_kept != self.position:
-            self.lengths.fill_(n_kept)
-            self.position = n_kept
-
-    def crop(self, tokens_to_remove: int) -> None:
-        """`cache.rollback` speaks to caches in transformers 5.x's words: a negative count drops that many."""
-        self.rollback(self.position + min(int(tokens_to_remove), 0))
+class CaptureRefused(RuntimeError):
+    """A step was not captured: it reads the device on the host, or its capture failed."""
 
 
 class StaticForward:
-    """The model's forward over a `StaticKV`, in fixed-size steps (CUDA graphs with ``graphs=True``).
+    """The model's forward over a `StaticKV`, in fixed-size steps: CUDA graphs (``graphs=True`` on a GPU), emulated
+    graphs (``graphs=True`` elsewhere), or the eager pass (``graphs=False``).
 
-    Built once per model and mode by `static_forward`. It keeps the caches it made (and their graphs)
-    for the next decode: `new_cache` hands out a free one, `release` takes it back.
+    Built once per model and mode by `static_forward`. It keeps the caches it made (and their steps) for the next
+    decode: `new_cache` hands out a free one, reset; `release` takes it back.
     """
 
     def __init__(self, model, graphs: bool):
-        if graphs and model.device.type != "cuda":
-            raise ValueError(f"CUDA graphs need a model on a CUDA device, not {model.device}; use graphs=False")
         # A weak reference: `_FORWARDS` keeps this as long as the model lives, and must not keep the model alive.
         self._model = weakref.ref(model)
         self.config, self.device, self.graphs = model.config, model.device, graphs
         self.caches: list[StaticKV] = []
-        self.captured = 0  # graphs captured so far (the benchmark reports it)
+        self.captured = 0  # steps captured so far (the benchmarks report it)
+        self.checked: set = set()  # (dtype, device) whose replays matched the eager passes
+        self.eager_reason = None  # why this model's steps run eagerly although graphs were asked for
+        family = getattr(model.config, "model_type", None)
+        if graphs and family in HOST_READING_FAMILIES:
+            self._go_eager(f"{family}'s step reads the device on the host (capture_rehearsal.HOST_READING_FAMILIES), "
+                           "which a CUDA graph cannot record", warn=False)
 
     @property
     def model(self):
@@ -98,7 +73,7 @@ class StaticForward:
         return self.model.get_input_embeddings()
 
     def new_cache(self, max_length: int) -> StaticKV:
-        """An empty cache of at least ``max_length`` positions: a free one made before (graphs and all), else new."""
+        """An empty cache of at least ``max_length`` positions: a free one made before (steps and all), else new."""
         capacity = -(-max(int(max_length), 1) // BLOCK) * BLOCK
         with _LOCK:
             free = [kv for kv in self.caches if not kv.in_use and kv.capacity >= capacity]
@@ -109,14 +84,32 @@ class StaticForward:
                 kv = StaticKV(self.model, capacity)
                 self.caches.append(kv)
             kv.in_use = True
-        kv.rollback(0)
+        kv.move_to(0)  # always: a pass that was interrupted may have left the counters anywhere
         return kv
 
     def release(self, kv: StaticKV) -> None:
         kv.in_use = False
 
+    def prepare(self, kv: StaticKV, sizes) -> None:
+        """Make the steps of every pass size in ``sizes`` (up to `GRAPH_TOKENS`) over ``kv`` now, before any timing;
+        the first time per dtype and device, check their replays against eager passes."""
+        sizes = sorted({int(n) for n in sizes if 0 < n <= GRAPH_TOKENS})
+        if any(n not in kv.steps for n in sizes):
+            # Steps are made after a prefill, as in a decode (at position 0 a step takes the prefill's path).
+            kv.move_to(0)
+            self._eager(torch.zeros((1, CHECK_PREFILL), dtype=torch.long, device=self.device), kv)
+            kv.move_to(CHECK_PREFILL)
+            for n in sizes:
+                if n not in kv.steps:
+                    self._make_step(kv, n)
+        key = (self.model.dtype, self.device)
+        if self.graphs and key not in self.checked and sizes:
+            self._self_check(kv, sizes)
+            self.checked.add(key)
+        kv.move_to(0)
+
     def _eager(self, input_ids, kv: StaticKV):
-        return self.model(input_ids=input_ids, **cache_kwargs(self.model, kv.cache), use_cache=True,
+        return self.model(input_ids=input_ids, **cache_kwargs(self.model, kv), use_cache=True,
                           logits_to_keep=0).logits
 
     @torch.inference_mode()
@@ -125,122 +118,157 @@ class StaticForward:
         if output_hidden_states:
             raise ValueError("a static-cache forward returns logits only: drafts that read the target's features "
                              "(eagle) need graphs=False")
-        n = input_ids.shape[1]
-        if cache.position + n > cache.capacity:
+        n, held = input_ids.shape[1], cache.position
+        if held + n > cache.capacity:
             raise ValueError(f"{n} more tokens overflow a static cache of {cache.capacity} positions "
-                             f"({cache.position} held); make it with new_cache(max_length) large enough")
-        if cache.position == 0 or n > GRAPH_TOKENS:  # the prefill: once per text, any length
-            logits = self._eager(input_ids, cache)
-        else:
-            step = cache.steps.get(n) or self._make_step(cache, n)
-            step.tokens.copy_(input_ids)
-            step.run()
-            logits = step.logits
-        cache.position += n
+                             f"({held} held); make it with new_cache(max_length) large enough")
+        try:
+            if held == 0 or n > GRAPH_TOKENS:  # the prefill: once per text, any length
+                logits = self._eager(input_ids, cache)
+            else:
+                step = cache.steps.get(n) or self._make_step(cache, n)  # made in `prepare` for a decode's sizes
+                step.tokens.copy_(input_ids)
+                step.replay()
+                logits = step.logits
+        except BaseException:
+            cache.move_to(held)  # the layers may have counted part of the pass
+            raise
+        cache.move_to(held + n)
         return SimpleNamespace(logits=logits[:, -logits_to_keep:] if logits_to_keep else logits)
 
     def _make_step(self, kv: StaticKV, n: int) -> SimpleNamespace:
-        """The step for passes of ``n`` tokens over ``kv``: a captured graph on CUDA, the eager forward elsewhere."""
+        """The step for passes of ``n`` tokens over ``kv``: captured (or emulated) with graphs, else the eager pass."""
         step = SimpleNamespace(tokens=torch.zeros((1, n), dtype=torch.long, device=self.device), logits=None)
 
         def eager():
             step.logits = self._eager(step.tokens, kv)
 
-        step.run = eager
+        step.replay = eager
         if self.graphs:
+            held = kv.position
             try:
-                step.run = self._capture(kv, step)
+                step.replay, step.logits = self._capture(kv, step.tokens)
                 self.captured += 1
-            except RuntimeError as error:  # e.g. a model that reads the device during its forward
-                warnings.warn(f"CUDA graph capture of a {n}-token step of {type(self.model).__name__} failed "
-                              f"({error}); running it eagerly over the static cache instead", stacklevel=3)
-                self.graphs = False
+            except CaptureRefused as refused:
+                self._go_eager(f"its {n}-token step was not captured ({refused})")
+            finally:
+                kv.move_to(held)
         kv.steps[n] = step
         return step
 
-    def _capture(self, kv: StaticKV, step: SimpleNamespace):
-        """Capture one pass over ``step.tokens`` at the cache's current position; returns its replay.
+    def _capture(self, kv: StaticKV, tokens):
+        """``(replay, logits buffer)`` of one pass over ``tokens`` at the cache's position, recorded once.
 
-        The pass reads its position from ``kv.lengths`` and advances it on the device, so one graph serves every
-        position. Warm-up passes (on a side stream, as CUDA graphs require) write rows beyond the position:
-        those rows are masked and overwritten, like a rejected draft's.
+        The pass reads its position from ``kv.lengths`` and advances it on the device, so one recording serves every
+        position. Warm-up passes write rows beyond the position: masked and overwritten later, like a rejected draft's.
         """
         held = kv.position
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                self._eager(step.tokens, kv)
-                kv.lengths.fill_(held)
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        if kv.pool is None:
-            kv.pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=kv.pool):
-            step.logits = self._eager(step.tokens, kv)
-        kv.lengths.fill_(held)  # capture records the pass; it does not run it
-        return graph.replay
+
+        def run():
+            logits = self._eager(tokens, kv)
+            kv.lengths.fill_(held)
+            return logits
+
+        found = host_reads(run)  # the first warm-up, on the real device, under the spy
+        if found:
+            raise CaptureRefused("it reads the device on the host: " + "; ".join(found[:3]))
+        if self.device.type != "cuda":
+            emulated = _Emulated(run)
+            return emulated.replay, emulated.output
+        return _cuda_capture(run, kv, self.device)
+
+    def _self_check(self, kv: StaticKV, sizes) -> None:
+        """Each step's replay against the same pass run eagerly, after a prefill, rolled back in between: bitwise
+        equal, or the model runs eagerly (a warning names it)."""
+        generator = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, self.config.vocab_size, (1, CHECK_PREFILL + max(sizes)), generator=generator)
+        ids = ids.to(self.device)
+        kv.move_to(0)
+        self._eager(ids[:, :CHECK_PREFILL], kv)
+        for n in sizes:
+            chunk = ids[:, CHECK_PREFILL:CHECK_PREFILL + n]
+            kv.move_to(CHECK_PREFILL)
+            expected = self._eager(chunk, kv).clone()
+            kv.move_to(CHECK_PREFILL)
+            step = kv.steps[n]
+            step.tokens.copy_(chunk)
+            step.replay()
+            if not torch.equal(step.logits, expected):
+                self._go_eager(f"its {n}-token graph's replay differs from the same pass run eagerly")
+                return
+
+    def _go_eager(self, reason: str, warn: bool = True) -> None:
+        """From now on every step of this model runs the eager pass (its graphs and their memory are dropped)."""
+        self.graphs, self.eager_reason = False, reason
+        for kv in self.caches:
+            kv.steps.clear()
+            kv.pool = None
+        name = getattr(self.model, "name_or_path", None) or type(self.model).__name__
+        if warn:
+            warnings.warn(f"CUDA graphs are off for {name}: {reason}; it runs eagerly over its static cache",
+                          stacklevel=4)
 
 
-class StaticModelDrafter(ModelDrafter):
-    """A `ModelDrafter` whose passes run as steps over a static cache: its one-token step is the draft's graph.
+class _Emulated:
+    """A CPU's stand-in for a CUDA graph: capture runs the pass once and keeps its output; each replay runs it again
+    and writes into that output, as a real replay writes into its capture's memory (a caller holding an output
+    across passes sees it change, here as on a GPU)."""
 
-    Made per decode by `static_pair` around the user's drafter (same model, vocabulary limit and threshold);
-    its rollback is `StaticKV.rollback`, through the same `update` as every model drafter's.
-    """
+    def __init__(self, run):
+        self.run = run
+        self.output = run()
 
-    def __init__(self, base: ModelDrafter, forward: StaticForward, kv: StaticKV):
-        self.kv = kv
-        super().__init__(base.model, base.vocab_limit, base.confidence_threshold)
-        self.label, self.forward = base.label, forward
-
-    def new_cache(self):
-        self.kv.rollback(0)
-        return self.kv
+    def replay(self) -> None:
+        self.output.copy_(self.run())
 
 
-@contextlib.contextmanager
-def static_pair(target, drafter, max_length: int, graphs: bool):
-    """``(target forward, its cache, drafter)`` over static caches of ``max_length`` positions, given back after.
-
-    A plain `ModelDrafter` drafts over a static cache of its own; other drafters (n-gram lookups, hybrids) come
-    back as they are. The target and the draft may be one model: each gets its own cache (and graphs).
-    """
-    forward = static_forward(target, graphs)
-    taken = [(forward, forward.new_cache(max_length))]
+def _cuda_capture(run, kv: StaticKV, device):
+    """Two warm-ups on a side stream, then one capture into the cache's pool. However the capture ends, the current
+    stream is restored; if it fails, so is the random state, and the error says why."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            run()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    if getattr(kv, "pool", None) is None:
+        kv.pool = torch.cuda.graph_pool_handle()
+    graph, rng = torch.cuda.CUDAGraph(), _rng_state(device)
+    torch.cuda.synchronize(device)
     try:
-        if type(drafter) is ModelDrafter:
-            draft_forward = static_forward(drafter.model, graphs)
-            taken.append((draft_forward, draft_forward.new_cache(max_length)))
-            drafter = StaticModelDrafter(drafter, draft_forward, taken[-1][1])
-        yield forward, taken[0][1], drafter
-    finally:
-        for owner, kv in taken:
-            owner.release(kv)
+        with torch.cuda.stream(stream):  # leaves the stream it entered on, whatever raises inside
+            graph.capture_begin(pool=kv.pool)
+            try:
+                logits = run()
+            finally:
+                graph.capture_end()
+    except RuntimeError as error:
+        _restore_rng(device, rng)
+        kv.pool = None
+        raise CaptureRefused(str(error).splitlines()[0]) from error
+    return graph.replay, logits
 
 
-def static_forward(model, graphs: bool) -> StaticForward:
+def _rng_state(device):
+    """The device's default generator's state, as a fresh generator (capture registers the default generator; a
+    capture that fails leaves it mid-capture, and its next random call raises)."""
+    generator = torch.Generator(device)
+    generator.set_state(torch.cuda.get_rng_state(device))
+    return generator
+
+
+def _restore_rng(device, saved) -> None:
+    default = torch.cuda.default_generators[torch.device(device).index or 0]
+    if hasattr(default, "graphsafe_set_state"):  # swaps in a state object that is not mid-capture
+        default.graphsafe_set_state(saved.graphsafe_get_state())
+    else:
+        default.set_state(saved.get_state())
+
+
+def static_forward(model, graphs: bool = True) -> StaticForward:
     """The model's `StaticForward` for ``graphs`` (made on first use, kept as long as the model lives)."""
     with _LOCK:
         forwards = _FORWARDS.setdefault(model, {})
         if graphs not in forwards:
             forwards[graphs] = StaticForward(model, graphs)
         return forwards[graphs]
-
-
-def graphs_by_default(target, use_cache: bool, compile: bool, drafter) -> bool:
-    """``graphs=None``: on where a step replays faster than it launches (a CUDA device), for the paths graphs serve."""
-    return (target.device.type == "cuda" and use_cache and not compile and not drafter.needs_target_features
-            and not getattr(target, "hf_device_map", None) and plain_static_layers(target)
-            and (drafter.model is None or plain_static_layers(drafter.model)))
-
-
-def plain_static_layers(model) -> bool:
-    """Whether ``model``'s static cache has only plain full-attention layers (no sliding window, no recurrent state):
-    the layers a position can roll back. (Building the cache allocates nothing: its layers allocate on first use.)"""
-    from transformers.cache_utils import StaticLayer
-
-    try:
-        return all(type(layer) is StaticLayer for layer in new_static_cache(model, 1).layers)
-    except Exception:  # a model transformers cannot give a static cache
-        return False

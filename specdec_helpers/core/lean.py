@@ -7,8 +7,8 @@ rotary embedding, Linear layers, activation) and runs the tensor operations betw
 order (attention as ``sdpa_attention_forward`` calls it), so its logits are bitwise the model's;
 `lean_forward` checks that once per model and dtype, and falls back to the model's own forward where they
 differ (a newer transformers, another architecture). q/k/v and gate/up run as one packed product each
-while their layers keep the weights they were packed from. Its cache is static: a rollback moves a
-position, and attention reads only the rows before it.
+while their layers keep the weights they were packed from. Its cache is the kit's one static cache
+(`cache.StaticKV`): a rollback moves a position, and attention reads only the rows before it.
 """
 from __future__ import annotations
 
@@ -19,37 +19,12 @@ import torch
 import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import repeat_kv, rotate_half
 
-from specdec_helpers.core.cache import cache_kwargs
+from specdec_helpers.core.cache import StaticKV, cache_kwargs
 from specdec_helpers.core.cpu_kernels import OneDNNLinear, pack_weight, packed_linear
-from specdec_helpers.core.drafters import ModelDrafter
-from specdec_helpers.core.graphs import StaticModelDrafter
 
 CHECK_SIZES = (1, 2, 5, 11, 17)  # passes compared with the model's own forward (after a prefill of PREFILL)
 PREFILL = 9
 _CHECKED: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
-
-
-class LeanKV:
-    """Keys and values ``[1, kv_heads, capacity, head_dim]`` per layer, filled up to ``position``."""
-
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, capacity: int, dtype, device):
-        shape = (1, kv_heads, capacity, head_dim)
-        self.keys = [torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)]
-        self.values = [torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)]
-        self.capacity, self.position = capacity, 0
-
-    def get_seq_length(self) -> int:
-        return self.position
-
-    def rollback(self, n_kept: int) -> None:
-        """Keep the first ``n_kept`` positions: the rows beyond are never read, and the next pass overwrites them."""
-        if not 0 <= n_kept <= self.position:
-            raise ValueError(f"cannot roll a cache of {self.position} positions back to {n_kept}")
-        self.position = n_kept
-
-    def crop(self, tokens_to_remove: int) -> None:
-        """`cache.rollback` speaks transformers 5.x's words: a negative count drops that many."""
-        self.rollback(self.position + min(int(tokens_to_remove), 0))
 
 
 def supported(model) -> str | None:
@@ -82,7 +57,8 @@ def _hooked(model) -> bool:
 
 
 class LeanForward:
-    """Calls like the model (``input_ids``, ``cache``, ``logits_to_keep``, ``output_hidden_states``) over a `LeanKV`."""
+    """The forward protocol (``forward(input_ids, cache)``, ``new_cache(n)``; ``logits_to_keep`` and
+    ``output_hidden_states`` as the model takes them) over a `StaticKV`."""
 
     def __init__(self, model, fuse: bool = True):
         # A weak reference (the check's table must not keep the model alive); its modules are read at each pass, so
@@ -100,11 +76,12 @@ class LeanForward:
     def get_input_embeddings(self):
         return self._model().get_input_embeddings()
 
-    def new_cache(self, max_length: int) -> LeanKV:
-        return LeanKV(len(self._model().model.layers), self.kv_heads, self.head_dim, max(int(max_length), 1), self.dtype, self.device)
+    def new_cache(self, max_length: int) -> StaticKV:
+        """An empty cache of ``max_length`` positions."""
+        return StaticKV(self._model(), max(int(max_length), 1))
 
     @torch.inference_mode()
-    def __call__(self, input_ids, cache: LeanKV, use_cache: bool = True, logits_to_keep: int = 0,
+    def __call__(self, input_ids, cache: StaticKV, use_cache: bool = True, logits_to_keep: int = 0,
                  output_hidden_states: bool = False):
         n, past = input_ids.shape[1], cache.position
         if input_ids.shape[0] != 1:
@@ -133,12 +110,12 @@ class LeanForward:
                 gate, up = mlp.gate_proj(h), mlp.up_proj(h)
             x = x + mlp.down_proj(mlp.act_fn(gate) * up)
         hidden = body.norm(x)
-        cache.position = past + n
+        cache.move_to(past + n)
         keep = slice(-logits_to_keep, None) if logits_to_keep else slice(None)
         logits = model.lm_head(hidden[:, keep, :])
         return SimpleNamespace(logits=logits, hidden_states=(hidden,) if output_hidden_states else None)
 
-    def _attention(self, attention, qkv, h, cos, sin, cache: LeanKV, i: int, past: int, n: int, mask):
+    def _attention(self, attention, qkv, h, cos, sin, cache: StaticKV, i: int, past: int, n: int, mask):
         if qkv is not None:
             q, k, v = packed_linear(h, qkv).split([self.heads * self.head_dim, *2 * [self.kv_heads * self.head_dim]], dim=-1)
         else:
@@ -147,9 +124,10 @@ class LeanForward:
         k = k.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
         v = v.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-        cache.keys[i][:, :, past:past + n] = k
-        cache.values[i][:, :, past:past + n] = v
-        k, v = cache.keys[i][:, :, :past + n], cache.values[i][:, :, :past + n]
+        layer = cache.layer(i, k)
+        layer.keys[:, :, past:past + n] = k
+        layer.values[:, :, past:past + n] = v
+        k, v = layer.keys[:, :, :past + n], layer.values[:, :, :past + n]
         groups = self.heads // self.kv_heads
         if mask is None:  # one query, or a prefill (causal): the kernel handles grouped heads itself
             options = {"enable_gqa": True} if groups > 1 else {}
@@ -194,13 +172,6 @@ def lean_forward(model) -> LeanForward | None:
         plain = None if _agrees(model, fused) else LeanForward(model, fuse=False)
         checked[model.dtype] = fused if plain is None else plain if _agrees(model, plain) else None
     return checked[model.dtype]
-
-
-def lean_drafter(drafter, max_length: int):
-    """A plain `ModelDrafter` whose model has a lean forward drafts through it, over a cache of its own; any other
-    drafter (a lookup, a hybrid, a feature draft) is returned as it is."""
-    forward = lean_forward(drafter.model) if type(drafter) is ModelDrafter else None
-    return drafter if forward is None else StaticModelDrafter(drafter, forward, forward.new_cache(max_length))
 
 
 @torch.inference_mode()

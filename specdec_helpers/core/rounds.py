@@ -107,6 +107,7 @@ class DecodeOutput:
     sequences: torch.Tensor  # [1, prompt + new], as target.generate(do_sample=False) returns
     stats: DecodeStats
     steps: list[Step]  # per-round trace, for explaining and colouring the output
+    backend: str = ""  # what ran the models, and why (`backends.choose`)
 
     @property
     def new_tokens(self) -> torch.Tensor:
@@ -164,12 +165,12 @@ class Text:
         self.stats.record_round(proposed, step.accepted, draft_calls)
         self.steps.append(step)
 
-    def finish(self, wall_time_s: float) -> DecodeOutput:
+    def finish(self, wall_time_s: float, backend: str = "") -> DecodeOutput:
         """The loop is over: the output, with the drafts read from the device in one go and the time taken."""
         _drafts_to_lists(self.steps)
         self.stats.wall_time_s = wall_time_s
         self.stats.new_tokens = self.length - self.prompt_length
-        return DecodeOutput(self.context.clone(), self.stats, self.steps)
+        return DecodeOutput(self.context.clone(), self.stats, self.steps, backend)
 
 
 def _drafts_to_lists(steps: list[Step]) -> None:

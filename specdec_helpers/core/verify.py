@@ -58,7 +58,7 @@ def _match_vocab(probs: torch.Tensor, vocab: int) -> torch.Tensor:
     return torch.nn.functional.pad(probs, (0, vocab - width))
 
 
-def verify(logits, draft_tokens, draft_probs, sampler: Sampler) -> VerifyResult:
+def accept(logits, draft_tokens, draft_probs, sampler: Sampler) -> VerifyResult:
     """Greedy matching when the sampler is greedy, rejection sampling otherwise."""
     if sampler.greedy:
         return accept_greedy(logits, draft_tokens)

@@ -1,14 +1,13 @@
 """The student edition of `core/reference_loop.py`: greedy speculative decoding of one prompt is what the students
-write (notebooks 02-04), so it is refused here; the decode loop keeps no target cache (notebook 04's exercise:
-the target re-reads the text every round), and the greedy baseline is Hugging Face's ``generate`` (no decode
-loop of the kit's own).
+write (notebooks 02-04), so it is refused here, and the greedy baseline is Hugging Face's ``generate`` (no decode
+loop of the kit's own). What is left to the kit's loop here samples with the student's own scoring pass
+(``score=``), which reads no cache: the target re-reads the text every round.
 
 Never imported where it lies: `release`, the grader's view and the student kit's `check` put it in place of
 ``core/reference_loop.py`` (``grading/editions.SWAPS``), so it imports only what that module may import.
 """
 from __future__ import annotations
 
-import contextlib
 import time
 
 import torch
@@ -17,7 +16,7 @@ from specdec_helpers.core import checks
 from specdec_helpers.core.rounds import DecodeOutput, Step, Text
 from specdec_helpers.core.timing import sync_device
 
-__all__ = ["check_batch", "check_decoding", "check_tree", "greedy_decode", "keep_target_cache", "target_cache"]
+__all__ = ["check_batch", "check_decoding", "check_tree", "greedy_baseline"]
 
 
 def check_decoding(temperature, top_k) -> None:
@@ -41,21 +40,11 @@ def check_batch(draft, prompts, samplers) -> None:
         raise checks.student_edition("greedy speculative decoding of one prompt", "04", "generate_ids")
 
 
-@contextlib.contextmanager
-def target_cache(target, drafter, input_ids, max_new_tokens: int, use_cache: bool, compile: bool, graphs: bool,
-                 score=None):
-    """No cached verification here (notebook 04's exercise): the target re-reads the text."""
-    yield target, None, drafter
-
-
-def keep_target_cache(cache, n_kept: int) -> None:
-    """Nothing to roll back: no target cache in the student edition."""
-
-
-def greedy_decode(decode, no_draft, target, input_ids, *, max_new_tokens: int = 100, eos_token_id=None,
-                  attention_mask=None, **options):
+def greedy_baseline(decode, no_draft, target, input_ids, **options):
     """Greedy decoding by Hugging Face's ``generate``; a batch (notebook 08's baseline: no draft, nothing graded)
-    goes to the batched loop."""
+    goes to the batched loop. (``use_cache``, ``compile`` and ``graphs`` have no say over ``generate``.)"""
+    max_new_tokens, eos_token_id = options.get("max_new_tokens", 100), options.get("eos_token_id")
+    attention_mask = options.get("attention_mask")
     if checks.is_batch(input_ids, attention_mask):
         return decode(target, no_draft, input_ids, attention_mask=attention_mask, max_new_tokens=max_new_tokens,
                       eos_token_id=eos_token_id)

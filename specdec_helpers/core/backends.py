@@ -1,0 +1,136 @@
+"""Which forward runs the target and the draft, and why: the kit's one decision about speed, made in `choose`.
+
+Every backend speaks one protocol: ``forward(input_ids=..., cache=..., logits_to_keep=...)`` returns ``.logits``, and
+``forward.new_cache(n)`` gives an empty cache of at least ``n`` positions, which `cache.rollback` rolls back.
+
+- ``dynamic``: the model itself over transformers' ``DynamicCache`` (any family, any drafter, trees, batches).
+- ``lean``: a Llama on a CPU through `lean.LeanForward` (transformers' operations without its per-layer Python,
+  bitwise its logits) over the kit's static cache; a plain Llama draft model drafts through its own.
+- ``graphs``: `graphs.StaticForward`, fixed-size steps replayed from CUDA graphs over static caches, for both models
+  (emulated on a CPU). The default on a GPU, where an eager step waits on kernel launches.
+- ``compiled``: `compiled.CompiledForward`, the target's forward ``torch.compile``-d over a static cache (opt-in).
+- ``uncached``: no cache (``use_cache=False``, or a caller's ``score=``, which reads none).
+
+The edition modules (``core/reference_*.py`` and the students' editions) hold no part of this.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from specdec_helpers.core.cache import new_cache, plain_static_layers
+from specdec_helpers.core.compiled import compiled_forward
+from specdec_helpers.core.drafters import Drafter, ModelDrafter
+from specdec_helpers.core.graphs import MAX_K, static_forward
+from specdec_helpers.core.lean import lean_forward, supported
+
+
+@dataclass
+class Backend:
+    """What one decode runs on: the target's forward and cache, the drafter (over a static cache of its own where
+    the backend has one), the largest k its steps serve (None: any), and the choice with its reason."""
+
+    name: str
+    reason: str
+    target: object
+    cache: object
+    drafter: Drafter
+    max_k: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.reason})"
+
+
+def choose(target, drafter, use_cache: bool, compile: bool, graphs: bool | None, score=None) -> tuple[str, str]:
+    """``(backend name, why)`` for a decode: the caller's explicit wishes first, then the fastest backend that gives
+    the target's own logits on this device."""
+    if not use_cache or score is not None:
+        return "uncached", "use_cache=False" if not use_cache else "a caller's score= reads no cache"
+    if compile:
+        return "compiled", "compile=True"
+    if graphs:
+        return "graphs", "graphs=True" + ("" if target.device.type == "cuda" else ", emulated on the CPU")
+    if graphs is None:
+        unfit = graphs_unfit(target, drafter)
+        if unfit is None:
+            return "graphs", "a CUDA target: a graph replays a step faster than its kernels launch"
+    lean = supported(target) or (None if lean_forward(target) else "its lean forward's logits differ")
+    if lean is None:
+        return "lean", "a Llama on the CPU: its forward without transformers' per-layer Python, bitwise its logits"
+    if graphs is None:
+        return "dynamic", f"graphs off ({unfit}); no lean forward ({lean})"
+    return "dynamic", f"graphs=False; no lean forward ({lean})"
+
+
+def graphs_unfit(target, drafter) -> str | None:
+    """Why ``graphs=None`` leaves CUDA graphs off for this pair, or None where they serve it."""
+    if target.device.type != "cuda":
+        return "not a CUDA target"
+    if drafter.needs_target_features:
+        return "the draft reads the target's features"
+    if getattr(target, "hf_device_map", None):
+        return "a model split over devices"
+    if not plain_static_layers(target) or (drafter.model is not None and not plain_static_layers(drafter.model)):
+        return "sliding-window or recurrent cache layers"
+    return None
+
+
+@contextlib.contextmanager
+def backend(target, drafter, input_ids, max_new_tokens: int, largest_k: int | None, use_cache: bool = True,
+            compile: bool = False, graphs: bool | None = None, score=None):
+    """The `Backend` a decode runs on, set up before its timing starts (graphs: the step of every pass a round of up to
+    ``largest_k`` draft tokens can verify, captured now; None: any k, capped at `graphs.MAX_K`), and its static caches
+    given back after."""
+    name, reason = choose(target, drafter, use_cache, compile, graphs, score)
+    length = input_ids.shape[1] + max_new_tokens
+    if name == "uncached":
+        yield Backend(name, reason, target, None, drafter)
+    elif name == "dynamic":
+        yield Backend(name, reason, target, new_cache(target), drafter)
+    elif name == "compiled":
+        forward = compiled_forward(target)
+        yield Backend(name, reason, forward, forward.new_cache(length), drafter)
+    elif name == "lean":
+        forward = lean_forward(target)
+        draft = lean_forward(drafter.model) if type(drafter) is ModelDrafter else None
+        drafter = drafter if draft is None else StaticModelDrafter(drafter, draft, draft.new_cache(length))
+        yield Backend(name, reason, forward, forward.new_cache(length), drafter)
+    else:
+        largest_k = MAX_K if largest_k is None else min(largest_k, MAX_K)
+        with _static_pair(target, drafter, length, largest_k) as (forward, cache, drafter):
+            if forward.eager_reason:
+                reason += f"; steps eager: {forward.eager_reason}"
+            yield Backend(name, reason, forward, cache, drafter, max_k=MAX_K)
+
+
+@contextlib.contextmanager
+def _static_pair(target, drafter, length: int, largest_k: int):
+    """The target's and (for a plain `ModelDrafter`) the draft's static forwards and caches, steps prepared; other
+    drafters (lookups, hybrids) come back as they are. Target and draft may be one model: each gets its own cache."""
+    forward = static_forward(target)
+    taken = [(forward, forward.new_cache(length))]
+    try:
+        forward.prepare(taken[0][1], range(1, largest_k + 2))  # the new token and 0 .. k draft tokens
+        if type(drafter) is ModelDrafter:
+            draft_forward = static_forward(drafter.model)
+            taken.append((draft_forward, draft_forward.new_cache(length)))
+            draft_forward.prepare(taken[1][1], [1, 2])  # one draft token; a kept draft's last token plus the bonus
+            drafter = StaticModelDrafter(drafter, draft_forward, taken[1][1])
+        yield forward, taken[0][1], drafter
+    finally:
+        for owner, kv in taken:
+            owner.release(kv)
+
+
+class StaticModelDrafter(ModelDrafter):
+    """A `ModelDrafter` whose passes run through a static forward (graphs' or lean's) over one static cache of its
+    own: the same `update`/`propose`, its rollback a moved position (`cache.rollback`)."""
+
+    def __init__(self, base: ModelDrafter, forward, kv):
+        self.kv = kv
+        super().__init__(base.model, base.vocab_limit, base.confidence_threshold)
+        self.label, self.forward = base.label, forward
+
+    def new_cache(self):
+        self.kv.move_to(0)
+        return self.kv
