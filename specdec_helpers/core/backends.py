@@ -75,6 +75,16 @@ def graphs_unfit(target, drafter) -> str | None:
     return None
 
 
+def decode_forward(model):
+    """The forward a default decode runs ``model``'s passes through (as target or as a plain draft model): its graphs'
+    on a CUDA device, its lean forward on a CPU Llama, else the model itself. Cost measurements (c, the bound) time
+    this, so that they price what the decode pays."""
+    if model.device.type == "cuda" and plain_static_layers(model):
+        forward = static_forward(model)
+        return forward if forward.graphs else model
+    return lean_forward(model) or model
+
+
 @contextlib.contextmanager
 def backend(target, drafter, input_ids, max_new_tokens: int, largest_k: int | None, use_cache: bool = True,
             compile: bool = False, graphs: bool | None = None, score=None):

@@ -37,21 +37,27 @@ def measure_forward_cost(model, input_ids: torch.Tensor | None = None, sizes=ran
     prefix = _random_prefix(model) if input_ids is None else input_ids.to(model.device)
     prefix_length = prefix.shape[1]
     sizes = [int(n) for n in sizes]
-    # A `compiled.CompiledForward` brings its own (static) cache.
+    # The kit's forwards (`backends`: lean, graphs, compiled) bring their own static cache, and give it back after.
     cache = model.new_cache(prefix_length + max(sizes)) if hasattr(model, "new_cache") else new_cache(model)
-    model(input_ids=prefix, **cache_kwargs(model, cache), use_cache=True)
-    filler = _random_prefix(model, max(sizes), seed=1)
+    try:
+        if hasattr(model, "prepare"):  # graphs: every step captured before the timing, as a decode does
+            model.prepare(cache, sizes)
+        model(input_ids=prefix, **cache_kwargs(model, cache), use_cache=True)
+        filler = _random_prefix(model, max(sizes), seed=1)
 
-    def run(n):
-        model(input_ids=filler[:, :n], **cache_kwargs(model, cache), use_cache=True, logits_to_keep=n)
-        rollback(cache, prefix_length)
+        def run(n):
+            model(input_ids=filler[:, :n], **cache_kwargs(model, cache), use_cache=True, logits_to_keep=n)
+            rollback(cache, prefix_length)
 
-    for _ in range(warmup):
-        for n in sizes:
-            run(n)
-    times = {n: [] for n in sizes}
-    for n in interleaved_order(sizes, repeats):
-        times[n].append(timed(lambda: run(n), model.device)[1])
+        for _ in range(warmup):
+            for n in sizes:
+                run(n)
+        times = {n: [] for n in sizes}
+        for n in interleaved_order(sizes, repeats):
+            times[n].append(timed(lambda: run(n), model.device)[1])
+    finally:
+        if hasattr(model, "release"):
+            model.release(cache)
     spreads = [spread(times[n]) for n in sizes]
     return dict(sizes=sizes, median_s=[s["median"] for s in spreads], q1_s=[s["q1"] for s in spreads],
                 q3_s=[s["q3"] for s in spreads], prefix_length=prefix_length)

@@ -34,9 +34,11 @@ def pass_costs(model, sizes, repeats: int = 5, prefix: int = 32) -> dict[int, fl
     runner = static_forward(model, graphs) if graphs else model
     cache = runner.new_cache(prefix + max(sizes)) if graphs else new_cache(model)
     try:
+        if graphs:
+            runner.prepare(cache, sizes)  # every step captured before the timing
         runner(input_ids=ids[:, :prefix], **cache_kwargs(runner, cache), use_cache=True)
         times = {n: [] for n in sizes}
-        for i in range(repeats + 1):  # the first round warms up (and captures the graphs)
+        for i in range(repeats + 1):  # the first round warms up
             for n in sizes:
                 sync_device(device)
                 start = time.perf_counter()
