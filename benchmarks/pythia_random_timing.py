@@ -87,6 +87,8 @@ def main(argv=None) -> int:
     t, d = measure_forward_cost(target, ids, sizes=sizes), measure_forward_cost(draft, ids, sizes=[1])
     step, verify, draft_step = t["median_s"][0], t["median_s"][1], d["median_s"][0]
     c = draft_step / step
+    # A warm-up decode first: with graphs, the first decode of a cache captures every step it may use.
+    speculative_decode(target, draft, ids, max_new_tokens=4, num_speculative_tokens=args.k, eos_token_id=[])
     start = time.perf_counter()
     out = speculative_decode(target, draft, ids, max_new_tokens=args.max_new_tokens, num_speculative_tokens=args.k,
                              eos_token_id=[])

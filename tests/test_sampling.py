@@ -499,3 +499,24 @@ def test_adaptive_k_grows_for_a_perfect_draft_and_shrinks_for_a_bad_one():
     perfect, bad = perturbed_copy(target, scale=0.0), tiny_model("gpt2", seed=5)
     assert calls(perfect, "auto")[0] < calls(perfect, 5)[0]  # k grows 5, 7, 9, ...: fewer target passes
     assert calls(bad, "auto")[1] < calls(bad, 5)[1]  # k shrinks towards 1: fewer wasted draft passes
+
+
+def test_inverse_cdf_draws_each_token_with_its_probability_and_a_shifted_rule_fails():
+    """The draw a CPU generator makes for a model on another device (`sampling.inverse_cdf`: a uniform from the
+    generator, the token picked where the probabilities are): chi-square against the distribution, and the control,
+    the same rule one index off, rejected."""
+    from specdec_helpers.core.sampling import inverse_cdf
+
+    probs = torch.tensor([[0.05, 0.4, 0.0, 0.25, 0.3]]).expand(20000, -1)
+    u = torch.rand(20000, generator=torch.Generator().manual_seed(0))
+    for shift, follows in ((0, True), (1, False)):
+        tokens = (inverse_cdf(probs, u) + shift) % probs.shape[1]
+        observed = torch.bincount(tokens, minlength=5).double()
+        support = probs[0] > 0
+        expected = probs[0][support].double() / probs[0][support].double().sum() * observed[support].sum()
+        if follows:
+            assert observed[~support].sum() == 0  # a token of probability 0 is never drawn
+            assert chisquare(observed[support], expected).pvalue > 1e-3
+        else:
+            assert observed[~support].sum() > 0 or chisquare(observed[support], expected).pvalue < 1e-3
+    assert inverse_cdf(torch.tensor([[0.0, 1.0]]), torch.tensor([0.999999])).item() == 1

@@ -68,7 +68,10 @@ class Sampler:
         """One token per row of ``probs``."""
         gen = self.generator
         if gen is not None and gen.device != probs.device:  # e.g. a CPU generator with a model on a GPU
-            return torch.multinomial(probs.to(gen.device), 1, generator=gen).squeeze(-1).to(probs.device)
+            # One uniform per row from the generator (a few bytes cross), the draw on the probabilities' device:
+            # copying each distribution to the generator's device would cost a host copy per draft token.
+            u = torch.rand(probs.shape[:-1], generator=gen, device=gen.device).to(probs.device)
+            return inverse_cdf(probs, u)
         return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
 
     def choose(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -82,6 +85,14 @@ class Sampler:
         """``n`` draws from U[0, 1) on ``device`` using this sampler's generator."""
         gen_device = self.generator.device if self.generator is not None else device
         return torch.rand(n, generator=self.generator, device=gen_device).to(device)
+
+
+def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The token each row's distribution gives the uniform draw ``u`` (one per row): the first index whose cumulative
+    probability exceeds ``u`` times the row's total, so a token is drawn with exactly its probability."""
+    cumulative = probs.float().cumsum(-1)
+    index = (cumulative <= u[..., None] * cumulative[..., -1:]).sum(-1)
+    return index.clamp_max(probs.shape[-1] - 1)
 
 
 def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
