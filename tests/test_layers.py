@@ -166,3 +166,34 @@ def test_no_module_exceeds_the_line_limit():
 def test_the_readme_states_the_line_limit_this_test_keeps():
     readme = (PACKAGE.parent / "README.md").read_text()
     assert f"a module of more than {MAX_LINES} lines" in readme, "README.md's layers paragraph names another limit"
+
+
+#: What speed is made of: the backend choice and the forwards it chooses between (`core/backends.py`).
+BACKENDS = {"specdec_helpers.core.backends", "specdec_helpers.core.graphs", "specdec_helpers.core.lean",
+            "specdec_helpers.core.compiled", "specdec_helpers.core.cpu_kernels", "specdec_helpers.core.capture_rehearsal"}
+
+
+def edition_modules() -> dict[str, Path]:
+    """The graded parts' modules in both editions: the kit's (``core/reference_*.py``) and the students'."""
+    from specdec_helpers.assignment.grading.editions import SWAPS
+
+    paths = [PACKAGE / path for pair in SWAPS.items() for path in pair]
+    return {module_name(path): path for path in paths}
+
+
+def test_edition_modules_import_nothing_of_the_backends():
+    """An edition holds what students write (the graded parts, the greedy baseline, the checks that let greedy
+    decoding run): which forward runs, over which cache, is `backends`' choice, the same in both editions."""
+    names = set(modules())
+    found = {name: sorted(imports_of(path, names) & BACKENDS) for name, path in edition_modules().items()}
+    assert len(found) == 4 and not any(found.values()), found
+    assert BACKENDS <= names  # the list names real modules (a rename would empty the check)
+
+
+def test_the_edition_check_sees_a_backend_import(tmp_path, monkeypatch):
+    module = tmp_path / "specdec_helpers" / "core" / "reference_loop.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("def f():\n    from specdec_helpers.core.graphs import static_forward\n")
+    known = set(modules())
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", module.parents[1])
+    assert imports_of(module, known) & BACKENDS == {"specdec_helpers.core.graphs"}
