@@ -211,3 +211,19 @@ def test_the_bound_prefers_a_cheap_draft_where_steps_are_launch_bound():
     accurate = max(bound(0.9, k, 0.60, 1.14) for k in range(1, 9))
     assert cheap > accurate > 1
     assert bound(1.0, 4, 0.0, 1.0) == 5 and abs(bound(0.5, 1, 0.0, 1.0) - 1.5) < 1e-12
+
+
+def test_auto_on_a_gpu_without_the_hub_finds_the_pa3_pair_in_the_local_cache(offline_hub, monkeypatch):
+    """Offline with the Pythia weights cached, ``auto`` on a GPU still picks the PA3 pair; without them it says both
+    reasons; on a CPU its reason names the CPU (a GPU student must never read 'on the CPU')."""
+    from specdec_helpers.models import pairs
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    preset, why = pairs.auto_choice()
+    assert preset == "pythia-1.4b/160m" and "local hub cache" in why
+    monkeypatch.setattr(pairs, "_in_hub_cache", lambda preset: False)
+    monkeypatch.setattr(pairs, "smollm2_available", lambda: True)
+    preset, why = pairs.auto_choice()
+    assert preset == "smollm2-135m" and "not in its local cache" in why and "on the CUDA GPU" in why
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert "on the CPU" in pairs.auto_choice()[1]

@@ -15,7 +15,7 @@ from specdec_helpers.core.drafters import (
     HybridDrafter,
     as_drafter,
 )
-from specdec_helpers.core.lean import lean_forward
+from specdec_helpers.core.backends import decode_forward
 from specdec_helpers.measure.bench import benchmark_ks
 from specdec_helpers.measure.methods import METHODS, draft_label
 from specdec_helpers.measure.results import (
@@ -103,8 +103,8 @@ def measure_costs(target, draft, input_ids, ks, repeats: int = 5, target_curve: 
     Pass ``target_curve`` to reuse one already measured for the same target (several drafts)."""
     # Dense where the curve bends (small n), sparse beyond; always every k + 1 the sweep verifies.
     sizes = sorted({*range(1, 9), 12, 16, 24, 32, *(k + 1 for k in ks)})
-    # Timed through the forwards the decode loop runs: `lean` for a Llama target, and a plain Llama draft, on a CPU.
-    curve = target_curve or measure_forward_cost(lean_forward(target) or target, input_ids, sizes=sizes,
+    # Timed through the forwards a decode runs (`backends.decode_forward`: graphed on a GPU, lean on a CPU Llama).
+    curve = target_curve or measure_forward_cost(decode_forward(target), input_ids, sizes=sizes,
                                                  repeats=repeats, warmup=1)
     drafter = as_drafter(draft, target)
     # What drafts where a hybrid's lookup finds nothing: that is the step worth timing.
@@ -112,7 +112,7 @@ def measure_costs(target, draft, input_ids, ks, repeats: int = 5, target_curve: 
     if inner.needs_target_features:
         draft_step = measure_draft_step(target, inner, input_ids, repeats)
     elif drafter.model is not None:
-        model = drafter.model if isinstance(drafter, HybridDrafter) else lean_forward(drafter.model) or drafter.model
+        model = drafter.model if isinstance(drafter, HybridDrafter) else decode_forward(drafter.model)
         draft_step = measure_forward_cost(model, input_ids, sizes=[1], repeats=repeats)["median_s"][0]
     else:
         draft_step = 0.0

