@@ -25,7 +25,7 @@ GRADED_LINES = [
     "n, *host = torch.cat([matches.cumprod(0).sum().view(1), choices]).tolist()",
     "rollback(drafter.cache, n_kept)",
     "rollback(self.target_cache, input_ids.shape[1] + result.num_accepted)",
-    "yield target, new_cache(target) if use_cache and score is None else None, drafter",
+    "rollback(target_cache, n_kept)",
     "return decode(target, no_draft, input_ids, **options)",
     "standin_verify_tokens_cached",
     "standin_generate_draft_tokens",

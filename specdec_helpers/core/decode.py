@@ -14,7 +14,6 @@ from specdec_helpers.core import checks, reference_loop, verify  # `verify.score
 from specdec_helpers.core.adaptive import KSchedule, as_schedule
 from specdec_helpers.core.backends import Backend, backend
 from specdec_helpers.core.batch import batch_speculative_decode
-from specdec_helpers.core.cache import rollback
 from specdec_helpers.core.checks import is_batch
 from specdec_helpers.core.drafters import Drafter, Proposal, as_drafter, exclusive
 from specdec_helpers.core.rounds import DecodeOutput, DecodeStats, Step, Text, cut_at_eos
@@ -144,7 +143,7 @@ def _rounds(run: Backend, input_ids, max_new_tokens, schedule: KSchedule, sample
         # Kept: the old text plus the accepted draft tokens; the new last token is fed next round.
         with record_function("specdec::rollback"):
             kept = length + result.num_accepted
-            rollback(cache, kept)  # a static cache moves its position; a dynamic one drops the rest
+            reference_loop.keep_target_cache(cache, kept)  # `cache.rollback` (the student edition: theirs)
             if features is not None:  # the rejected draft tokens' features go too
                 features = features[:, : features.shape[1] - (result.num_proposed - result.num_accepted)]
             drafter.update(kept, features)  # the drafter rolls its own state back

@@ -1,14 +1,18 @@
 """The kit's edition of notebook 04's answer (greedy speculative decoding of one prompt), as the loops ask for it:
-the checks that let greedy speculative decoding run (`check_decoding`, `check_tree`, `check_batch`) and the greedy
-baseline (`greedy_baseline`). Nothing about speed or caches: that is `backends`.
+the checks that let greedy speculative decoding run (`check_decoding`, `check_tree`, `check_batch`), the target
+cache's rollback (`keep_target_cache`) and the greedy baseline (`greedy_baseline`). Which forward and which cache:
+that is `backends`.
 
 The student edition replaces this module whole (``grading/editions.SWAPS``: `release`, the grader's view and the
 student kit's `check` all swap in ``assignment/student/edition_loop.py``): there greedy speculative decoding of
-one prompt is refused (it is the students' work), and the greedy baseline is Hugging Face's ``generate``.
+one prompt is refused (it is the students' work), the target's cache is theirs to roll back, and the greedy baseline is
+Hugging Face's ``generate``.
 """
 from __future__ import annotations
 
-__all__ = ["check_batch", "check_decoding", "check_tree", "greedy_baseline"]
+from specdec_helpers.core.cache import rollback
+
+__all__ = ["check_batch", "check_decoding", "check_tree", "greedy_baseline", "keep_target_cache"]
 
 
 def check_decoding(temperature, top_k) -> None:
@@ -21,6 +25,12 @@ def check_tree(sampler, model, widths) -> None:
 
 def check_batch(draft, prompts, samplers) -> None:
     """`batch_speculative_decode` runs one greedy prompt here (the student edition refuses it)."""
+
+
+def keep_target_cache(target_cache, n_kept: int) -> None:
+    """Roll the target's cache back to the kept text (the rejected draft tokens go; the new last token is fed next
+    round): notebook 04's rollback."""
+    rollback(target_cache, n_kept)
 
 
 def greedy_baseline(decode, no_draft, target, input_ids, **options):

@@ -16,7 +16,7 @@ from specdec_helpers.core import checks
 from specdec_helpers.core.rounds import DecodeOutput, Step, Text
 from specdec_helpers.core.timing import sync_device
 
-__all__ = ["check_batch", "check_decoding", "check_tree", "greedy_baseline"]
+__all__ = ["check_batch", "check_decoding", "check_tree", "greedy_baseline", "keep_target_cache"]
 
 
 def check_decoding(temperature, top_k) -> None:
@@ -38,6 +38,10 @@ def check_batch(draft, prompts, samplers) -> None:
     """One prompt, greedy, with a draft is notebook 04's graded decode loop: refused."""
     if draft is not None and len(prompts) == 1 and samplers[0].temperature < checks.STUDENT_MIN_TEMPERATURE:
         raise checks.student_edition("greedy speculative decoding of one prompt", "04", "generate_ids")
+
+
+def keep_target_cache(target_cache, n_kept: int) -> None:
+    """Notebook 04's rollback is yours: the kit's loop here verifies with your scoring pass, which reads no cache."""
 
 
 def greedy_baseline(decode, no_draft, target, input_ids, **options):
