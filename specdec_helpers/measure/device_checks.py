@@ -23,7 +23,7 @@ from specdec_helpers.core.verify import accept_sampled
 from specdec_helpers.measure.methods import Skip, build_methods
 from specdec_helpers.measure.theory import expected_speedup
 
-PASS, NEAR_TIE, FAIL, SKIP = "pass", "pass (near-tie)", "FAIL", "skipped"
+PASS, PASS_NEAR_TIE, FAIL, SKIP = "pass", "pass (near-tie)", "FAIL", "skipped"
 #: Chi-square p-value under which a sample is taken NOT to follow the target's distribution.
 ALPHA = 1e-3
 
@@ -32,7 +32,7 @@ ALPHA = 1e-3
 class Row:
     section: str
     check: str
-    status: str  # PASS, NEAR_TIE, FAIL or SKIP
+    status: str  # PASS, PASS_NEAR_TIE, FAIL or SKIP
     detail: str = ""
     seconds: float = 0.0
     values: dict = field(default_factory=dict)  # numbers a RESULTS.md row can cite
@@ -50,11 +50,11 @@ def _new(out, prompt) -> list[int]:
 
 
 def _verdict(target, prompt, got: list[int], want: list[int]) -> tuple[str, str]:
-    """PASS when equal; NEAR_TIE when the difference is at a near-tie of the target; else FAIL, saying where."""
+    """PASS when equal; PASS_NEAR_TIE when the difference is at a near-tie of the target; else FAIL, saying where."""
     if got == want:
         return PASS, "identical to HF greedy"
     ok, message = greedy_divergence(target, prompt, got, want=want)
-    return (NEAR_TIE if ok else FAIL), message
+    return (PASS_NEAR_TIE if ok else FAIL), message
 
 
 def _hf_greedy(target, prompt, n: int) -> list[int]:
@@ -96,7 +96,7 @@ def greedy_rows(pair, prompts, max_new_tokens: int = 32, ks=(1, 4, 8)) -> list[R
                 statuses.append(status)
                 if status != PASS:
                     notes.append(message)
-            status = FAIL if FAIL in statuses else NEAR_TIE if NEAR_TIE in statuses else PASS
+            status = FAIL if FAIL in statuses else PASS_NEAR_TIE if PASS_NEAR_TIE in statuses else PASS
             return Row("", "", status, "; ".join(notes) or f"{len(ids)} prompts identical to HF greedy",
                        values=dict(prompts=len(ids), acceptance=round(accepted / proposed, 4) if proposed else None,
                                    target_calls=calls[0], draft_calls=calls[1]))
@@ -120,7 +120,7 @@ def tree_rows(pair, prompts, max_new_tokens: int = 32, tree=DEFAULT_TREE) -> lis
             statuses.append(status)
             if status != PASS:
                 notes.append(message)
-        status = FAIL if FAIL in statuses else NEAR_TIE if NEAR_TIE in statuses else PASS
+        status = FAIL if FAIL in statuses else PASS_NEAR_TIE if PASS_NEAR_TIE in statuses else PASS
         return Row("", "", status, "; ".join(notes) or f"{len(prompts)} prompts identical to HF greedy",
                    values=dict(tree=list(tree)))
     return [_timed_row("tree", f"tree {list(tree)}", check)]
@@ -255,7 +255,7 @@ def hf_rows(pair, prompts, max_new_tokens: int = 64, repeats: int = 3) -> list[R
             status, message = _verdict(pair.target, x, got, want)
             statuses.append(status)
             notes += [message] if status != PASS else []
-        status = FAIL if FAIL in statuses else NEAR_TIE if NEAR_TIE in statuses else PASS
+        status = FAIL if FAIL in statuses else PASS_NEAR_TIE if PASS_NEAR_TIE in statuses else PASS
         ratio = _median(times["hf_greedy"]) / _median(times[name]) if _median(times[name]) else 0.0
         rows.append(Row("ours vs HF", labels[name], status, f"{ratio:.2f}x HF greedy; " + ("; ".join(notes[:2]) or "same tokens"),
                         seconds=round(sum(times[name]), 3), values=dict(speedup_vs_hf_greedy=round(ratio, 3),
