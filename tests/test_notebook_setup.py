@@ -10,13 +10,6 @@ import pytest
 from specdec_helpers.present import notebook_help
 
 
-def test_install_never_forces_upgrades():
-    command = notebook_help.pip_install_command()
-    assert command[:3] == [sys.executable, "-m", "pip"]
-    assert "only-if-needed" in command and "-U" not in command and "--upgrade" not in command
-    assert command[-1] == notebook_help.pip_install_spec()
-
-
 def test_a_package_replaced_under_the_kernel_asks_for_a_restart(monkeypatch, capsys):
     installed = metadata.version("ipywidgets")
     monkeypatch.setitem(sys.modules, "ipywidgets", SimpleNamespace(__version__="7.7.0"))  # what was imported

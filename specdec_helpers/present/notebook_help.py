@@ -58,13 +58,6 @@ def pip_install_spec(repo_url: str | None = None, branch: str = REPO_BRANCH) -> 
     return f"git+https://github.com/{github_path(repo_url)}@{branch}"
 
 
-def pip_install_command() -> list[str]:
-    """The Colab install, as a subprocess argument list. pip's ``only-if-needed`` strategy (never ``-U``)
-    upgrades a dependency only when Colab's own copy falls outside the kit's range, so Colab's torch,
-    its ipywidgets 7.x and its front end stay as they are. Then `setup` says whether a restart is needed."""
-    return [sys.executable, "-m", "pip", "install", "-q", "--upgrade-strategy", "only-if-needed", pip_install_spec()]
-
-
 #: Modules whose version matters to the kit: if one was imported before the install replaced it, the
 #: old code stays loaded until the runtime restarts.
 WATCHED = ("torch", "transformers", "tokenizers", "ipywidgets", "numpy", "matplotlib")
