@@ -185,28 +185,6 @@ def test_pythia_random_timing_runs_on_the_cpu(tmp_path):
     assert set(result["bound_at_alpha"]) == {"0.85", "0.9", "0.94"}
 
 
-@pytest.mark.slow
-def test_gpu_readiness_plans_every_dtype_with_notebooks_and_grader_and_runs_a_part_on_the_cpu(tmp_path):
-    """benchmarks/gpu_readiness.sh: selfcheck in fp32, fp16 and bf16 each with the notebooks and the grader, and
-    nbval, side by side; the timings alone. On the CPU one real part runs through its pool, logs and archive."""
-    from pathlib import Path
-
-    script = Path(__file__).parents[1] / "benchmarks" / "gpu_readiness.sh"
-    env = {**__import__("os").environ, "DEVICE": "cpu", "OUT": str(tmp_path / "out"), "PYTHON": sys.executable}
-    plan = subprocess.run(["bash", str(script)], env={**env, "DRY_RUN": "1"}, capture_output=True, text=True, timeout=60)
-    assert plan.returncode == 0, plan.stderr
-    names = [line.split()[1].rstrip(":") for line in plan.stdout.splitlines()]
-    for dtype in ("fp32", "fp16", "bf16"):
-        assert {f"selfcheck-{dtype}-grader", f"selfcheck-{dtype}-notebook-01", f"selfcheck-{dtype}-algorithm"} <= set(names)
-    assert "nbval-01_model_init" in names and "timing-pythia-shapes" in names
-    assert all(line.startswith("side") for line in plan.stdout.splitlines() if "timing" not in line)
-    done = subprocess.run(["bash", str(script)], env={**env, "ONLY": "timing-pythia", "SCALE": "0.0625"},
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "timing-pythia-shapes" in done.stdout and "all passed on cpu" in done.stdout
-    assert (tmp_path / "out" / "gpu-readiness-logs.tgz").is_file() and (tmp_path / "out" / "pythia-random-cpu.json").is_file()
-
-
 def test_specdec_dtype_sets_what_load_pair_picks_and_a_bad_one_is_named(monkeypatch):
     import torch
 

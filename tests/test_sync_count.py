@@ -10,7 +10,7 @@ own set-up checks, outside the loop, cancel out).
 
 Not counted: implicit synchronisations of data-dependent shapes (boolean-mask indexing, ``nonzero``); the
 round uses none. On a GPU, ``torch.cuda.set_sync_debug_mode("warn")`` reports every kind
-(benchmarks/gpu_readiness.sh runs it).
+(benchmarks/pythia_random_timing.py, a part of benchmarks/gpu/run.sh, runs it).
 """
 from __future__ import annotations
 

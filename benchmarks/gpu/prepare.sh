@@ -2,13 +2,15 @@
 # Run on your own machine (with network), from the repository root: puts in .gpu/ (ignored by git) the wheels
 # a bare GPU machine lacks: it has Python 3.12, a CUDA torch, an older transformers (the kit needs the forward's
 # cache= argument, transformers >= 5.24), no Jupyter stack, and nothing can be fetched there. Then copy the tree
-# with .gpu/ to that machine and run `bash benchmarks/gpu/run.sh` there (benchmarks/README section in RESULTS.md).
+# with .gpu/ to that machine (with the device tool: carry .gpu) and run `bash benchmarks/gpu/run.sh` there: at most
+# 5 minutes, a summary and one archive of logs in $OUT (benchmarks/RESULTS.md, "On a GPU").
 #   PYVER=3.12 bash benchmarks/gpu/prepare.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PYVER=${PYVER:-3.12}
 grep -qxF '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
 rm -rf .gpu/whl && mkdir -p .gpu/whl
+git describe --always --dirty > .gpu/commit   # the GPU machine's copy of the tree may have no .git: run.sh reads this
 python3 -m pip download -q --only-binary=:all: --python-version "$PYVER" --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   --platform manylinux_2_34_x86_64 --platform any -d .gpu/whl \
