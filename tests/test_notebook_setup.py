@@ -26,12 +26,6 @@ def test_no_restart_when_nothing_changed(capsys):
     assert "Restart" not in (notebook_help.setup(), capsys.readouterr().out)[1]
 
 
-def test_show_pair_says_which_and_why(capsys):
-    pair = SimpleNamespace(preset="toy", device="cpu", reason="auto: no CUDA GPU, SmolLM2 not installed")
-    notebook_help.show_pair(pair)
-    assert capsys.readouterr().out.strip() == "pair: toy on cpu: auto: no CUDA GPU, SmolLM2 not installed"
-
-
 @pytest.mark.slow
 def test_unfinished_work_reads_as_one_line_not_a_traceback():
     """After nb.setup(), a failed check shows its message, and a cell calling an exercise that still

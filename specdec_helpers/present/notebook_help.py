@@ -91,11 +91,6 @@ def _public(version: str) -> str:
         return str(version).split("+")[0]
 
 
-def show_pair(pair) -> None:
-    """One line: which pair a notebook got and why (``auto`` looks at the GPU, the hub and SmolLM2)."""
-    print(f"pair: {pair.preset or 'custom'} on {pair.device}: {getattr(pair, 'reason', '') or 'as given'}")
-
-
 def in_colab() -> bool:
     """True inside Google Colab (its runtime always has ``google.colab`` importable and imported)."""
     return "google.colab" in sys.modules
