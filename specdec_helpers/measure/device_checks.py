@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from specdec_helpers.core.cache import cache_kwargs, new_cache
+from specdec_helpers.core.backends import decode_forward
 from specdec_helpers.core.checks import greedy_divergence
 from specdec_helpers.core.decode import greedy_decode, speculative_decode
 from specdec_helpers.core.sampling import Sampler
@@ -21,7 +21,7 @@ from specdec_helpers.core.timing import sync_device
 from specdec_helpers.core.tree import DEFAULT_TREE, TreeUnsupportedError, tree_speculative_decode
 from specdec_helpers.core.verify import accept_sampled
 from specdec_helpers.measure.methods import Skip, build_methods
-from specdec_helpers.measure.theory import expected_speedup
+from specdec_helpers.measure.theory import expected_speedup, measure_forward_cost
 
 PASS, PASS_NEAR_TIE, FAIL, SKIP = "pass", "pass (near-tie)", "FAIL", "skipped"
 #: Chi-square p-value under which a sample is taken NOT to follow the target's distribution.
@@ -284,17 +284,10 @@ def _bound_row(pair, x, stats, k, spec_s, greedy_s) -> Row:
 
 
 def _step_time(model, x, repeats: int = 5) -> float:
-    """Median time of one forward over the prompt's last token after a prefill (a decode step)."""
-    times = []
-    for _ in range(repeats):
-        cache = new_cache(model)
-        model(input_ids=x[:, :-1], **cache_kwargs(model, cache), use_cache=True)
-        _sync(x.device)
-        start = time.perf_counter()
-        model(input_ids=x[:, -1:], **cache_kwargs(model, cache), use_cache=True)
-        _sync(x.device)
-        times.append(time.perf_counter() - start)
-    return _median(times)
+    """Median time of one decode step after a prefill of the prompt, through the forward a decode runs the model by
+    (graphed on a GPU, lean on a CPU Llama: `backends.decode_forward`), so that c prices what the decode pays."""
+    curve = measure_forward_cost(decode_forward(model), x[:, :-1], sizes=[1], repeats=repeats, warmup=1)
+    return curve["median_s"][0]
 
 
 _sync = sync_device
