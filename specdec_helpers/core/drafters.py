@@ -100,7 +100,7 @@ class ModelDrafter(Drafter):
         self.cache = self.new_cache()
 
     def new_cache(self):
-        """An empty cache for a new text (`graphs.StaticModelDrafter` hands out a static one instead)."""
+        """An empty cache for a new text (`backends.StaticModelDrafter` hands out its static one instead)."""
         return new_cache(self.model)
 
     def update(self, n_kept: int, target_features=None) -> None:
