@@ -133,21 +133,21 @@ def test_gated_repo_gets_the_token_and_licence_message(monkeypatch):
     assert "huggingface-cli login" in str(info.value) and "licence" in str(info.value)
 
 
-def test_auto_without_gpu_or_smollm2_picks_toy_and_says_why(monkeypatch, capsys):
+def test_auto_without_gpu_or_smollm2_picks_toy_and_says_why(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(pairs, "smollm2_available", lambda: False)
-    assert pairs.resolve_auto() == "toy"
-    out = capsys.readouterr().out
-    assert "auto: no CUDA GPU" in out and "SmolLM2 not installed" in out and "'toy' pair" in out
-    assert load_pair("auto", progress=False).reason == pairs.auto_choice()[1]
+    preset, why = pairs.auto_choice()
+    assert preset == "toy"
+    assert "auto: no CUDA GPU" in why and "SmolLM2 not installed" in why and "'toy' pair" in why
+    assert load_pair("auto", progress=False).reason == why
 
 
-def test_auto_with_gpu_but_no_hub_picks_toy(monkeypatch, capsys):
+def test_auto_with_gpu_but_no_hub_picks_toy(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(pairs, "smollm2_available", lambda: False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert pairs.resolve_auto() == "toy"
-    assert "hub not reachable" in capsys.readouterr().out
+    preset, why = pairs.auto_choice()
+    assert preset == "toy" and "hub not reachable" in why
 
 
 def test_auto_picks_real_weights_on_cpu_when_installed(monkeypatch):

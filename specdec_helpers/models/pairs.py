@@ -205,13 +205,6 @@ def _measured_choice(target, tokenizer, row: Preset, device, dtype, progress: bo
     return get_preset(choice.name), drafts[choice.name][0], choice.k, choice.reason(device)
 
 
-def resolve_auto(progress: bool = True) -> str:
-    """The preset ``"auto"`` stands for (see `auto_choice`), saying why."""
-    preset, why = auto_choice()
-    print(why)
-    return preset
-
-
 def _in_hub_cache(preset: Preset) -> bool:
     """Whether the preset's target and draft are in the local hub cache (loadable offline)."""
     from huggingface_hub import try_to_load_from_cache
