@@ -13,7 +13,7 @@ def test_vectorized_verification_accepts_targets_own_tokens():
     ids = torch.tensor([[5, 9, 2, 33]])
     continuation = hf_greedy(target, ids, 6)[0, 4:]
     result = sd.verify_tokens_vectorized(target, ids, continuation[:5])
-    assert result.num_accepted == 5 and result.is_bonus
+    assert result.num_accepted == result.num_proposed == 5  # every draft token passed: the 6th is the bonus
     assert torch.equal(result.tokens, continuation)  # 5 accepted + bonus == 6 greedy tokens
     assert result.accepted_position == 5 and torch.equal(result.accepted_tokens, continuation[:5])
 
@@ -25,7 +25,7 @@ def test_first_mismatch_gives_correction():
     wrong = continuation.clone()
     wrong[2] = (wrong[2] + 1) % 64
     result = sd.verify_tokens_vectorized(target, ids, wrong)
-    assert result.num_accepted == 2 and not result.is_bonus
+    assert result.num_accepted == 2 and result.num_proposed == 4
     assert torch.equal(result.tokens, continuation[:3])  # the correction is the target's own token
 
 

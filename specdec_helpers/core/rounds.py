@@ -20,10 +20,6 @@ class VerifyResult:
     num_proposed: int
     token_list: list[int] | None = field(default=None, repr=False, compare=False)  # ``tokens`` on the host, when already read
 
-    @property
-    def is_bonus(self) -> bool:
-        return self.num_accepted == self.num_proposed
-
     # PA3 returned (accepted_tokens, accepted_position); keep that spelling available.
     @property
     def accepted_tokens(self) -> torch.Tensor:
