@@ -58,8 +58,6 @@ if [ -z "${DRY_RUN:-}" ] && ls "$WHEELS"/*.whl > /dev/null 2>&1; then
 elif [ -z "${DRY_RUN:-}" ]; then
   record install "skipped (no wheels in $WHEELS)" 0
 fi
-# the grader's student user reads its kit view made from this tree
-find . -path ./.git -prune -o -path ./.venv -prune -o -exec chmod a+rX {} + 2> /dev/null
 # what ran where (package versions without importing them: quick), and the device when none was named
 DEVICE=${DEVICE:-$($PY -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")' 2> /dev/null || echo cpu)}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -1)
@@ -106,6 +104,8 @@ if [ -n "${DRY_RUN:-}" ]; then
   for part in "${alone[@]}"; do echo "alone ${part%%|*}: ${part#*|}"; done
   exit 0
 fi
+# the grader's student user reads its kit view made from this tree
+find . -path ./.git -prune -o -path ./.venv -prune -o -exec chmod a+rX {} + 2> /dev/null
 pack
 
 # 3. side by side, each part until the side phase ends; then the timings alone, each with what is left
