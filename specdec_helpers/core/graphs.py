@@ -258,11 +258,18 @@ def _rng_state(device):
 
 
 def _restore_rng(device, saved) -> None:
+    """Put the saved state back into the device's default generator: a state object that is not mid-capture where
+    torch can swap one in (``graphsafe_set_state``), else the saved seed and offset. Best effort: a restore that
+    fails warns, and never hides the capture's own error."""
     default = torch.cuda.default_generators[torch.device(device).index or 0]
-    if hasattr(default, "graphsafe_set_state"):  # swaps in a state object that is not mid-capture
-        default.graphsafe_set_state(saved.graphsafe_get_state())
-    else:
-        default.set_state(saved.get_state())
+    try:
+        if hasattr(default, "graphsafe_set_state"):
+            default.graphsafe_set_state(saved.graphsafe_get_state())
+        else:
+            default.set_state(saved.get_state())
+    except RuntimeError as error:
+        warnings.warn(f"after a failed CUDA graph capture the random state could not be restored ({error}); "
+                      "restart the kernel if a random call raises", stacklevel=4)
 
 
 def static_forward(model, graphs: bool = True) -> StaticForward:
