@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import time
 
 import pytest
 import torch
@@ -220,7 +221,10 @@ def test_steps_describe_kinds():
 
 def test_stats_dict_and_timing():
     target = tiny_model("gpt2")
+    start = time.perf_counter()
     out = sd.speculative_decode(target, target, prompt(3), max_new_tokens=10)
+    elapsed = time.perf_counter() - start
     d = out.stats.as_dict()
-    assert d["new_tokens"] == 10 and d["wall_time_s"] > 0 and d["tokens_per_s"] > 0
+    assert d["new_tokens"] == 10 and 0 < d["wall_time_s"] <= elapsed  # the call's own time, in seconds
+    assert d["tokens_per_s"] == d["new_tokens"] / d["wall_time_s"]
     assert torch.equal(out.new_tokens, out.sequences[0, 3:])
