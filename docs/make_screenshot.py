@@ -14,7 +14,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specdec_helpers.present import notebook_help as nb  # noqa: E402
+from specdec_helpers.assignment.student import notebook as nb  # noqa: E402 - as the notebooks import it
 from specdec_helpers import speculative_decode  # noqa: E402
 from specdec_helpers.models.pairs import load_pair  # noqa: E402
 from specdec_helpers.present.widgets import render_html  # noqa: E402
