@@ -11,7 +11,8 @@ from tiny_models import hf_greedy, perturbed_copy, tiny_model
 
 import specdec_helpers as sd
 from specdec_helpers.core.cache import cache_kwargs, cache_length, crop_cache, new_static_cache
-from specdec_helpers.core.compiled import CACHE_BLOCK, compiled_forward
+from specdec_helpers.core.cache import BLOCK
+from specdec_helpers.core.compiled import compiled_forward
 from specdec_helpers.core.cpu_kernels import use_onednn_linears
 
 pytestmark = pytest.mark.slow  # torch.compile: tens of seconds per graph
@@ -81,8 +82,8 @@ def test_compiled_decode_stops_at_eos(target):
 def test_compiled_forward_is_shared_and_its_cache_is_rounded(target):
     forward = compiled_forward(target)
     assert compiled_forward(target) is forward  # compiled once per model
-    cache = forward.new_cache(CACHE_BLOCK + 1)
-    assert cache.capacity == cache.cache.layers[0].max_cache_len == 2 * CACHE_BLOCK
+    cache = forward.new_cache(BLOCK + 1)
+    assert cache.capacity == cache.cache.layers[0].max_cache_len == 2 * BLOCK
     with pytest.raises(ValueError, match="hidden states"):
         forward(prompt(3), cache, output_hidden_states=True)
     curve = sd.measure_forward_cost(forward, prompt(4), sizes=[1, 3], repeats=1, warmup=0)

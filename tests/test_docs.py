@@ -101,7 +101,7 @@ def test_every_named_module_and_api_exists(doc):
                     except ImportError:
                         problems.append(word)
             short = SHORT.match(word)
-            if short and short[1] in STEMS and short[2] not in ("py", "md", "zip", "json", "toml", "ipynb", "txt", "html", "csv", "png", "log", "pdf"):
+            if short and short[1] in STEMS and short[2] not in ("py", "md", "zip", "json", "toml", "ipynb", "txt", "html", "csv", "png", "log", "pdf", "sh"):
                 module = ".".join(STEMS[short[1]].relative_to(ROOT).with_suffix("").parts)
                 if not hasattr(importlib.import_module(module), short[2]):
                     problems.append(word)

@@ -12,8 +12,8 @@ from tiny_models import hf_greedy, perturbed_copy, tiny_model
 
 import specdec_helpers as sd
 from specdec_helpers.core import backends, graphs
-from specdec_helpers.core.cache import StaticKV, cache_kwargs, cache_length, crop_cache, plain_static_layers
-from specdec_helpers.core.graphs import BLOCK, GRAPH_TOKENS, StaticForward, static_forward
+from specdec_helpers.core.cache import BLOCK, StaticKV, cache_kwargs, cache_length, crop_cache, plain_static_layers
+from specdec_helpers.core.graphs import GRAPH_TOKENS, StaticForward, static_forward
 
 
 def prompt(length, seed=3):

@@ -50,16 +50,13 @@ def choose(target, drafter, use_cache: bool, compile: bool, graphs: bool | None,
         return "compiled", "compile=True"
     if graphs:
         return "graphs", "graphs=True" + ("" if target.device.type == "cuda" else ", emulated on the CPU")
-    if graphs is None:
-        unfit = graphs_unfit(target, drafter)
-        if unfit is None:
-            return "graphs", "a CUDA target: a graph replays a step faster than its kernels launch"
-    lean = supported(target) or (None if lean_forward(target) else "its lean forward's logits differ")
-    if lean is None:
+    why_not_graphs = graphs_unfit(target, drafter) if graphs is None else "graphs=False"
+    if why_not_graphs is None:
+        return "graphs", "a CUDA target: a graph replays a step faster than its kernels launch"
+    why_not_lean = supported(target) or (None if lean_forward(target) else "its lean forward's logits differ")
+    if why_not_lean is None:
         return "lean", "a Llama on the CPU: its forward without transformers' per-layer Python, bitwise its logits"
-    if graphs is None:
-        return "dynamic", f"graphs off ({unfit}); no lean forward ({lean})"
-    return "dynamic", f"graphs=False; no lean forward ({lean})"
+    return "dynamic", f"no graphs ({why_not_graphs}); no lean forward ({why_not_lean})"
 
 
 def graphs_unfit(target, drafter) -> str | None:

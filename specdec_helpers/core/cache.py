@@ -16,6 +16,9 @@ from transformers import DynamicCache, StaticCache
 from transformers.cache_utils import DynamicLayer, StaticLayer
 
 
+BLOCK = 256  # static cache capacities are multiples of this, so texts of different lengths share one cache (and its steps)
+
+
 @functools.lru_cache(maxsize=None)
 def _cache_argument(forward) -> str:
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
@@ -91,9 +94,7 @@ class StaticKV:
 
     def keep(self, n_kept: int) -> None:
         """Keep the first ``n_kept`` positions (the rollback of a static cache)."""
-        if not 0 <= n_kept <= self.position:
-            raise ValueError(f"cannot crop a cache of {self.position} positions to {n_kept}: a rollback keeps between "
-                             f"0 and the {self.position} positions it holds (count the kept text, prompt included)")
+        _check_prefix(self.position, n_kept)
         self.move_to(n_kept)
 
     def layer(self, i: int, like: torch.Tensor) -> StaticLayer:

@@ -29,9 +29,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakTensorKeyDictionary
-from transformers.cache_utils import StaticLayer
 
-from specdec_helpers.core.cache import cache_kwargs, new_static_cache
+from specdec_helpers.core.cache import BLOCK, StaticKV, cache_kwargs
 
 # config.model_type of the families (of those tests/test_capture_rehearsal.py sweeps) whose static-cache step reads
 # the host in transformers 5.24, at every pass size: OPT and BioGPT size a mask by the cache's 0-d length tensor,
@@ -45,7 +44,6 @@ _SHAPED_BY_DATA = {"nonzero", "nonzero_numpy", "argwhere", "masked_select", "uni
                    "unique_dim", "unique_consecutive", "unique_dim_consecutive", "bincount"}  # sized by the data
 _MASKED = {"index", "index_put", "index_put_", "_index_put_impl_"}  # data-dependent with a boolean mask
 _HOST_METHODS = {"tolist": "host read", "numpy": "host read", "cpu": "host copy"}  # seen at the Python level
-BLOCK = 256  # graphs.BLOCK: cache capacities are multiples of this
 _SKIP = (os.path.dirname(torch.__file__) + os.sep, os.path.abspath(__file__))
 
 
@@ -176,24 +174,19 @@ def host_reads(fn, *args, **kwargs) -> list[str]:
 @torch.inference_mode()
 def rehearse_step(model, n: int, prefill: int = 9) -> list[str]:
     """`host_reads` of ``model``'s ``n``-token step after a ``prefill``-token prompt, called as `graphs.StaticForward`
-    calls it for a capture: over a ``StaticCache`` whose layers count their length in views of one LongTensor."""
+    calls it for a capture: the model over the kit's static cache (`cache.StaticKV`)."""
     if n < 1 or prefill < 1:
         raise ValueError(f"a step follows a prefill: need n >= 1 and prefill >= 1, got n={n}, prefill={prefill}")
-    cache = new_static_cache(model, -(-(prefill + n) // BLOCK) * BLOCK)
-    if any(type(layer) is not StaticLayer for layer in cache.layers):
-        raise NotImplementedError(f"{type(model).__name__} has sliding-window or recurrent cache layers: the kit "
-                                  "captures steps over plain full-attention static caches only")
-    lengths = torch.zeros(len(cache.layers), dtype=torch.long, device=model.device)
-    for i, layer in enumerate(cache.layers):
-        layer.cumulative_length = lengths[i]
+    kv = StaticKV(model, -(-(prefill + n) // BLOCK) * BLOCK)
     tokens = torch.randint(model.config.vocab_size, (1, prefill + n), generator=torch.Generator().manual_seed(0))
     tokens = tokens.to(model.device)
 
     def forward(input_ids):
-        return model(input_ids=input_ids, **cache_kwargs(model, cache), use_cache=True, logits_to_keep=0).logits
+        return model(input_ids=input_ids, **cache_kwargs(model, kv), use_cache=True, logits_to_keep=0).logits
 
     forward(tokens[:, :prefill])
+    kv.move_to(prefill)
     try:
         return host_reads(forward, tokens[:, prefill:])
     finally:
-        lengths.fill_(prefill)
+        kv.move_to(prefill)

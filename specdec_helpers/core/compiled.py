@@ -17,10 +17,9 @@ from types import SimpleNamespace
 
 import torch
 
-from specdec_helpers.core.cache import StaticKV, cache_kwargs
+from specdec_helpers.core.cache import BLOCK, StaticKV, cache_kwargs
 from specdec_helpers.core.cpu_kernels import use_plain_linears, uses_onednn
 
-CACHE_BLOCK = 256  # static cache lengths are multiples of this
 _FORWARDS: "weakref.WeakKeyDictionary[torch.nn.Module, CompiledForward]" = weakref.WeakKeyDictionary()
 
 
@@ -50,7 +49,7 @@ class CompiledForward:
 
     def new_cache(self, max_length: int) -> StaticKV:
         # Rounded up, so texts of different lengths share one cache shape (and one compiled graph).
-        return StaticKV(self.model, -(-max(int(max_length), 1) // CACHE_BLOCK) * CACHE_BLOCK)
+        return StaticKV(self.model, -(-max(int(max_length), 1) // BLOCK) * BLOCK)
 
     @torch.inference_mode()
     def __call__(self, input_ids, cache: StaticKV, use_cache=True, logits_to_keep: int = 0,

@@ -131,7 +131,7 @@ def _rounds(run: Backend, input_ids, max_new_tokens, schedule: KSchedule, sample
         with record_function("specdec::draft"):
             proposal = drafter.propose(context, k, sampler)
         with record_function("specdec::target_forward"):  # the positions the cache lacks, then the draft
-            if score is not None:  # the caller's own scoring pass (the student's, from notebook 03)
+            if score is not None:  # the caller's own scoring pass (the student's: written in 03, used in 06)
                 logits, features = score(target, context, proposal.tokens), None
             elif drafter.needs_target_features:  # e.g. `eagle`: it reads what the target computed
                 logits, features = verify.score_draft(target, context, proposal.tokens, cache, features=True)

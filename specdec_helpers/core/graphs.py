@@ -29,12 +29,11 @@ from types import SimpleNamespace
 
 import torch
 
-from specdec_helpers.core.cache import StaticKV, cache_kwargs
+from specdec_helpers.core.cache import BLOCK, StaticKV, cache_kwargs
 from specdec_helpers.core.capture_rehearsal import HOST_READING_FAMILIES, host_reads
 
 GRAPH_TOKENS = 16  # passes up to this many tokens run as (captured) steps; longer ones (prefills) eagerly
 MAX_K = GRAPH_TOKENS - 1  # draft tokens a round may verify while graphs are on (k + 1 tokens a pass)
-BLOCK = 256  # cache capacities are multiples of this, so texts of different lengths share one cache (and its graphs)
 CHECK_PREFILL = 9  # the self-check's prefill, before its passes
 _FORWARDS: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()

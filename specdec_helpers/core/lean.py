@@ -77,8 +77,12 @@ class LeanForward:
         return self._model().get_input_embeddings()
 
     def new_cache(self, max_length: int) -> StaticKV:
-        """An empty cache of ``max_length`` positions."""
-        return StaticKV(self._model(), max(int(max_length), 1))
+        """An empty cache of ``max_length`` positions, allocated now (not in a timed pass)."""
+        kv = StaticKV(self._model(), max(int(max_length), 1))
+        like = torch.empty((1, self.kv_heads, 0, self.head_dim), dtype=self.dtype, device=self.device)
+        for i in range(len(kv.cache.layers)):
+            kv.layer(i, like)
+        return kv
 
     @torch.inference_mode()
     def __call__(self, input_ids, cache: StaticKV, use_cache: bool = True, logits_to_keep: int = 0,

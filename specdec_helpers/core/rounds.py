@@ -61,7 +61,8 @@ class DecodeStats:
     - ``mean_accepted_length`` = new tokens per target call (1.0 for plain greedy decoding).
     - ``target_calls`` = rounds (one target pass each, prefill included); ``draft_calls`` = draft passes.
     - ``accepted_per_step``: accepted draft tokens in each round.
-    - ``wall_time_s`` / ``tokens_per_s``: time of the whole call (device synced) and new_tokens / time.
+    - ``wall_time_s`` / ``tokens_per_s``: time of the rounds (device synced; the prefill is round 1's target pass,
+      the argument checks and the backend's set-up are not timed) and new_tokens / time.
     """
 
     new_tokens: int = 0
