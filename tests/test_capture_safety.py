@@ -157,3 +157,56 @@ def test_an_emulated_graph_catches_a_caller_that_keeps_an_output_across_passes()
 
     assert stale_caller(StaticForward(model, graphs=False))  # eager passes hand out fresh tensors
     assert not stale_caller(StaticForward(model, graphs=True))  # the replay overwrote what the caller kept
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("cast", ["half", "bfloat16", "weights moved"])
+def test_a_cast_or_moved_weights_between_decodes_get_fresh_caches_or_steps(cast):
+    """A student who decodes, then casts the model (or reloads its weights), decodes again: a kept cache of the old
+    dtype is not handed out, and steps recorded over weights that moved are recorded again (a graph would replay
+    the old addresses)."""
+    model, draft = tiny_model("llama", seed=31), None
+    ids = prompt(5)
+    sd.greedy_decode(model, ids, max_new_tokens=10, graphs=True)
+    forward = static_forward(model)
+    (kv,) = forward.caches
+    if cast == "weights moved":
+        model.half().float()  # the same dtype, the weights somewhere else
+    else:
+        model.to(torch.float16 if cast == "half" else torch.bfloat16)
+    draft = perturbed_copy(model, scale=0.15)
+    out = sd.speculative_decode(model, draft, ids, max_new_tokens=20, num_speculative_tokens=3, graphs=True)
+    assert torch.equal(out.sequences, hf_greedy(model, ids, 20))
+    (now,) = forward.caches
+    assert (now is kv) == (cast == "weights moved") and now.kind == (model.dtype, model.device)
+    assert now.weights == graphs._addresses(model)
+
+
+def test_a_drafter_that_proposes_more_than_k_is_refused_before_its_step_is_made():
+    class Eager(sd.PromptLookupDrafter):
+        def propose(self, input_ids, k, sampler=None):
+            return sd.Proposal(torch.arange(6) + 1)
+
+    model = tiny_model("gpt_neox", seed=32)
+    with pytest.raises(ValueError, match="returned 6 tokens when asked for at most 2"):
+        sd.speculative_decode(model, Eager(), prompt(5), max_new_tokens=20, num_speculative_tokens=2, graphs=True)
+    with pytest.raises(ValueError, match="graphs=True decodes one prompt at a time"):
+        sd.speculative_decode(model, model, [prompt(3)[0], prompt(4)[0]], max_new_tokens=4, graphs=True)
+
+
+def test_rehearsals_in_threads_put_the_capture_answer_back():
+    import threading
+
+    answer = torch.cuda.is_current_stream_capturing
+    models = [tiny_model(family, seed=40 + i) for i, family in enumerate(["llama", "gpt_neox", "gpt2", "llama"])]
+
+    def decode_one(model):
+        with torch.inference_mode():
+            sd.greedy_decode(model, prompt(4), max_new_tokens=6, graphs=True)
+
+    threads = [threading.Thread(target=decode_one, args=(m,)) for m in models]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert torch.cuda.is_current_stream_capturing is answer

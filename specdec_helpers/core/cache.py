@@ -80,8 +80,10 @@ class StaticKV:
         self.lengths = torch.zeros(len(self.cache.layers), dtype=torch.long, device=model.device)
         for i, layer in enumerate(self.cache.layers):
             layer.cumulative_length = self.lengths[i]
+        self.kind = (model.dtype, model.device)  # what its rows hold, and where
         self.steps: dict = {}  # `graphs`' steps over this cache: tokens per pass -> its (captured) step
         self.pool = None  # the memory pool of those steps' CUDA graphs
+        self.weights = None  # where the model's weights were when those steps were recorded
 
     def get_seq_length(self) -> int:
         """Positions held (the host's count: reading it never waits for the device)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -36,6 +37,7 @@ from specdec_helpers.core.cache import BLOCK, StaticKV, cache_kwargs
 # the host in transformers 5.24, at every pass size: OPT and BioGPT size a mask by the cache's 0-d length tensor,
 # XGLM makes positions from it (and compares it), MPT compares it, JetMoE routes its experts through ``.tolist()``.
 HOST_READING_FAMILIES = frozenset({"biogpt", "jetmoe", "mpt", "opt", "xglm"})
+_PATCH = threading.Lock()  # `host_reads` patches torch.cuda.is_current_stream_capturing: one rehearsal at a time
 
 # Operators by name (their overload packet's), as a mode sees them: under ``torch.inference_mode`` it sees composites
 # (``item``, ``is_nonzero``, ``where``) before they decompose, elsewhere their parts (``_local_scalar_dense``).
@@ -159,13 +161,15 @@ def host_reads(fn, *args, **kwargs) -> list[str]:
     True, as in a capture, where transformers takes another path (``masking_utils._ignore_causal_mask_sdpa`` reads
     the cache's 0-d length on the host outside a capture, not inside one).
     """
-    spy, was = _Spy(), torch.cuda.is_current_stream_capturing
-    torch.cuda.is_current_stream_capturing = _capturing
-    try:
-        with _Calls(spy), _Ops(spy):
-            fn(*args, **kwargs)
-    finally:
-        torch.cuda.is_current_stream_capturing = was
+    spy = _Spy()
+    with _PATCH:  # one rehearsal at a time: the answer is patched process-wide, and must come back as it was
+        was = torch.cuda.is_current_stream_capturing
+        torch.cuda.is_current_stream_capturing = _capturing
+        try:
+            with _Calls(spy), _Ops(spy):
+                fn(*args, **kwargs)
+        finally:
+            torch.cuda.is_current_stream_capturing = was
     found = spy.real if spy.accelerator else spy.rehearsed
     counts = {f: found.count(f) for f in found}
     return [f if n == 1 else f"{f} (x{n})" for f, n in counts.items()]

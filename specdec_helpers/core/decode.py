@@ -81,9 +81,9 @@ def speculative_decode(
     `batch.batch_speculative_decode` and returns a `batch.BatchDecodeOutput`.
     """
     if is_batch(input_ids, attention_mask):
-        if score is not None:
-            raise ValueError("score= (a scoring pass of your own) decodes one prompt at a time; pass one [1, L] prompt, "
-                             "or leave score out for a batch")
+        if score is not None or graphs:
+            raise ValueError(f"{'score= (a scoring pass of your own)' if score is not None else 'graphs=True'} decodes "
+                             "one prompt at a time; pass one [1, L] prompt, or leave it out for a batch")
         return batch_speculative_decode(
             target, None if isinstance(draft, _NoDraft) else draft, input_ids, attention_mask,
             max_new_tokens=max_new_tokens, num_speculative_tokens=num_speculative_tokens, temperature=temperature,
@@ -130,6 +130,10 @@ def _rounds(run: Backend, input_ids, max_new_tokens, schedule: KSchedule, sample
         k = min(schedule.current, text.room, run.max_k or text.room)
         with record_function("specdec::draft"):
             proposal = drafter.propose(context, k, sampler)
+            if proposal.tokens.numel() > k:
+                raise ValueError(f"{type(drafter).__name__}.propose returned {proposal.tokens.numel()} tokens when "
+                                 f"asked for at most {k}: a drafter proposes at most k tokens (the loop sized the "
+                                 "round, the cache and its steps for k)")
         with record_function("specdec::target_forward"):  # the positions the cache lacks, then the draft
             if score is not None:  # the caller's own scoring pass (the student's: written in 03, used in 06)
                 logits, features = score(target, context, proposal.tokens), None

@@ -54,7 +54,7 @@ class StaticForward:
     def __init__(self, model, graphs: bool):
         # A weak reference: `_FORWARDS` keeps this as long as the model lives, and must not keep the model alive.
         self._model = weakref.ref(model)
-        self.config, self.device, self.graphs = model.config, model.device, graphs
+        self.config, self.graphs = model.config, graphs
         self.caches: list[StaticKV] = []
         self.captured = 0  # steps captured so far (the benchmarks report it)
         self.checked: set = set()  # (dtype, device) whose replays matched the eager passes
@@ -68,21 +68,36 @@ class StaticForward:
     def model(self):
         return self._model()
 
+    @property
+    def device(self):
+        return self.model.device
+
     def get_input_embeddings(self):
         return self.model.get_input_embeddings()
 
     def new_cache(self, max_length: int) -> StaticKV:
-        """An empty cache of at least ``max_length`` positions: a free one made before (steps and all), else new."""
+        """An empty cache of at least ``max_length`` positions: a free one made before (steps and all), else new.
+
+        A cache made for another dtype or device is dropped (the model was cast or moved since), and a cache whose
+        steps were recorded over weights that have moved since (``model.half().float()``, ``load_state_dict(...,
+        assign=True)``) keeps its rows but records its steps again: a graph replays the addresses it recorded."""
+        model = self.model
         capacity = -(-max(int(max_length), 1) // BLOCK) * BLOCK
+        kind = (model.dtype, model.device)
         with _LOCK:
+            self.caches = [kv for kv in self.caches if kv.in_use or kv.kind == kind]
             free = [kv for kv in self.caches if not kv.in_use and kv.capacity >= capacity]
             if free:
                 kv = min(free, key=lambda kv: kv.capacity)
             else:  # drop the smaller free caches (their memory), keep those in use
                 self.caches = [kv for kv in self.caches if kv.in_use or kv.capacity > capacity]
-                kv = StaticKV(self.model, capacity)
+                kv = StaticKV(model, capacity)
                 self.caches.append(kv)
             kv.in_use = True
+        weights = _addresses(model)
+        if kv.weights != weights:
+            kv.steps.clear()
+            kv.pool, kv.weights = None, weights
         kv.move_to(0)  # always: a pass that was interrupted may have left the counters anywhere
         return kv
 
@@ -208,6 +223,11 @@ class StaticForward:
                           stacklevel=4)
 
 
+def _addresses(model) -> tuple:
+    """Where the model's weights and buffers live: what a recorded step reads."""
+    return tuple(t.data_ptr() for t in (*model.parameters(), *model.buffers()))
+
+
 class _Emulated:
     """A CPU's stand-in for a CUDA graph: capture runs the pass once and keeps its output; each replay runs it again
     and writes into that output, as a real replay writes into its capture's memory (a caller holding an output
@@ -241,10 +261,12 @@ def _cuda_capture(run, kv: StaticKV, device):
                 logits = run()
             finally:
                 graph.capture_end()
-    except RuntimeError as error:
+    except BaseException as error:  # a failed capture, or Ctrl-C during one
         _restore_rng(device, rng)
         kv.pool = None
-        raise CaptureRefused(str(error).splitlines()[0]) from error
+        if isinstance(error, RuntimeError):
+            raise CaptureRefused(str(error).splitlines()[0]) from error
+        raise
     return graph.replay, logits
 
 
