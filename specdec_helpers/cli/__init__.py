@@ -2,23 +2,19 @@
 
 Every command's arguments live in this package, and no algorithm or measurement: each command parses its
 arguments, calls the library and prints what it returns. It is the only place that imports every layer (core, models, measure,
-present, assignment); library modules never import it. `run` holds the commands that use the kit,
-`course` the instructor's and students' course commands, `args` their shared argparse types.
+present, assignment); library modules never import it. `run` holds the commands that use the kit, `train`
+those that train models, `course` the ones a submission goes through (check, handin, grade), `instructor` the
+instructor's authoring commands, `machine_check` selfcheck, `args` their shared argparse types.
 """
 from __future__ import annotations
 
 import sys
 import zipfile
 
-from specdec_helpers.cli.course import (
-    autograder,
-    check,
-    grade,
-    handin,
-    mistakes,
-    release,
-)
-from specdec_helpers.cli.run import bench, demo, distill, perf, report, train_toy
+from specdec_helpers.cli.course import check, grade, handin
+from specdec_helpers.cli.instructor import autograder, mistakes, release
+from specdec_helpers.cli.run import bench, demo, perf, report
+from specdec_helpers.cli.train import distill, train_toy
 from specdec_helpers.cli.machine_check import selfcheck
 
 __all__ = ["COMMANDS", "main", "autograder", "bench", "check", "demo", "distill", "grade", "handin", "mistakes",

@@ -1,11 +1,10 @@
-"""The course commands: release, grade, check, handin, autograder, mistakes (instructor-only ones
-say so in the student kit, which leaves their modules out)."""
+"""The commands a submission goes through: check (the visible tests, the student's), handin (the zip),
+grade (one submission, or a class: the instructor's). The instructor's authoring commands are `instructor`'s."""
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import json
-import re
 import sys
 import time
 import zipfile
@@ -15,17 +14,10 @@ from specdec_helpers.assignment.student import check as check_module
 from specdec_helpers.assignment.grading import grader as grader_module
 from specdec_helpers.assignment.grading import packages, privilege
 from specdec_helpers.assignment.student import handin as handin_module
-from specdec_helpers.assignment.parts.cells import read_notebook
 from specdec_helpers.assignment.student.check import run_check
-from specdec_helpers.assignment.grading.grader import (
-    EXTRA_CREDIT,
-    LABELS,
-    Report,
-    Result,
-    _pairs,
-    load_config,
-)
+from specdec_helpers.assignment.grading.grader import _pairs, load_config
 from specdec_helpers.assignment.grading.grader import grade as grade_sources
+from specdec_helpers.assignment.grading.scoring import EXTRA_CREDIT, LABELS, Report, Result
 from specdec_helpers.assignment.student.handin import handin as write_handin
 from specdec_helpers.assignment.grading.speed import measure as measure_speed
 from specdec_helpers.assignment.testing.world import grading_seed
@@ -38,86 +30,18 @@ from specdec_helpers.assignment.grading.submission import (
     run_nbval,
 )
 from specdec_helpers.cli.args import positive_int, preset_names
-from specdec_helpers.present.notebook_help import REPO_BRANCH, quiet
+from specdec_helpers.cli.instructor import instructor_only, left_out
+from specdec_helpers.present.notebook_help import quiet
 
 # What `grade` needs beyond the kit (pyproject's `grade` extra): students never install it.
 GRADE_EXTRA = ("pytest", "nbval", "copydetect", "psutil")
-
-
-def _absent(error: ModuleNotFoundError, also=()) -> bool:
-    """Whether ``error`` is a module the student kit leaves out (or one of ``also``), not a broken install."""
-    return (error.name or "").startswith("specdec_helpers.") or error.name in also
-
-
-try:  # instructor-only modules: the student kit leaves them out (release.INSTRUCTOR_ONLY)
-    import specdec_helpers.assignment.authoring.autograder as autograder_module
-    import specdec_helpers.assignment.authoring.notebook_sync as notebook_sync
-    import specdec_helpers.assignment.authoring.release as release_module
-    from specdec_helpers.assignment.authoring.mutations import grade_all
-except ModuleNotFoundError as error:
-    if not _absent(error):
-        raise  # a missing dependency, not the student kit
-    autograder_module = notebook_sync = release_module = grade_all = None
-try:  # ... and these need the grader's extra too (`grade` says what to install)
+try:  # these need the grader's extra (`grade` says what to install); the student kit leaves them out
     import specdec_helpers.assignment.grading.classroom as classroom  # (a missing module: ModuleNotFoundError)
     import specdec_helpers.assignment.grading.similarity as similarity
 except ModuleNotFoundError as error:
-    if not _absent(error, GRADE_EXTRA):
+    if not left_out(error, GRADE_EXTRA):
         raise
     classroom = similarity = None
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _instructor_only(command: str) -> int:
-    print(f"{command}: an instructor command; the student kit does not include it", file=sys.stderr)
-    return 2
-
-
-def release(argv=None) -> int:
-    if release_module is None:
-        return _instructor_only("release")
-    parser = argparse.ArgumentParser(prog="python -m specdec_helpers release", description=release_module.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", help="folder for the student repository (empty, absent, or with --force a clone of it)")
-    parser.add_argument("--repo-url", help="the STUDENT repository, https://github.com/OWNER/NAME: Colab badges open and "
-                                           "install cells install from it (never the instructor's: it holds the solutions)")
-    parser.add_argument("--branch", help=f"branch the badges and install cells use (default: {REPO_BRANCH})")
-    parser.add_argument("--root", help="instructor repository (default: this checkout)")
-    parser.add_argument("--instructor-url", help="the instructor repository's URL, refused as --repo-url "
-                                                 "(its git remotes are refused anyway)")
-    parser.add_argument("--config", help="TOML file with out, repo_url, branch, root, instructor_url (flags override it)")
-    parser.add_argument("--force", action="store_true", help="replace the files of a non-empty --out (its .git is kept)")
-    args = parser.parse_args(argv)
-    try:
-        settings = release_module.load_settings(args.config) if args.config else {}
-        settings.update({k: v for k, v in vars(args).items() if v is not None and k not in ("config", "force")})
-        settings.setdefault("branch", REPO_BRANCH)
-        written = release_module.publish(**settings, force=args.force)
-    except ValueError as error:
-        print(f"release: {error}", file=sys.stderr)
-        return 2
-    except release_module.ReleaseError as error:
-        print("=" * 70 + "\nRELEASE FAILED: the kit would leak solutions or hidden tests; nothing was written.\n"
-              + str(error) + "\n" + "=" * 70, file=sys.stderr)
-        return 1
-    out = Path(settings["out"])
-    stubs = sum(len(STUB_LINE.findall(source)) for rel in written for source in _code(out / rel))
-    for problem in notebook_sync.check(out / "notebooks", settings["repo_url"], settings["branch"]):
-        print(f"warning: {problem}", file=sys.stderr)
-    print(f"student repository: {len(written)} files in {out} ({stubs} exercise stubs); no solution or hidden test "
-          f"left; badges and install cells point at {settings['repo_url']} ({settings['branch']})")
-    return 0
-
-
-STUB_LINE = re.compile(r"^[ \t]*raise NotImplementedError\(\)[ \t]*$", re.M)
-
-
-def _code(path: Path) -> list[str]:
-    """The code of a released file: a module's text, a notebook's code cells (not the kit's messages
-    that mention the stub)."""
-    if path.suffix == ".ipynb":
-        return [cell["source"] for cell in read_notebook(path).cells if cell["cell_type"] == "code"]
-    return [path.read_text()] if path.suffix == ".py" else []
 
 
 def grade(argv=None) -> int:
@@ -162,7 +86,7 @@ def grade(argv=None) -> int:
         print(f"grade: {error}", file=sys.stderr)
         return 2
     if args.is_class and classroom is None:
-        return _instructor_only("grade --class")
+        return instructor_only("grade --class")
     if args.is_class and args.results:
         parser.error("--results is for one submission; a class's results go under --out")
     # --results (as Gradescope's run_autograder passes it) means one submission, whatever the folder holds
@@ -322,40 +246,3 @@ def handin(argv=None) -> int:
         print(f"  {name}")
     print("Upload this zip to Gradescope.")
     return 0
-
-
-def autograder(argv=None) -> int:
-    if autograder_module is None:
-        return _instructor_only("autograder")
-    parser = argparse.ArgumentParser(prog="python -m specdec_helpers autograder", description=autograder_module.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, help="folder to write (empty or absent); the zip goes beside it")
-    parser.add_argument("--config", help="grading config (default: the defaults, see points.example.toml)")
-    parser.add_argument("--root", default=str(ROOT), help="instructor repository (default: this checkout)")
-    args = parser.parse_args(argv)
-    try:
-        if args.config:
-            grader_module.load_config(args.config)  # refuse a bad config now, not on Gradescope
-        files = autograder_module.bundle(args.out, args.root, args.config)
-    except (OSError, ValueError) as error:
-        print(f"autograder: {error}", file=sys.stderr)
-        return 2
-    out = Path(args.out)
-    print(f"autograder: {len(files)} files in {out}; upload {out.with_name(out.name + '.zip')} to Gradescope "
-          "(Configure Autograder > Zip file upload)")
-    return 0
-
-
-def mistakes(argv=None) -> int:
-    """Print the catalog with the grader's verdict on each mutation; exit 1 if one goes uncaught."""
-    argparse.ArgumentParser(prog="python -m specdec_helpers mistakes", description=mistakes.__doc__).parse_args(argv)
-    if grade_all is None:
-        return _instructor_only("mistakes")
-    missed = 0
-    for m, report in grade_all():
-        r = report.find(m.test_id)
-        caught = not r.passed and m.phrase in r.feedback
-        missed += not caught
-        print(f"{'✅' if caught else '❌'} {m.name:<26} {report.score:>5.1f} pts  [{m.test_id}] {r.feedback}")
-    return 1 if missed else 0
-

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specdec_helpers.assignment.grading.grader import Report, load_config, run_suite
+from specdec_helpers.assignment.grading.grader import load_config, run_suite
+from specdec_helpers.assignment.grading.scoring import Report
 from specdec_helpers.assignment.grading.sandbox import InProcess
 from specdec_helpers.assignment.parts.cells import load_functions
 from specdec_helpers.assignment.grading.submission import reference_sources

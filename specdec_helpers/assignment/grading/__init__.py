@@ -1,1 +1,4 @@
-"""Instructor-side grading: the grader, the test suites, the tiny test worlds, the child-process sandbox, who runs student code with which rights (privilege, isolation), speed measurement, the mistake catalog."""
+"""The machinery that grades: the grader (`grader`) and its points (`scoring`), the sandboxed child that runs
+student code (`child`, `sandbox`), who runs it with which rights (`privilege`, `jail_policy`, `isolation`,
+`student_users`), the side-by-side timing (`speed`), the nbval run (`submission`), a class at once and copied
+work (`classroom`, `grade_worker`, `contain`, `similarity`: the instructor's)."""

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from specdec_helpers.assignment.grading import similarity
 from specdec_helpers.assignment.grading import contain
-from specdec_helpers.assignment.grading.grader import LABELS
+from specdec_helpers.assignment.grading.scoring import LABELS
 from specdec_helpers.assignment.grading.submission import SubmissionError, graded_parts, notebooks_in, readable
 
 SKIP = {"__MACOSX", ".ipynb_checkpoints", "__pycache__"}

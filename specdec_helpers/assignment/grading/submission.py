@@ -28,7 +28,7 @@ from specdec_helpers.assignment.parts.cells import (
     read_notebook,
 )
 from specdec_helpers.assignment.grading import privilege
-from specdec_helpers.assignment.grading.grader import Result
+from specdec_helpers.assignment.grading.scoring import Result
 
 ROOT = Path(__file__).resolve().parents[3]  # the kit's top folder (release.py is instructor-only: not imported)
 
