@@ -52,5 +52,5 @@ __all__ = [
     "TreeUnsupportedError", "check_tree_support", "compare_tree_chain", "tree_speculative_decode", "ModelDrafter", "PromptLookupDrafter", "Proposal", "Sampler",
     "Step", "accept_sampled", "VerifyResult", "greedy_decode", "speculative_decode", "verify_tokens_vectorized",
 ]
-from specdec_helpers.core.graphs import static_forward  # noqa: E402,F401 - a model step over a static cache (notebook 01)
-from specdec_helpers.core.lean import lean_forward  # noqa: E402,F401 - a Llama's forward without transformers' Python (notebook 01)
+from specdec_helpers.core.graphs import static_forward  # a model step over a static cache (notebook 01)
+from specdec_helpers.core.lean import lean_forward  # a Llama's forward without transformers' Python (notebook 01)

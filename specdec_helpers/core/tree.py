@@ -276,7 +276,7 @@ def _tree_loop(target, parts: _DraftParts, input_ids, max_new_tokens, widths, lo
             prefix = list(range(length))
             rollback(target_cache, prefix + [length + i for i in path])
             if model is not None and calls:  # the draft fed the text this round; only non-leaf nodes are in its cache
-                cached = itertools.takewhile(lambda i: i < in_draft_cache, path)
+                cached = itertools.takewhile(lambda i: i < in_draft_cache, path)  # noqa: B023 - used up on the next line
                 rollback(draft_cache, prefix + [length + i for i in cached])
             if drafter is not None:
                 if hidden is not None:  # the target's features of the fed text and of the kept branch

@@ -250,7 +250,7 @@ def _shifted_rows(node: ast.Subscript) -> bool:
             continue
         low, high = part.lower, part.upper
         plus_one = lambda e: isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add) and \
-            isinstance(e.right, ast.Constant) and e.right.value == 1  # noqa: E731
+            isinstance(e.right, ast.Constant) and e.right.value == 1
         if isinstance(low, ast.UnaryOp) and isinstance(low.op, ast.USub) and plus_one(low.operand) and high is None:
             return True
         if (isinstance(low, ast.BinOp) and isinstance(low.op, ast.Sub) and isinstance(low.right, ast.Constant)

@@ -204,7 +204,7 @@ class InProcess:
     def request(self, op: str, timeout: float = 60, **kwargs):
         try:  # the same JSON round trip as the child's answers
             return decode(json.loads(json.dumps(getattr(self.server, "op_" + op)(**decode(kwargs)))))
-        except Exception as error:  # noqa: BLE001 - reported like the child does
+        except Exception as error:  # reported like the child does
             e = error_answer(error)
             raise StudentError(e["type"], e["message"], e["where"]) from error
 

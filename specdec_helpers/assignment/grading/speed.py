@@ -162,7 +162,7 @@ def _measure(student_sources: dict, reference_sources: dict, perf: dict, seed, t
                 child.close()
     if "reference" in problems:
         raise RuntimeError(f"the reference solution failed its own measurement: {problems['reference']}")
-    rate = lambda who: totals[who][0] / totals[who][1] if totals[who][1] else 0.0  # noqa: E731
+    rate = lambda who: totals[who][0] / totals[who][1] if totals[who][1] else 0.0
     speculates = "student" not in problems
     paired = ([b / s for b, s in zip(times[baseline], times["student"])]
               if len(times["student"]) == len(times[baseline]) == repeats else [])

@@ -87,7 +87,7 @@ def notebook_problems(path: Path, rel: str) -> list[str]:
     """One line per kind of problem in one notebook's exercise cells (graded and practice) and check cells."""
     try:
         nb = nbformat.read(str(path), as_version=4)
-    except Exception as error:  # not JSON, not a notebook
+    except Exception as error:  # noqa: BLE001 - not JSON, not a notebook: whatever it is, said as a problem
         return [f"{rel}: cannot be read as a notebook ({type(error).__name__}: {error})"]
     stubs, unrun, graded_code, problems = [], [], [], []
     by_metadata = any("nbgrader" in cell.metadata for cell in nb.cells)

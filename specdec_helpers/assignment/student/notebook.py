@@ -17,7 +17,7 @@ from specdec_helpers.core.timing import timed  # noqa: F401
 from specdec_helpers.measure.observed import decoder_scoring, observed_decode
 from specdec_helpers.measure.speedup import ratio_words  # noqa: F401 - timed comparisons that say when they are noise
 from specdec_helpers.models.pairs import load_pair
-from specdec_helpers.present.notebook_help import *  # noqa: F401,F403 - setup, check, prompts_for, ...
+from specdec_helpers.present.notebook_help import *  # noqa: F403 - setup, check, prompts_for, ...
 from specdec_helpers.present.widgets import render_html, token_explorer  # noqa: F401
 
 

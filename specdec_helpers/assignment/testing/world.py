@@ -106,6 +106,7 @@ class World:
         g = torch.Generator().manual_seed(seed + 3)
         self.prompts = [torch.randint(3, self.vocab, (1, n), generator=g) for n in (6, 11, 32)]
         self._folders = None
+        self._greedy: dict = {}
 
     def variant(self, name: str):
         """A draft by name: ``draft`` (agrees often), ``same`` (always), ``other`` (rarely); ``deep`` is ``same``
@@ -142,12 +143,13 @@ class World:
             self._folders = (str(root / "target"), str(root / "draft"))
         return self._folders
 
-    @functools.lru_cache(maxsize=None)
     def greedy(self, which: str, prompt_index: int, n: int = 24) -> list[int]:
-        """The ``n`` greedy tokens of model ``which`` after prompt ``prompt_index`` (no eos)."""
-        model = getattr(self, which)
-        ids = self.prompts[prompt_index]
-        return greedy_tokens(model, ids, n)
+        """The ``n`` greedy tokens of model ``which`` after prompt ``prompt_index`` (no eos), computed once per
+        world (kept on the world, not in an lru_cache on the method, which would keep every world alive)."""
+        key = (which, prompt_index, n)
+        if key not in self._greedy:
+            self._greedy[key] = greedy_tokens(getattr(self, which), self.prompts[prompt_index], n)
+        return self._greedy[key]
 
 
 def greedy_tokens(model, ids, n, eos=None) -> list[int]:
