@@ -43,3 +43,14 @@ def test_cli_help_lists_commands(capsys):
     assert cli.main(["no-such-command"]) == 2
     out = capsys.readouterr().out
     assert all(name in out for name in cli.COMMANDS)
+
+
+def test_ci_formats_and_lints_with_the_ruff_a_developer_installs():
+    """.ci/run installs ruff on a line of its own (it lints before the README's install line); a minor version's
+    formatting can differ, so it must be the range the test extra and requirements-dev.txt give a developer."""
+    import tomllib
+
+    extra = tomllib.loads(ROOT.joinpath("pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    (spec,) = [s for s in extra if s.startswith("ruff")]
+    assert f'pip install -q "{spec}" && ruff format --check . && ruff check .' in ROOT.joinpath(".ci/run").read_text()
+    assert spec in ROOT.joinpath("requirements-dev.txt").read_text().splitlines()
