@@ -65,6 +65,6 @@ def test_a_round_on_the_demo_backend_stays_in_few_files_and_lines():
 def test_the_reading_path_names_the_demo_backend_and_its_files():
     readme = (ROOT / "README.md").read_text()
     path = readme[readme.index("## Reading path"):readme.index("## Layout")]
-    assert re.search(r"\*\*lean\*\* backend", path) and "core/backends.py" in path
+    assert re.search(r"\*\*lean\*\*\s+backend", path) and "core/backends.py" in path
     for rel in SUBSTANCE:
         assert rel.split("/")[1] in path, rel

@@ -225,7 +225,14 @@ class StaticForward:
 
 def _addresses(model) -> tuple:
     """Where the model's weights and buffers live: what a recorded step reads."""
-    return tuple(t.data_ptr() for t in (*model.parameters(), *model.buffers()))
+    return tuple(_address(t) for t in (*model.parameters(), *model.buffers()))
+
+
+def _address(tensor) -> int:
+    try:
+        return tensor.data_ptr()
+    except RuntimeError:  # a tensor without storage (oneDNN's packed weights on a CPU): its identity instead
+        return id(tensor)
 
 
 class _Emulated:
