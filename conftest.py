@@ -6,6 +6,7 @@ decoding 25x slower (64 tokens: 0.3 s with one thread, 8 s with two; benchmarks/
 are about threads set them themselves; a caller's own OMP_NUM_THREADS wins. Gradings use one fixed world
 (``SPECDEC_GRADE_SEED``).
 """
+
 import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")

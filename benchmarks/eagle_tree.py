@@ -10,6 +10,7 @@ greedy. `perf --draft default,tree:...` times the same trees (with HF greedy/ass
 interleaves all of them in one schedule, so their ratios to each other come from the same minutes.
 One machine, one run: read the ratios, and the load (`uptime`) printed with them.
 """
+
 import argparse
 import math
 import os
@@ -47,15 +48,25 @@ def main():
         return lambda ids: tree_speculative_decode(target, draft, ids, max_new_tokens=n, tree=shape, lookup_tokens=k)
 
     def hf(**kwargs):
-        return lambda ids: (target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
-                                            pad_token_id=target.generation_config.eos_token_id, **kwargs), None)
+        return lambda ids: (
+            target.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=False,
+                max_new_tokens=n,
+                pad_token_id=target.generation_config.eos_token_id,
+                **kwargs,
+            ),
+            None,
+        )
 
     methods = {
         "greedy": lambda ids: greedy_decode(target, ids, max_new_tokens=n),
         "hf greedy": hf(),
         "hf prompt lookup": hf(prompt_lookup_num_tokens=k),
-        "prompt-lookup:2 (default)": lambda ids: speculative_decode(target, pair.draft, ids, max_new_tokens=n,
-                                                                     num_speculative_tokens=k),
+        "prompt-lookup:2 (default)": lambda ids: speculative_decode(
+            target, pair.draft, ids, max_new_tokens=n, num_speculative_tokens=k
+        ),
         **{f"tree:{'x'.join(map(str, s))}:hybrid:eagle": tree(hybrid, s) for s in shapes},
     }
     if args.alone:
@@ -93,9 +104,12 @@ def summary(methods, times, per_call):
         vs_default = [d / t for d, t in zip(median["prompt-lookup:2 (default)"], median[name])]
         vs_hf = [h / t for h, t in zip(best_hf, median[name])]
         calls = f", {statistics.mean(per_call[name]):.2f} tokens/call" if per_call[name] else ""
-        print(f"{name:32s} vs greedy {geometric_mean(vs_greedy):.3f}x ({', '.join(f'{r:.2f}' for r in vs_greedy)}); "
-              f"vs default {geometric_mean(vs_default):.3f}x ({', '.join(f'{r:.2f}' for r in vs_default)}); "
-              f"vs best HF {geometric_mean(vs_hf):.3f}x{calls}", flush=True)
+        print(
+            f"{name:32s} vs greedy {geometric_mean(vs_greedy):.3f}x ({', '.join(f'{r:.2f}' for r in vs_greedy)}); "
+            f"vs default {geometric_mean(vs_default):.3f}x ({', '.join(f'{r:.2f}' for r in vs_default)}); "
+            f"vs best HF {geometric_mean(vs_hf):.3f}x{calls}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

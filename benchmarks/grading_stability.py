@@ -6,6 +6,7 @@ times (the target's own greedy loop in generate_ids), on the toy preset, and pri
 The grader's thresholds must give the reference full marks every time and the non-speculating
 decoder no performance points, ever. (nbval is left out: its lines carry no points.)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,7 +16,7 @@ import time
 from specdec_helpers.assignment.grading import grader, speed
 from specdec_helpers.assignment.grading.submission import reference_sources
 
-NOT_SPECULATING = '''
+NOT_SPECULATING = """
 import torch
 
 @torch.inference_mode()
@@ -27,7 +28,7 @@ def generate_ids(self, input_ids, max_tokens=100, num_speculative_tokens=5, use_
     return self.target_model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
                                       max_new_tokens=max_tokens, eos_token_id=self.eos_token_id,
                                       pad_token_id=self.eos_token_id or 0)
-'''
+"""
 
 
 def main() -> None:
@@ -51,11 +52,16 @@ def main() -> None:
             scores.append(report.score)
             perf.append(sum(r.score for r in report.results if r.item in ("speedup", "acceptance")))
             ratios.append(m.get("speedup", 0.0))
-            print(f"{name:16s} run {run + 1:2d}: {report.score:5.1f} / {report.max_score:g}  performance "
-                  f"{perf[-1]:4.1f}  speed vs reference {ratios[-1]:.2f}x  acceptance {m.get('acceptance', 0):.1%}  "
-                  f"({time.perf_counter() - start:.0f} s)", flush=True)
-        print(f"{name}: score min {min(scores)} max {max(scores)}; performance points min {min(perf)} max {max(perf)}; "
-              f"speed ratio median {statistics.median(ratios):.2f} range {min(ratios):.2f}-{max(ratios):.2f}\n")
+            print(
+                f"{name:16s} run {run + 1:2d}: {report.score:5.1f} / {report.max_score:g}  performance "
+                f"{perf[-1]:4.1f}  speed vs reference {ratios[-1]:.2f}x  acceptance {m.get('acceptance', 0):.1%}  "
+                f"({time.perf_counter() - start:.0f} s)",
+                flush=True,
+            )
+        print(
+            f"{name}: score min {min(scores)} max {max(scores)}; performance points min {min(perf)} max {max(perf)}; "
+            f"speed ratio median {statistics.median(ratios):.2f} range {min(ratios):.2f}-{max(ratios):.2f}\n"
+        )
 
 
 if __name__ == "__main__":

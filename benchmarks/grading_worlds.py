@@ -9,6 +9,7 @@ CI grades fixed worlds (tests/test_assignment.py: WORLDS; every `grade` command 
 `SPECDEC_GRADE_SEED` in conftest.py) so that its runs are deterministic; this scan
 is how a world-dependent judgement is found. Add a world it reports to WORLDS, with a comment.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,10 @@ def main() -> None:
         start = time.perf_counter()
         wrong = scan(seed, reference, points, args.only)
         bad += bool(wrong)
-        print(f"world {seed}: {'ok' if not wrong else f'{len(wrong)} wrong'} ({time.perf_counter() - start:.0f} s)",
-              flush=True)
+        print(
+            f"world {seed}: {'ok' if not wrong else f'{len(wrong)} wrong'} ({time.perf_counter() - start:.0f} s)",
+            flush=True,
+        )
         for line in wrong:
             print(f"  {line}")
     print(f"{bad} of {len(seeds)} worlds judged wrongly")

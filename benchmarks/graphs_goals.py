@@ -17,6 +17,7 @@ each timing's spread (median of interleaved repeats, [q1, q3]). A benchmark, not
     python benchmarks/graphs_goals.py --device cpu --scale 0.0625  # the same code on a CPU in seconds (no graphs:
                                                                    # "ours" runs the same static-cache steps eagerly)
 """
+
 from __future__ import annotations
 
 import copy
@@ -27,17 +28,22 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pythia_random_timing import build, device_and_dtype, shape_parser  # noqa: E402
+from pythia_random_timing import build, device_and_dtype, shape_parser
 
-from specdec_helpers.core.decode import greedy_decode, speculative_decode  # noqa: E402
-from specdec_helpers.core.graphs import static_forward  # noqa: E402
-from specdec_helpers.core.timing import interleaved_order, spread, timed  # noqa: E402
-from specdec_helpers.measure.methods import _constant_k, _quiet_transformers  # noqa: E402
-from specdec_helpers.measure.results import environment  # noqa: E402
-from specdec_helpers.measure.theory import measure_forward_cost  # noqa: E402
+from specdec_helpers.core.decode import greedy_decode, speculative_decode
+from specdec_helpers.core.graphs import static_forward
+from specdec_helpers.core.timing import interleaved_order, spread, timed
+from specdec_helpers.measure.methods import _constant_k, _quiet_transformers
+from specdec_helpers.measure.results import environment
+from specdec_helpers.measure.theory import measure_forward_cost
 
-GOALS = {"target_step_ms": ("<=", 2.5), "c": ("<=", 0.3), "all_accepted_vs_eager_greedy": (">=", 2.0),
-         "vs_hf_assisted_all_accepted": (">=", 1.15), "vs_hf_assisted_all_rejected": (">=", 1.15)}
+GOALS = {
+    "target_step_ms": ("<=", 2.5),
+    "c": ("<=", 0.3),
+    "all_accepted_vs_eager_greedy": (">=", 2.0),
+    "vs_hf_assisted_all_accepted": (">=", 1.15),
+    "vs_hf_assisted_all_rejected": (">=", 1.15),
+}
 
 
 def reached(name: str, value: float) -> bool:
@@ -62,8 +68,12 @@ def main(argv=None) -> int:
     k, n = args.k, args.max_new_tokens
 
     # The first graphed call captures its graphs (one per pass size): its time bounds the capture cost.
-    _, first_call_s = timed(lambda: speculative_decode(target, draft, ids, max_new_tokens=n, num_speculative_tokens=k,
-                                                       eos_token_id=[], graphs=True), device)
+    _, first_call_s = timed(
+        lambda: speculative_decode(
+            target, draft, ids, max_new_tokens=n, num_speculative_tokens=k, eos_token_id=[], graphs=True
+        ),
+        device,
+    )
 
     # Step costs, eager and over static caches (graphed on CUDA).
     sizes = [1, k + 1]
@@ -74,8 +84,11 @@ def main(argv=None) -> int:
     step, verify, draft_step = graph_t["median_s"][0], graph_t["median_s"][1], graph_d["median_s"][0]
 
     def ours(drafter, graphs):
-        return lambda: speculative_decode(target, drafter, ids, max_new_tokens=n, num_speculative_tokens=k,
-                                          eos_token_id=[], graphs=graphs).sequences
+        return lambda: (
+            speculative_decode(
+                target, drafter, ids, max_new_tokens=n, num_speculative_tokens=k, eos_token_id=[], graphs=graphs
+            ).sequences
+        )
 
     def hf(assistant):
         kwargs = dict(attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n, pad_token_id=0)
@@ -85,14 +98,19 @@ def main(argv=None) -> int:
         def run():
             with _constant_k(assistant, k):
                 return target.generate(ids, assistant_model=assistant, **kwargs)
+
         return run
 
     methods = {
         "greedy_eager": lambda: greedy_decode(target, ids, max_new_tokens=n, eos_token_id=[], graphs=False).sequences,
         "greedy_graphs": lambda: greedy_decode(target, ids, max_new_tokens=n, eos_token_id=[], graphs=True).sequences,
-        "ours_all_accepted": ours(accepting, True), "ours_all_rejected": ours(draft, True),
-        "ours_all_accepted_eager": ours(accepting, False), "ours_all_rejected_eager": ours(draft, False),
-        "hf_greedy": hf(None), "hf_all_accepted": hf(accepting), "hf_all_rejected": hf(draft),
+        "ours_all_accepted": ours(accepting, True),
+        "ours_all_rejected": ours(draft, True),
+        "ours_all_accepted_eager": ours(accepting, False),
+        "ours_all_rejected_eager": ours(draft, False),
+        "hf_greedy": hf(None),
+        "hf_all_accepted": hf(accepting),
+        "hf_all_rejected": hf(draft),
     }
     times, outputs = {name: [] for name in methods}, {}
     with _quiet_transformers(), torch.inference_mode():
@@ -114,26 +132,41 @@ def main(argv=None) -> int:
         "vs_hf_assisted_all_rejected": ratio("hf_all_rejected", "ours_all_rejected"),
     }
     result = dict(
-        environment=environment(device, dtype, "pythia-1.4b/160m random weights"), scale=args.scale, k=k,
-        max_new_tokens=n, cuda_graphs=cuda, first_graphed_call_s=round(first_call_s, 3),
+        environment=environment(device, dtype, "pythia-1.4b/160m random weights"),
+        scale=args.scale,
+        k=k,
+        max_new_tokens=n,
+        cuda_graphs=cuda,
+        first_graphed_call_s=round(first_call_s, 3),
         graphs_captured=static_forward(target, cuda).captured + static_forward(draft, cuda).captured,
-        steps_ms=dict(target_eager=eager_t["median_s"][0] * 1e3, target_graphed=step * 1e3,
-                      verify_eager=eager_t["median_s"][1] * 1e3, verify_graphed=verify * 1e3,
-                      draft_eager=eager_d["median_s"][0] * 1e3, draft_graphed=draft_step * 1e3),
+        steps_ms=dict(
+            target_eager=eager_t["median_s"][0] * 1e3,
+            target_graphed=step * 1e3,
+            verify_eager=eager_t["median_s"][1] * 1e3,
+            verify_graphed=verify * 1e3,
+            draft_eager=eager_d["median_s"][0] * 1e3,
+            draft_graphed=draft_step * 1e3,
+        ),
         c_eager=eager_d["median_s"][0] / eager_t["median_s"][0],
-        decode_s={name: {key: round(value, 4) for key, value in s.items() if key in ("median", "q1", "q3")}
-                  for name, s in med.items()},
+        decode_s={
+            name: {key: round(value, 4) for key, value in s.items() if key in ("median", "q1", "q3")}
+            for name, s in med.items()
+        },
         graphs_vs_eager_greedy=ratio("greedy_eager", "greedy_graphs"),
         ours_greedy_vs_hf_greedy=ratio("hf_greedy", "greedy_eager"),
         identical_to_greedy={name: bool(torch.equal(out, expected)) for name, out in outputs.items()},
-        goals={name: dict(value=round(value, 3), goal=" ".join(map(str, GOALS[name])), reached=reached(name, value))
-               for name, value in goals.items()},
+        goals={
+            name: dict(value=round(value, 3), goal=" ".join(map(str, GOALS[name])), reached=reached(name, value))
+            for name, value in goals.items()
+        },
     )
     result["steps_ms"] = {key: round(value, 3) for key, value in result["steps_ms"].items()}
     print(json.dumps(result, indent=1))
     print(f"\ngoals ({result['environment'].get('device', device)}, {dtype}, scale {args.scale}, k={k}):")
     for name, row in result["goals"].items():
-        print(f"  {name:32s} {row['value']:8.3f}  goal {row['goal']:8s} {'reached' if row['reached'] else 'NOT reached'}")
+        print(
+            f"  {name:32s} {row['value']:8.3f}  goal {row['goal']:8s} {'reached' if row['reached'] else 'NOT reached'}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     return result

@@ -7,6 +7,7 @@ by the feature draft (the shipped one, or each saved draft FOLDER) proposing 1, 
 prompt, timed repeats after a warm-up. Prints the geometric mean of per-prompt speedups over greedy and the
 tokens per target call; asserts every output equals greedy. One run, one machine: read the ratios.
 """
+
 import argparse
 import math
 import statistics
@@ -38,8 +39,9 @@ def main():
     for folder in args.drafts.split(","):
         draft = eagle.load_eagle(target, Path(folder))
         for m in (int(x) for x in args.tokens.split(",")):
-            drafters[f"{Path(folder).name} x{m}"] = (
-                lambda draft=draft, m=m: HybridDrafter(eagle.FeatureDrafter(draft), model_tokens=m))
+            drafters[f"{Path(folder).name} x{m}"] = lambda draft=draft, m=m: HybridDrafter(
+                eagle.FeatureDrafter(draft), model_tokens=m
+            )
     prompts = PA3_PROMPTS + preset_prompts("smollm2-135m")
     times = {name: [[] for _ in prompts] for name in ["greedy", *drafters]}
     per_call = {name: [] for name in drafters}
@@ -60,10 +62,14 @@ def main():
                     times[name][i].append(seconds)
         print(f"repeat {repeat} done" + (" (warm-up)" if not repeat else ""), flush=True)
     for name in drafters:
-        ratios = [statistics.median(times["greedy"][i]) / statistics.median(times[name][i]) for i in range(len(prompts))]
+        ratios = [
+            statistics.median(times["greedy"][i]) / statistics.median(times[name][i]) for i in range(len(prompts))
+        ]
         mean = math.exp(sum(map(math.log, ratios)) / len(ratios))
-        print(f"{name:50s} {mean:.3f}x over greedy (per prompt {', '.join(f'{r:.2f}' for r in ratios)}), "
-              f"{statistics.mean(per_call[name]):.2f} tokens per target call")
+        print(
+            f"{name:50s} {mean:.3f}x over greedy (per prompt {', '.join(f'{r:.2f}' for r in ratios)}), "
+            f"{statistics.mean(per_call[name]):.2f} tokens per target call"
+        )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ One pass of n new tokens over a cached 100-token text, for each n, the two forwa
 milliseconds of each and their ratio with the quartiles of the per-pair ratios. One run, one machine: read the
 ratios, not the milliseconds.
 """
+
 import argparse
 import statistics
 import time
@@ -59,8 +60,10 @@ def main():
                 times["lean"].append(tb)
                 ratios.append(ta / tb)
         q1, _, q3 = statistics.quantiles(ratios, n=4)
-        print(f"{n:3d} {statistics.median(times['model']) * 1e3:9.1f} {statistics.median(times['lean']) * 1e3:8.1f} "
-              f"{statistics.median(ratios):10.2f} {f'({q1:.2f}-{q3:.2f})':>12}")
+        print(
+            f"{n:3d} {statistics.median(times['model']) * 1e3:9.1f} {statistics.median(times['lean']) * 1e3:8.1f} "
+            f"{statistics.median(ratios):10.2f} {f'({q1:.2f}-{q3:.2f})':>12}"
+        )
 
 
 if __name__ == "__main__":

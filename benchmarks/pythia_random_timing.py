@@ -9,6 +9,7 @@ Random weights make acceptance meaningless (≈0): the decode timed here is the 
     python benchmarks/pythia_random_timing.py --device cuda --dtype fp16          # a T4/L4/A100
     python benchmarks/pythia_random_timing.py --device cpu --scale 0.125          # the same code, small, on a CPU
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,9 +34,19 @@ def build(name: str, scale: float, device, dtype, seed: int, vocab: int = 50304)
     if scale != 1:
         heads = max(1, round(heads * scale))
         hidden, layers, inter = heads * (hidden // SHAPES[name][2]), max(1, round(layers * scale)), round(inter * scale)
-    config = GPTNeoXConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                           intermediate_size=inter, rotary_pct=0.25, max_position_embeddings=2048,
-                           use_parallel_residual=True, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0)
+    config = GPTNeoXConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=inter,
+        rotary_pct=0.25,
+        max_position_embeddings=2048,
+        use_parallel_residual=True,
+        tie_word_embeddings=False,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     torch.manual_seed(seed)
     with torch.device(device):
         model = GPTNeoXForCausalLM(config)
@@ -52,7 +63,9 @@ def syncs_per_round(target, draft, ids, k: int) -> float | None:
             warnings.simplefilter("always")
             torch.cuda.set_sync_debug_mode("warn")
             try:
-                out = speculative_decode(target, draft, ids, max_new_tokens=n, num_speculative_tokens=k, eos_token_id=[])
+                out = speculative_decode(
+                    target, draft, ids, max_new_tokens=n, num_speculative_tokens=k, eos_token_id=[]
+                )
             finally:
                 torch.cuda.set_sync_debug_mode("default")
         counts.append((sum("synchroniz" in str(w.message) for w in caught), out.stats.target_calls))
@@ -65,7 +78,9 @@ def shape_parser(description: str, cpu_scale: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", choices=list(DTYPES), default=None, help="default: fp16 on CUDA, fp32 on a CPU")
-    parser.add_argument("--scale", type=float, default=1.0, help=f"shrink widths and depths (e.g. {cpu_scale} on a CPU)")
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help=f"shrink widths and depths (e.g. {cpu_scale} on a CPU)"
+    )
     parser.add_argument("-k", type=int, default=5)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--json", help="also write the numbers here")
@@ -90,13 +105,19 @@ def main(argv=None) -> int:
     # A warm-up decode first: with graphs, the first decode of a cache captures every step it may use.
     speculative_decode(target, draft, ids, max_new_tokens=4, num_speculative_tokens=args.k, eos_token_id=[])
     start = time.perf_counter()
-    out = speculative_decode(target, draft, ids, max_new_tokens=args.max_new_tokens, num_speculative_tokens=args.k,
-                             eos_token_id=[])
+    out = speculative_decode(
+        target, draft, ids, max_new_tokens=args.max_new_tokens, num_speculative_tokens=args.k, eos_token_id=[]
+    )
     seconds = time.perf_counter() - start
     result = dict(
-        environment=environment(device, dtype, "pythia-1.4b/160m random weights"), scale=args.scale, k=args.k,
-        target_step_ms=round(step * 1e3, 3), target_verify_ms=round(verify * 1e3, 3),
-        verify_over_step=round(verify / step, 3), draft_step_ms=round(draft_step * 1e3, 3), c=round(c, 4),
+        environment=environment(device, dtype, "pythia-1.4b/160m random weights"),
+        scale=args.scale,
+        k=args.k,
+        target_step_ms=round(step * 1e3, 3),
+        target_verify_ms=round(verify * 1e3, 3),
+        verify_over_step=round(verify / step, 3),
+        draft_step_ms=round(draft_step * 1e3, 3),
+        c=round(c, 4),
         bound_at_alpha={a: round(expected_speedup(a, args.k, c), 3) for a in (0.85, 0.9, 0.94)},
         all_rejected_decode_tokens_per_s=round(out.stats.new_tokens / seconds, 2),
         syncs_per_round=syncs_per_round(target, draft, ids, args.k),

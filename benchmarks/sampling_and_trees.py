@@ -4,6 +4,7 @@
 
 One run, one machine: read the ratios, not the absolute times.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,11 +22,22 @@ def acceptance_vs_temperature(pair, prompts, temperatures, k, max_new_tokens, se
     for temperature in temperatures:
         accepted = proposed = new = calls = 0
         for i, prompt in enumerate(prompts):
-            out = sd.speculative_decode(pair.target, pair.draft, pair.encode(prompt), max_new_tokens=max_new_tokens,
-                                        num_speculative_tokens=k, temperature=temperature,
-                                        generator=torch.Generator().manual_seed(seed + i))
+            out = sd.speculative_decode(
+                pair.target,
+                pair.draft,
+                pair.encode(prompt),
+                max_new_tokens=max_new_tokens,
+                num_speculative_tokens=k,
+                temperature=temperature,
+                generator=torch.Generator().manual_seed(seed + i),
+            )
             s = out.stats
-            accepted, proposed, new, calls = accepted + s.accepted, proposed + s.proposed, new + s.new_tokens, calls + s.target_calls
+            accepted, proposed, new, calls = (
+                accepted + s.accepted,
+                proposed + s.proposed,
+                new + s.new_tokens,
+                calls + s.target_calls,
+            )
         print(f"{temperature:>5} {accepted / max(proposed, 1):>11.1%} {new / calls:>19.2f}")
 
 
@@ -49,8 +61,9 @@ def main(argv=None) -> int:
         tree = tuple(int(w) for w in args.tree.split(","))
         sd.compare_tree_chain(pair, None, prompts, tree=tree, max_new_tokens=args.max_new_tokens)
         print(f"\n{preset}: tree vs chain, sampling (multi-draft rejection sampling, both rules)")
-        compare_tree_chain_sampling(pair, None, prompts, tree=tree, temperature=args.tree_temperature,
-                                    max_new_tokens=args.max_new_tokens)
+        compare_tree_chain_sampling(
+            pair, None, prompts, tree=tree, temperature=args.tree_temperature, max_new_tokens=args.max_new_tokens
+        )
     return 0
 
 

@@ -3,6 +3,7 @@
 
     python docs/make_screenshot.py   # needs: apt-get install chromium; pip install playwright
 """
+
 from __future__ import annotations
 
 import shutil
@@ -19,8 +20,16 @@ from specdec_helpers import speculative_decode  # noqa: E402
 from specdec_helpers.models.pairs import load_pair  # noqa: E402
 from specdec_helpers.present.widgets import render_html  # noqa: E402
 
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def main(out: Path = ROOT / "docs" / "token_render.png") -> Path:
@@ -32,8 +41,10 @@ def main(out: Path = ROOT / "docs" / "token_render.png") -> Path:
     ids = pair.encode(prompt)
     result = speculative_decode(pair.target, pair.draft, ids, max_new_tokens=48, num_speculative_tokens=4)
     html = render_html(result, pair.tokenizer, ids.shape[1], steps=True, max_rows=6)
-    page_html = ("<!doctype html><html><head><meta charset='utf-8'></head>"
-                 f"<body style='margin:10px;width:760px;font-size:14px'>{html}</body></html>")
+    page_html = (
+        "<!doctype html><html><head><meta charset='utf-8'></head>"
+        f"<body style='margin:10px;width:760px;font-size:14px'>{html}</body></html>"
+    )
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=ARGS)

@@ -10,6 +10,7 @@
 - Every notebook cell is marked ``slow`` (the notebooks load the toy pair and run for minutes), so
   ``pytest -m "not slow"`` skips them.
 """
+
 import atexit
 import os
 import shutil

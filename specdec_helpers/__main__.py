@@ -1,4 +1,5 @@
 """``python -m specdec_helpers <command>``: see `cli`."""
+
 import sys
 
 from specdec_helpers.cli import main

@@ -7,6 +7,7 @@ different way (loops or tensor ops, other names, other order); all of them are c
 Copies of the reference are made the way students disguise them: names renamed (`rename`),
 independent lines swapped (`reorder`), comments and blank lines changed, dead code added.
 """
+
 from __future__ import annotations
 
 import ast
@@ -27,8 +28,12 @@ from specdec_helpers.assignment.grading.submission import reference_sources
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 #: The notebooks that hold graded parts (the others are not needed to grade with --no-nbval).
-GRADED_NOTEBOOKS = ("01_model_init.ipynb", "02_draft_generation.ipynb", "03_vectorized_verification.ipynb",
-                    "04_kv_cached_verification.ipynb")
+GRADED_NOTEBOOKS = (
+    "01_model_init.ipynb",
+    "02_draft_generation.ipynb",
+    "03_vectorized_verification.ipynb",
+    "04_kv_cached_verification.ipynb",
+)
 STUB_REGION = re.compile(r"^([ \t]*)# YOUR CODE HERE\n[ \t]*raise NotImplementedError\(\)\n", re.M)
 
 # --------------------------------------------------------------------------- independent authors
@@ -36,14 +41,16 @@ STUB_REGION = re.compile(r"^([ \t]*)# YOUR CODE HERE\n[ \t]*raise NotImplemented
 # verify_tokens_vectorized; decode: verify_tokens_cached then generate_ids), written at indent 0.
 INDEPENDENT = {
     "A": {
-        "init": ["""\
+        "init": [
+            """\
 tokenizer = AutoTokenizer.from_pretrained(model_name)
 tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
 precision = {"cuda": torch.float16}.get(self.device.type, torch.float32)
 model = AutoModelForCausalLM.from_pretrained(model_name, dtype=precision)
 model.to(self.device)
 model.eval()
-""", """\
+""",
+            """\
 tokenizer = AutoTokenizer.from_pretrained(model_name)
 tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
 precision = {"cuda": torch.float16}.get(self.device.type, torch.float32)
@@ -51,8 +58,10 @@ model = AutoModelForCausalLM.from_pretrained(model_name, dtype=precision)
 model.to(self.device)
 model.eval()
 model.generation_config.pad_token_id = tokenizer.pad_token_id
-"""],
-        "draft": ["""\
+""",
+        ],
+        "draft": [
+            """\
 cache = self.draft_cache
 seen = cache_length(cache)
 if seen >= input_ids.shape[1]:
@@ -64,22 +73,27 @@ for i in range(k):
     out = self.draft_model(input_ids=step, cache=cache, use_cache=True)
     step = torch.argmax(out.logits[:, -1, :], dim=-1).unsqueeze(0)
     tokens.append(step)
-"""],
-        "verify": ["""\
+"""
+        ],
+        "verify": [
+            """\
 predicted = target_logits.argmax(dim=-1).tolist()
 proposed = draft.tolist()
 accepted_position = 0
 while accepted_position < len(proposed) and proposed[accepted_position] == predicted[accepted_position]:
     accepted_position += 1
 accepted_tokens = proposed[:accepted_position] + [predicted[accepted_position]]
-""", """\
+""",
+            """\
 n_draft = draft_tokens.size(1)
 sequence = torch.cat((input_ids, draft_tokens.to(input_ids.device)), dim=-1)
 all_logits = self.target_model(sequence).logits
 judged = all_logits[0, -(n_draft + 1):, :]
 accepted_tokens, accepted_position = self.accept_draft(judged, draft_tokens)
-"""],
-        "decode": ["""\
+""",
+        ],
+        "decode": [
+            """\
 cache = self.target_cache
 already = cache_length(cache)
 new_part = torch.cat((input_ids[:, already:], draft_tokens.to(input_ids.device)), dim=-1)
@@ -87,7 +101,8 @@ scores = self.target_model(input_ids=new_part, cache=cache, use_cache=True).logi
 n_draft = draft_tokens.size(1)
 accepted_tokens, accepted_position = self.accept_draft(scores[scores.shape[0] - n_draft - 1:], draft_tokens)
 crop_cache(cache, input_ids.size(1) + accepted_position)
-""", """\
+""",
+            """\
 done = False
 while not done:
     left = max_tokens - (input_ids.shape[1] - prompt_length)
@@ -103,17 +118,20 @@ while not done:
         done = True
     addition = torch.tensor([kept], device=input_ids.device, dtype=input_ids.dtype)
     input_ids = torch.cat([input_ids, addition], dim=1)
-"""],
+""",
+        ],
     },
     "B": {
-        "init": ["""\
+        "init": [
+            """\
 on_gpu = self.device.type == "cuda"
 model = AutoModelForCausalLM.from_pretrained(model_name, dtype=torch.float16 if on_gpu else torch.float32)
 model = model.to(self.device).eval()
 tokenizer = AutoTokenizer.from_pretrained(model_name)
 if not tokenizer.pad_token:
     tokenizer.pad_token = tokenizer.eos_token
-""", """\
+""",
+            """\
 on_gpu = self.device.type == "cuda"
 model = AutoModelForCausalLM.from_pretrained(model_name, dtype=torch.float16 if on_gpu else torch.float32)
 model = model.to(self.device).eval()
@@ -121,8 +139,10 @@ tokenizer = AutoTokenizer.from_pretrained(model_name)
 if not tokenizer.pad_token:
     tokenizer.pad_token = tokenizer.eos_token
 model.generation_config.pad_token_id = tokenizer.pad_token_id
-"""],
-        "draft": ["""\
+""",
+        ],
+        "draft": [
+            """\
 surplus = cache_length(self.draft_cache) - (input_ids.size(1) - 1)
 if surplus > 0:
     crop_cache(self.draft_cache, input_ids.size(1) - 1)
@@ -132,21 +152,26 @@ while len(tokens) < k:
     _, best = scores[0, -1].topk(1)
     pending = best.view(1, 1)
     tokens.append(pending)
-"""],
-        "verify": ["""\
+"""
+        ],
+        "verify": [
+            """\
 best = torch.argmax(target_logits, dim=1)
 n_draft = draft.shape[0]
 mismatch = torch.nonzero(best[:n_draft] != draft.to(best.device)).flatten()
 accepted_position = int(mismatch[0]) if mismatch.numel() > 0 else n_draft
 accepted_tokens = [int(token) for token in best[: accepted_position + 1]]
-""", """\
+""",
+            """\
 L = input_ids.shape[-1]
 joined = torch.hstack([input_ids, draft_tokens])
 out = self.target_model(input_ids=joined, use_cache=False)
 window = out.logits.squeeze(0)[L - 1:]
 accepted_tokens, accepted_position = self.accept_draft(window, draft_tokens)
-"""],
-        "decode": ["""\
+""",
+        ],
+        "decode": [
+            """\
 k = draft_tokens.shape[-1]
 unseen = input_ids[:, cache_length(self.target_cache):]
 out = self.target_model(input_ids=torch.hstack([unseen, draft_tokens]), cache=self.target_cache, use_cache=True)
@@ -155,7 +180,8 @@ accepted_tokens, accepted_position = self.accept_draft(tail, draft_tokens)
 keep = input_ids.shape[-1] + accepted_position
 if cache_length(self.target_cache) > keep:
     crop_cache(self.target_cache, keep)
-""", """\
+""",
+            """\
 eos = self.eos_token_id
 text = input_ids
 finished = False
@@ -173,24 +199,29 @@ for _ in range(max_tokens):  # every round adds at least one token
             break
     text = torch.cat([text, text.new_tensor([tokens_out])], dim=-1)
 input_ids = text
-"""],
+""",
+        ],
     },
     "C": {
-        "init": ["""\
+        "init": [
+            """\
 model = AutoModelForCausalLM.from_pretrained(
     model_name, dtype=torch.float32 if self.device.type != "cuda" else torch.float16).eval().to(self.device)
 tokenizer = AutoTokenizer.from_pretrained(model_name)
 if tokenizer.pad_token_id is None:
     tokenizer.add_special_tokens({"pad_token": tokenizer.eos_token})
-""", """\
+""",
+            """\
 model = AutoModelForCausalLM.from_pretrained(
     model_name, dtype=torch.float32 if self.device.type != "cuda" else torch.float16).eval().to(self.device)
 tokenizer = AutoTokenizer.from_pretrained(model_name)
 if tokenizer.pad_token_id is None:
     tokenizer.add_special_tokens({"pad_token": tokenizer.eos_token})
 model.generation_config.pad_token_id = tokenizer.pad_token_id
-"""],
-        "draft": ["""\
+""",
+        ],
+        "draft": [
+            """\
 length = input_ids.shape[-1]
 if cache_length(self.draft_cache) > length - 1:
     crop_cache(self.draft_cache, length - 1)
@@ -201,8 +232,10 @@ for _ in range(k):
     ids.append(int(next_logits.argmax()))
     feed = torch.tensor([[ids[-1]]], device=input_ids.device, dtype=input_ids.dtype)
 tokens = [torch.tensor([ids], device=input_ids.device, dtype=input_ids.dtype)]
-"""],
-        "verify": ["""\
+"""
+        ],
+        "verify": [
+            """\
 accepted_tokens = []
 accepted_position = len(draft)
 for index, guess in enumerate(draft.tolist()):
@@ -214,21 +247,25 @@ for index, guess in enumerate(draft.tolist()):
     accepted_tokens.append(guess)
 else:
     accepted_tokens.append(int(target_logits[len(draft)].argmax()))
-""", """\
+""",
+            """\
 text_length, draft_length = input_ids.shape[1], draft_tokens.shape[1]
 everything = torch.cat([input_ids, draft_tokens], 1)
 scores = self.target_model(input_ids=everything).logits
 positions = torch.arange(text_length - 1, text_length + draft_length, device=scores.device)
 accepted_tokens, accepted_position = self.accept_draft(scores[0, positions], draft_tokens)
-"""],
-        "decode": ["""\
+""",
+        ],
+        "decode": [
+            """\
 start = cache_length(self.target_cache)
 chunk = torch.cat([input_ids[:, start:], draft_tokens], dim=1)
 logits = self.target_model(chunk, cache=self.target_cache, use_cache=True).logits
 first = chunk.shape[1] - draft_tokens.shape[1] - 1
 accepted_tokens, accepted_position = self.accept_draft(logits[0, first:], draft_tokens)
 crop_cache(self.target_cache, input_ids.shape[1] + accepted_position)
-""", """\
+""",
+            """\
 new_tokens = 0
 while new_tokens < max_tokens:
     k_now = max(0, min(num_speculative_tokens, max_tokens - new_tokens - 1))
@@ -243,7 +280,8 @@ while new_tokens < max_tokens:
     new_tokens += cut
     if out_tokens[cut - 1] == self.eos_token_id:
         break
-"""],
+""",
+        ],
     },
 }
 
@@ -253,8 +291,10 @@ while new_tokens < max_tokens:
 
 def reference_regions() -> dict[str, list[str]]:
     """The reference's solution regions per part, dedented."""
-    return {part: [textwrap.dedent(m["body"]) for m in REGION.finditer(source) if m["kind"] == "SOLUTION"]
-            for part, source in reference_sources().items()}
+    return {
+        part: [textwrap.dedent(m["body"]) for m in REGION.finditer(source) if m["kind"] == "SOLUTION"]
+        for part, source in reference_sources().items()
+    }
 
 
 def answer(part: str, regions: list[str]) -> str:
@@ -264,7 +304,7 @@ def answer(part: str, regions: list[str]) -> str:
     assert len(holes) == len(regions), f"{part}: {len(holes)} stub regions, {len(regions)} answers"
     out, last = [], 0
     for hole, region in zip(holes, regions):
-        out += [stub[last:hole.start()], textwrap.indent(region, hole[1])]
+        out += [stub[last : hole.start()], textwrap.indent(region, hole[1])]
         last = hole.end()
     return "".join(out + [stub[last:]])
 
@@ -272,7 +312,9 @@ def answer(part: str, regions: list[str]) -> str:
 def rename(code: str, names: dict[str, str]) -> str:
     """``code`` with the variables it assigns renamed by ``names`` (tokens, not text; a name the region
     only reads, defined by the stub around it, keeps its spelling; so do attributes and keywords)."""
-    assigned = {node.id for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    assigned = {
+        node.id for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+    }
     tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
     out, depth = [], 0
     for i, tok in enumerate(tokens):
@@ -291,30 +333,59 @@ def swap_lines(code: str, *pairs: tuple[str, str]) -> str:
     """``code`` with each pair of adjacent lines (given by their stripped text) swapped; each must be there."""
     lines = code.splitlines()
     for first, second in pairs:
-        at = next((i for i in range(len(lines) - 1) if lines[i].strip() == first and lines[i + 1].strip() == second),
-                  None)
+        at = next(
+            (i for i in range(len(lines) - 1) if lines[i].strip() == first and lines[i + 1].strip() == second), None
+        )
         assert at is not None, f"lines not found next to each other: {first!r} / {second!r}"
         lines[at], lines[at + 1] = lines[at + 1], lines[at]
     return "\n".join(lines) + "\n"
 
 
 #: Locals of the reference renamed the way a copier would (attributes and keyword names kept).
-RENAMES = {"cache": "kv", "fed": "inp", "logits": "scores", "tokens": "out_tokens", "choices": "argmaxes",
-           "matches": "eq", "n": "num_ok", "start": "ctx_len", "rows": "judge_rows", "eos": "stop_id",
-           "budget": "remaining", "draft": "proposal", "new": "extension", "k": "num_draft",
-           # author A's and B's names, for the classmates who copied them
-           "seen": "cached_len", "step": "cur", "predicted": "best_ids", "proposed": "cand", "judged": "used",
-           "already": "have", "new_part": "feed", "guess": "prop", "kept": "got", "n_ok": "nacc", "left": "room_left",
-           "best": "top", "mismatch": "diff", "window": "sel", "joined": "full"}
+RENAMES = {
+    "cache": "kv",
+    "fed": "inp",
+    "logits": "scores",
+    "tokens": "out_tokens",
+    "choices": "argmaxes",
+    "matches": "eq",
+    "n": "num_ok",
+    "start": "ctx_len",
+    "rows": "judge_rows",
+    "eos": "stop_id",
+    "budget": "remaining",
+    "draft": "proposal",
+    "new": "extension",
+    "k": "num_draft",
+    # author A's and B's names, for the classmates who copied them
+    "seen": "cached_len",
+    "step": "cur",
+    "predicted": "best_ids",
+    "proposed": "cand",
+    "judged": "used",
+    "already": "have",
+    "new_part": "feed",
+    "guess": "prop",
+    "kept": "got",
+    "n_ok": "nacc",
+    "left": "room_left",
+    "best": "top",
+    "mismatch": "diff",
+    "window": "sel",
+    "joined": "full",
+}
 #: Independent lines of the reference swapped (each pair must stay valid Python with the same meaning).
 REORDERS = {
     "verify": [("choices = target_logits.argmax(-1)", "k = draft.numel()")],
-    "decode": [('stats["proposed"] += draft.shape[1]', 'stats["accepted"] += accepted_position'),
-               ('stats["proposed"] += draft.shape[1]', 'stats["rounds"] += 1')],
+    "decode": [
+        ('stats["proposed"] += draft.shape[1]', 'stats["accepted"] += accepted_position'),
+        ('stats["proposed"] += draft.shape[1]', 'stats["rounds"] += 1'),
+    ],
     "draft": [],
 }
-REORDERS["verify"] += [("n_draft = draft_tokens.size(1)",
-                        "sequence = torch.cat((input_ids, draft_tokens.to(input_ids.device)), dim=-1)")]
+REORDERS["verify"] += [
+    ("n_draft = draft_tokens.size(1)", "sequence = torch.cat((input_ids, draft_tokens.to(input_ids.device)), dim=-1)")
+]
 REORDERS["decode"] += [('stats["rounds"] += 1', 'stats["proposed"] += guess.shape[1]')]
 
 
@@ -330,8 +401,13 @@ def disguise(regions: dict[str, list[str]], how: str) -> dict[str, str]:
             if "rename" in how:
                 body = rename(body, RENAMES)
             if "comments" in how:
-                body = "\n".join(f"{line}  # my step" if line.strip() and not line.rstrip().endswith(":") else line
-                                 for line in body.splitlines()) + "\n\n"
+                body = (
+                    "\n".join(
+                        f"{line}  # my step" if line.strip() and not line.rstrip().endswith(":") else line
+                        for line in body.splitlines()
+                    )
+                    + "\n\n"
+                )
             if "padded" in how:
                 body = "unused_total = 0\nfor unused_index in range(3):\n    unused_total += unused_index * 2\n" + body
             changed.append(body)
@@ -354,8 +430,14 @@ def independent_sources(author: str) -> dict[str, str]:
 # --------------------------------------------------------------------------- writing hand-ins
 
 
-def write_handin(folder: Path, sources: dict[str, str] | None, *, zipped: bool = False,
-                 names: dict[str, str] | None = None, notebooks=GRADED_NOTEBOOKS) -> Path:
+def write_handin(
+    folder: Path,
+    sources: dict[str, str] | None,
+    *,
+    zipped: bool = False,
+    names: dict[str, str] | None = None,
+    notebooks=GRADED_NOTEBOOKS,
+) -> Path:
     """A student's hand-in: the instructor's notebooks with each graded cell's source replaced (by
     ``sources[part]``, else the released stub), saved as ``folder`` or ``folder.zip``. ``names``
     renames notebooks (Colab's "Copy of ...")."""
@@ -381,7 +463,8 @@ def write_handin(folder: Path, sources: dict[str, str] | None, *, zipped: bool =
 #: into the drafting and verification cells, lightly adapted; calling none of it, so the grader's
 #: check for delegation cannot see it: only similarity can.
 KIT_COPY = {
-    "draft": ["""\
+    "draft": [
+        """\
 if cache_length(self.draft_cache) > input_ids.shape[1] - 1:  # drop the rejected draft tokens (and the last, never fed back)
     crop_cache(self.draft_cache, input_ids.shape[1] - 1)
 # Feed what the cache has not seen; the last context token is always among it: its logits give the
@@ -398,8 +481,10 @@ for _ in range(k):
     tokens.append(token.view(1, 1))
     probs.append(prob)
     fed = token.view(1, 1)
-"""],
-    "verify": ["""\
+"""
+    ],
+    "verify": [
+        """\
 logits, draft_tokens = target_logits, draft
 choices = logits.argmax(-1)  # [k + 1]
 k = draft_tokens.numel()
@@ -409,7 +494,8 @@ matches = (choices[:k] == draft_tokens.to(choices.device)).int()
 n, *host = torch.cat([matches.cumprod(0).sum().view(1), choices]).tolist()
 # draft[:n] == choices[:n], so the kept tokens are simply choices[: n + 1].
 accepted_tokens, accepted_position = host[: n + 1], n
-""", """\
+""",
+        """\
 k = draft_tokens.numel()
 fed = input_ids
 if k:
@@ -418,8 +504,10 @@ if k:
 out = self.target_model(input_ids=fed, use_cache=False, logits_to_keep=k + 1)
 logits = out.logits[0, -(k + 1):]
 accepted_tokens, accepted_position = self.accept_draft(logits, draft_tokens)
-"""],
-    "decode": ["""\
+""",
+    ],
+    "decode": [
+        """\
 cache = self.target_cache
 k = draft_tokens.numel()
 fed = input_ids[:, cache_length(cache):]
@@ -430,7 +518,9 @@ out = self.target_model(input_ids=fed, cache=cache, use_cache=cache is not None,
 logits = out.logits[0, -(k + 1):]
 accepted_tokens, accepted_position = self.accept_draft(logits, draft_tokens)
 crop_cache(cache, input_ids.shape[1] + accepted_position)
-""", "# YOUR CODE HERE\nraise NotImplementedError()\n"],
+""",
+        "# YOUR CODE HERE\nraise NotImplementedError()\n",
+    ],
 }
 
 
@@ -452,33 +542,46 @@ MISBEHAVING = {
     # hangs in the first drafting test; only the per-student limit stops it
     "0_sleeper": {"draft": "import threading\nthreading.Event().wait()\n"},
     # a bounded fork storm: a few hundred sleeping processes in their own sessions, then a hang
-    "0_fork_storm": {"draft": "import subprocess\nfor _ in range(200):\n    subprocess.Popen(['sleep', '"
-                            + STORM_MARK + "'], start_new_session=True)\n" + HANG},
+    "0_fork_storm": {
+        "draft": "import subprocess\nfor _ in range(200):\n    subprocess.Popen(['sleep', '"
+        + STORM_MARK
+        + "'], start_new_session=True)\n"
+        + HANG
+    },
     # prints a fake verdict; its parts are the stubs
     "cheat_prints_verdict": {"init": "print('✅ all tests pass\\ntotal 45.0 / 45')\n"},
     # forges a full-marks results.json at the grader's --results path, then kills the grader
-    "cheat_forges_results": {"init": """\
+    "cheat_forges_results": {
+        "init": """\
 import json, os, signal
 args = open(f"/proc/{os.getppid()}/cmdline").read().split("\\0")
 path = args[args.index("--results") + 1]
 open(path, "w").write(json.dumps({"score": 45.0, "max_score": 45.0, "tests": []}))
 os.kill(os.getppid(), signal.SIGKILL)
-"""},
+"""
+    },
     # calls the kit's own decode loop
-    "cheat_calls_kit": {"decode": ["accepted_tokens, accepted_position = [0], 0\n", """\
+    "cheat_calls_kit": {
+        "decode": [
+            "accepted_tokens, accepted_position = [0], 0\n",
+            """\
 from specdec_helpers.core.decode import speculative_decode
 out = speculative_decode(self.target_model, self.draft_model, input_ids, max_new_tokens=max_tokens,
                          num_speculative_tokens=num_speculative_tokens, eos_token_id=self.eos_token_id)
 input_ids = out.sequences
-"""]},
+""",
+        ]
+    },
     # runs the kit's stand-in through getsource + exec
-    "cheat_exec_standin": {"draft": """\
+    "cheat_exec_standin": {
+        "draft": """\
 import inspect
 from specdec_helpers.assignment.parts import decoder as kit
 namespace = {}
 exec(inspect.getsource(kit.standin_generate_draft_tokens).replace("standin_", ""), vars(kit), namespace)
 return namespace["generate_draft_tokens"](self, input_ids, attention_mask, k)
-"""},
+"""
+    },
 }
 
 
@@ -507,8 +610,11 @@ def build_class(folder: Path) -> dict[str, dict]:
 
     def add(name, sources, points=NONE, status="graded", flags=(), **how):
         write_handin(folder / name, sources, **how)
-        expected[name] = {"points": dict(points), "status": {status} if isinstance(status, str) else status,
-                          "flags": set(flags)}
+        expected[name] = {
+            "points": dict(points),
+            "status": {status} if isinstance(status, str) else status,
+            "flags": set(flags),
+        }
 
     compared = ("draft", "verify", "decode")
     copies = ["reference"] + [f"copy_{i}" for i in range(len(COPY_KINDS))]
@@ -519,22 +625,27 @@ def build_class(folder: Path) -> dict[str, dict]:
         expected[name]["flags"] = {(p, o) for p in compared for o in ["reference"] + [c for c in copies if c != name]}
     for author in "ABC":
         add(f"ind_{author.lower()}", independent_sources(author), FULL, zipped=author == "B")
-    add("ind_a_friend", disguise(INDEPENDENT["A"], "renamed+reordered"), FULL,
-        flags={(p, "ind_a") for p in compared})
+    add("ind_a_friend", disguise(INDEPENDENT["A"], "renamed+reordered"), FULL, flags={(p, "ind_a") for p in compared})
     expected["ind_a"]["flags"] = {(p, "ind_a_friend") for p in compared}
-    add("ind_b_verify_copy", disguise({"verify": INDEPENDENT["B"]["verify"]}, "renamed"), {**NONE, "verify": 5.0},
-        flags={("verify", "ind_b")})
+    add(
+        "ind_b_verify_copy",
+        disguise({"verify": INDEPENDENT["B"]["verify"]}, "renamed"),
+        {**NONE, "verify": 5.0},
+        flags={("verify", "ind_b")},
+    )
     expected["ind_b"]["flags"] = {("verify", "ind_b_verify_copy")}
-    add("kit_copy", kit_copy_sources(), {**NONE, "draft": 5.0, "verify": 5.0},
-        flags={(p, "kit") for p in compared})
+    add("kit_copy", kit_copy_sources(), {**NONE, "draft": 5.0, "verify": 5.0}, flags={(p, "kit") for p in compared})
     for i in range(STUB_VARIANTS):  # released notebooks, as folders, zips and Colab copies
         names = {n: f"Copy of {n}" for n in GRADED_NOTEBOOKS} if i % 3 == 2 else None
         add(f"stub_{i}", None, zipped=i % 3 == 1, names=names)
     for name in MISBEHAVING:
         # the forger kills the grader when it runs as the same user ("crashed"); in the sandbox's jail (own
         # user) it cannot, and its init part fails ("graded", 0 points)
-        status = {"0_sleeper": "timed out", "0_fork_storm": "timed out",
-                  "cheat_forges_results": {"crashed", "graded"}}.get(name, "graded")
+        status = {
+            "0_sleeper": "timed out",
+            "0_fork_storm": "timed out",
+            "cheat_forges_results": {"crashed", "graded"},
+        }.get(name, "graded")
         add(name, misbehaving_sources(name), status=status)
     (folder / "not_a_zip.zip").write_bytes(b"PK\x03\x04 this upload was cut short")
     expected["not_a_zip"] = {"points": dict(NONE), "status": {"no submission"}, "flags": set()}

@@ -4,6 +4,7 @@ The README runs the suite on three pytest-xdist workers (``-n 3 --dist loadfile`
 one worker, so module fixtures are built once and a notebook's cells run in order). Each worker grades
 with student users of its own, so a test that checks "no student process is left" sees only its own.
 The files that take minutes go first (`LONGEST_FIRST`), so that the workers finish together."""
+
 import os
 
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ...; unset with -n 0

@@ -11,6 +11,7 @@ projected embeddings and post-norm layers, Llama 3's llama3 RoPE scaling and tie
 padded vocabulary), its tokenizer files in the form the hub ships them (tokenizer.json, or vocab.json +
 merges.txt for OPT), trained on the spot with `tokenizers`, and weights in the hub's dtype.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,26 +34,58 @@ CORPUS = [
 
 #: Per family: special tokens (first ids), the tokenizer files the hub ships, tokenizer_config.json, weight dtype.
 FAMILIES = {
-    "gpt_neox": dict(special=["<|endoftext|>", "<|padding|>"], files="json", dtype=torch.float16,
-                     tokenizer_config={"tokenizer_class": "GPTNeoXTokenizer", "bos_token": "<|endoftext|>",
-                                       "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>",
-                                       "add_prefix_space": False}),
-    "opt": dict(special=["<s>", "<pad>", "</s>", "<unk>"], files="bpe", dtype=torch.float16,
-                tokenizer_config={"tokenizer_class": "GPT2Tokenizer", "add_bos_token": True, "bos_token": "</s>",
-                                  "eos_token": "</s>", "unk_token": "</s>", "pad_token": "<pad>", "errors": "replace",
-                                  "add_prefix_space": False}),
-    "gpt2": dict(special=["<|endoftext|>"], files="both", dtype=torch.float32,
-                 tokenizer_config={"model_max_length": 1024}),
-    "llama": dict(special=["<|begin_of_text|>", "<|end_of_text|>"], files="json", dtype=torch.bfloat16,
-                  tokenizer_config={"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>",
-                                    "eos_token": "<|end_of_text|>", "model_max_length": 131072}),
+    "gpt_neox": dict(
+        special=["<|endoftext|>", "<|padding|>"],
+        files="json",
+        dtype=torch.float16,
+        tokenizer_config={
+            "tokenizer_class": "GPTNeoXTokenizer",
+            "bos_token": "<|endoftext|>",
+            "eos_token": "<|endoftext|>",
+            "unk_token": "<|endoftext|>",
+            "add_prefix_space": False,
+        },
+    ),
+    "opt": dict(
+        special=["<s>", "<pad>", "</s>", "<unk>"],
+        files="bpe",
+        dtype=torch.float16,
+        tokenizer_config={
+            "tokenizer_class": "GPT2Tokenizer",
+            "add_bos_token": True,
+            "bos_token": "</s>",
+            "eos_token": "</s>",
+            "unk_token": "</s>",
+            "pad_token": "<pad>",
+            "errors": "replace",
+            "add_prefix_space": False,
+        },
+    ),
+    "gpt2": dict(
+        special=["<|endoftext|>"], files="both", dtype=torch.float32, tokenizer_config={"model_max_length": 1024}
+    ),
+    "llama": dict(
+        special=["<|begin_of_text|>", "<|end_of_text|>"],
+        files="json",
+        dtype=torch.bfloat16,
+        tokenizer_config={
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": "<|begin_of_text|>",
+            "eos_token": "<|end_of_text|>",
+            "model_max_length": 131072,
+        },
+    ),
 }
 
 
 def family_of(repo_id: str) -> str:
     """The architecture family of a hub preset's repository id (a new family must be added here)."""
-    for prefix, family in [("EleutherAI/pythia", "gpt_neox"), ("facebook/opt", "opt"),
-                           ("openai-community/gpt2", "gpt2"), ("meta-llama/Llama", "llama")]:
+    for prefix, family in [
+        ("EleutherAI/pythia", "gpt_neox"),
+        ("facebook/opt", "opt"),
+        ("openai-community/gpt2", "gpt2"),
+        ("meta-llama/Llama", "llama"),
+    ]:
         if repo_id.startswith(prefix):
             return family
     raise ValueError(f"no tiny stand-in for {repo_id!r}: add its family to tests/hub_cache.py")
@@ -64,13 +97,18 @@ def train_tokenizer(family: str) -> Tokenizer:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=spec["special"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=spec["special"],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(CORPUS, trainer)
     if family == "llama":  # Llama 3 prepends <|begin_of_text|> in its post-processor
         bos = spec["special"][0]
-        tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
-                                                           special_tokens=[(bos, tok.token_to_id(bos))])
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))]
+        )
     else:
         tok.post_processor = processors.ByteLevel(trim_offsets=False)
     return tok
@@ -86,24 +124,66 @@ def _config(family: str, repo_id: str, tok: Tokenizer, draft: bool):
     common = dict(num_hidden_layers=layers, initializer_range=0.5)  # well-separated logits: no argmax near-ties
     if family == "gpt_neox":
         e = ids["<|endoftext|>"]
-        return GPTNeoXConfig(vocab_size=padded, hidden_size=32, num_attention_heads=4, intermediate_size=64,
-                             rotary_pct=0.25, use_parallel_residual=True, max_position_embeddings=2048,
-                             tie_word_embeddings=False, bos_token_id=e, eos_token_id=e, **common)
+        return GPTNeoXConfig(
+            vocab_size=padded,
+            hidden_size=32,
+            num_attention_heads=4,
+            intermediate_size=64,
+            rotary_pct=0.25,
+            use_parallel_residual=True,
+            max_position_embeddings=2048,
+            tie_word_embeddings=False,
+            bos_token_id=e,
+            eos_token_id=e,
+            **common,
+        )
     if family == "opt":  # opt-350m projects 16 -> 32 and normalises after each block; opt-125m does neither
         big = not draft and "350m" in repo_id
-        return OPTConfig(vocab_size=padded, hidden_size=32, word_embed_proj_dim=16 if big else 32,
-                         do_layer_norm_before=not big, ffn_dim=64, num_attention_heads=4, max_position_embeddings=2048,
-                         bos_token_id=ids["</s>"], eos_token_id=ids["</s>"], pad_token_id=ids["<pad>"],
-                         prefix="</s>", **common)
+        return OPTConfig(
+            vocab_size=padded,
+            hidden_size=32,
+            word_embed_proj_dim=16 if big else 32,
+            do_layer_norm_before=not big,
+            ffn_dim=64,
+            num_attention_heads=4,
+            max_position_embeddings=2048,
+            bos_token_id=ids["</s>"],
+            eos_token_id=ids["</s>"],
+            pad_token_id=ids["<pad>"],
+            prefix="</s>",
+            **common,
+        )
     if family == "gpt2":
         e = ids["<|endoftext|>"]
-        return GPT2Config(vocab_size=size, n_embd=32, n_layer=layers, n_head=4, n_positions=1024,
-                          bos_token_id=e, eos_token_id=e, initializer_range=0.5)
-    return LlamaConfig(vocab_size=padded, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                       intermediate_size=64, max_position_embeddings=131072, tie_word_embeddings=True,
-                       rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-                       bos_token_id=ids["<|begin_of_text|>"], eos_token_id=ids["<|end_of_text|>"], **common)
+        return GPT2Config(
+            vocab_size=size,
+            n_embd=32,
+            n_layer=layers,
+            n_head=4,
+            n_positions=1024,
+            bos_token_id=e,
+            eos_token_id=e,
+            initializer_range=0.5,
+        )
+    return LlamaConfig(
+        vocab_size=padded,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=131072,
+        tie_word_embeddings=True,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 32.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        bos_token_id=ids["<|begin_of_text|>"],
+        eos_token_id=ids["<|end_of_text|>"],
+        **common,
+    )
 
 
 def _write_tokenizer(family: str, tok: Tokenizer, folder: Path) -> None:

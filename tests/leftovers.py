@@ -5,6 +5,7 @@
     assert left == []
 
 A plain module, not conftest.py (see tiny_models.py)."""
+
 from __future__ import annotations
 
 import os

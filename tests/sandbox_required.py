@@ -4,6 +4,7 @@ root or bubblewrap cannot turn the sandbox tests into silent skips.
 
 Mark a test ``@pytest.mark.sandbox`` (root) or ``@pytest.mark.sandbox(bwrap=True)`` (root and a usable
 bubblewrap); tests/conftest.py applies `require` before it runs. A fixture can call `require` itself."""
+
 from __future__ import annotations
 
 import os

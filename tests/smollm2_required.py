@@ -2,6 +2,7 @@
 to convert it. Where one is missing they skip, saying what to install, except with ``SPECDEC_REQUIRE_SMOLLM2=1``
 (CI, set in .ci/run, which installs them): then they fail, so a CI machine that lost the weights cannot turn
 these tests into silent skips (as tests/sandbox_required.py does for the sandbox)."""
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@ Student code always runs in a child process here, exactly as in grading (the mis
 instructor's own code, is answered in process; one test keeps that equal to a child's). Timings are never
 asserted; the performance tests assert only what a cheat earns (nothing) or the reference's marks.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,13 +61,15 @@ def test_every_part_is_one_graded_cell_with_nbgrader_metadata(reference):
 
 
 def test_strip_keeps_indentation_and_drops_hidden_tests():
-    source = "def f(x):\n    y = 1\n    ### BEGIN SOLUTION\n    return x + y\n    ### END SOLUTION\n\n" \
-             "### BEGIN HIDDEN TESTS\nassert f(1) == 2\n### END HIDDEN TESTS\nprint('visible')\n"
+    source = (
+        "def f(x):\n    y = 1\n    ### BEGIN SOLUTION\n    return x + y\n    ### END SOLUTION\n\n"
+        "### BEGIN HIDDEN TESTS\nassert f(1) == 2\n### END HIDDEN TESTS\nprint('visible')\n"
+    )
     out = release.strip(source)
     assert out == "def f(x):\n    y = 1\n    # YOUR CODE HERE\n    raise NotImplementedError()\n\nprint('visible')\n"
-    assert release.strip("### BEGIN SOLUTION\nanswer\n### END SOLUTION\n", markdown=True) == "YOUR ANSWER HERE\n"
+    assert release.strip("### BEGIN SOLUTION\nanswer\n### END SOLUTION\n", markdown=True) == "YOUR ANSWER HERE\n"  # noqa: B005 - release.strip, not str.strip
     with pytest.raises(release.ReleaseError, match="unmatched"):
-        release.strip("x = 1\n### BEGIN SOLUTION\nx = 2\n")
+        release.strip("x = 1\n### BEGIN SOLUTION\nx = 2\n")  # noqa: B005 - release.strip, not str.strip
 
 
 def _instructor_tree(root: Path) -> None:
@@ -75,16 +78,24 @@ def _instructor_tree(root: Path) -> None:
     pkg = root / "specdec_helpers" / "assignment"
     pkg.mkdir(parents=True)
     (root / "specdec_helpers" / "mod.py").write_text(
-        "def answer():\n    ### BEGIN SOLUTION\n    return 'forty-two-is-the-secret'\n    ### END SOLUTION\n")
+        "def answer():\n    ### BEGIN SOLUTION\n    return 'forty-two-is-the-secret'\n    ### END SOLUTION\n"
+    )
     (pkg / "mutations.py").write_text("SECRET = 1\n")
     (root / "notebooks").mkdir()
-    marked = new_notebook(cells=[
-        new_markdown_cell("Explain:\n### BEGIN SOLUTION\nthe-secret-explanation-here\n### END SOLUTION"),
-        new_code_cell("def g():\n    ### BEGIN SOLUTION\n    return 'solution-text-not-to-ship'\n    ### END SOLUTION",
-                      outputs=[new_output("stream", name="stdout", text="done\n")], execution_count=3),
-        new_code_cell("### BEGIN HIDDEN TESTS\nassert g() == 'solution-text-not-to-ship'\n### END HIDDEN TESTS\n"
-                      "print('visible check')"),
-    ])
+    marked = new_notebook(
+        cells=[
+            new_markdown_cell("Explain:\n### BEGIN SOLUTION\nthe-secret-explanation-here\n### END SOLUTION"),
+            new_code_cell(
+                "def g():\n    ### BEGIN SOLUTION\n    return 'solution-text-not-to-ship'\n    ### END SOLUTION",
+                outputs=[new_output("stream", name="stdout", text="done\n")],
+                execution_count=3,
+            ),
+            new_code_cell(
+                "### BEGIN HIDDEN TESTS\nassert g() == 'solution-text-not-to-ship'\n### END HIDDEN TESTS\n"
+                "print('visible check')"
+            ),
+        ]
+    )
     nbformat.write(marked, str(root / "notebooks" / "01_marked.ipynb"))
     plain = new_notebook(cells=[new_code_cell("print(1)", outputs=[new_output("stream", name="stdout", text="1\n")])])
     nbformat.write(plain, str(root / "notebooks" / "02_plain.ipynb"))
@@ -94,7 +105,7 @@ def _instructor_tree(root: Path) -> None:
 def test_release_strips_module_and_notebooks(tmp_path):
     _instructor_tree(tmp_path / "src")
     out = tmp_path / "kit"
-    written = release.release(out, tmp_path / "src", STUDENT_URL)
+    release.release(out, tmp_path / "src", STUDENT_URL)
     assert not (out / "specdec_helpers/assignment/authoring").exists()
     module = (out / "specdec_helpers/mod.py").read_text()
     assert "    # YOUR CODE HERE\n    raise NotImplementedError()" in module and "forty-two" not in module
@@ -110,7 +121,9 @@ def test_release_strips_module_and_notebooks(tmp_path):
 def test_release_fails_loudly_and_writes_nothing(tmp_path, capsys):
     _instructor_tree(tmp_path / "src")
     (tmp_path / "src/specdec_helpers/broken.py").write_text("### BEGIN SOLUTION\nx = 1\n")  # no END marker
-    assert cli.release(["--out", str(tmp_path / "kit"), "--root", str(tmp_path / "src"), "--repo-url", STUDENT_URL]) == 1
+    assert (
+        cli.release(["--out", str(tmp_path / "kit"), "--root", str(tmp_path / "src"), "--repo-url", STUDENT_URL]) == 1
+    )
     assert "RELEASE FAILED" in capsys.readouterr().err and not (tmp_path / "kit").exists()
     # The scan itself: a solution line copied into a shipped file is caught.
     kit = tmp_path / "kit2"
@@ -163,8 +176,13 @@ def test_a_bad_grading_seed_stops_grade_before_it_grades(monkeypatch, tmp_path, 
 def test_a_worlds_model_folders_go_when_its_process_ends(tmp_path):
     """The init tests' saved models (~17 MB a world) are deleted when the process that made them exits."""
     script = "from specdec_helpers.assignment.testing import world\nprint(world.world(0).folders()[0])\n"
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)})
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert Path(done.stdout.split()[-1]).parent.parent == tmp_path and list(tmp_path.iterdir()) == []
 
@@ -218,15 +236,32 @@ def test_a_mutation_graded_in_a_child_and_in_process_gets_the_same_report(refere
 
 def test_catalog_covers_the_known_mistakes():
     names = {m.name for m in mutations.CATALOG}
-    assert {"logits_offset", "no_bonus_token", "no_correction_token", "extra_target_pass", "eos_in_prompt",
-            "sampling_draft", "no_cache_rollback", "draft_from_scratch", "overshoot_max_tokens",
-            "bonus_counted_as_accepted", "target_cache_not_reused", "draft_k_minus_1",
-            "eos_only_among_draft_tokens", "models_not_moved", "cache_cropped_too_far",
-            # the five that earned full marks before (issue 25)
-            "draft_cache_cropped_short", "always_k_minus_1", "use_cache_ignored", "stats_skip_eos_round",
-            "tokens_to_cpu",
-            # issues 33 and 34: a mistake that shows only on a GPU, and the count of a round cut at EOS
-            "new_tokens_on_cpu", "eos_count_after_cut"} <= names
+    assert {
+        "logits_offset",
+        "no_bonus_token",
+        "no_correction_token",
+        "extra_target_pass",
+        "eos_in_prompt",
+        "sampling_draft",
+        "no_cache_rollback",
+        "draft_from_scratch",
+        "overshoot_max_tokens",
+        "bonus_counted_as_accepted",
+        "target_cache_not_reused",
+        "draft_k_minus_1",
+        "eos_only_among_draft_tokens",
+        "models_not_moved",
+        "cache_cropped_too_far",
+        # the five that earned full marks before (issue 25)
+        "draft_cache_cropped_short",
+        "always_k_minus_1",
+        "use_cache_ignored",
+        "stats_skip_eos_round",
+        "tokens_to_cpu",
+        # issues 33 and 34: a mistake that shows only on a GPU, and the count of a round cut at EOS
+        "new_tokens_on_cpu",
+        "eos_count_after_cut",
+    } <= names
     reference = submission.reference_sources()
     for m in mutations.CATALOG:
         assert m.sources(reference)[m.part] != reference[m.part], m.name
@@ -234,7 +269,7 @@ def test_catalog_covers_the_known_mistakes():
 
 # --------------------------------------------------------------------------- cheats, written as a student would
 
-GREEDY_LOOP = '''
+GREEDY_LOOP = """
 import torch
 
 @torch.inference_mode()
@@ -248,26 +283,39 @@ def generate_ids(self, input_ids, max_tokens=100, num_speculative_tokens=5, use_
                                      pad_token_id=self.eos_token_id or 0)
     self.stats = {"proposed": 100, "accepted": 100, "rounds": 1}   # faked acceptance
     return out
-'''
+"""
 
 IMPORT_CHEATS = {
     "sys_exit_at_import": "import sys\nsys.exit(0)\n",
     "endless_loop_at_import": "while True:\n    pass\n",
-    "results_json_and_exit": ("import json, os\nfor folder in ('.', os.environ.get('PWD', '.')):\n"
-                              "    open(os.path.join(folder, 'results.json'), 'w').write(json.dumps({'score': 45}))\n"
-                              "os._exit(0)\n"),
-    "replace_test_list": ("import sys\nfor name, module in list(sys.modules.items()):\n"
-                          "    if name.startswith('specdec_helpers.assignment'):\n"
-                          "        for attr in ('TESTS', 'run_suite', 'run_test'):\n"
-                          "            if hasattr(module, attr):\n"
-                          "                setattr(module, attr, [] if attr == 'TESTS' else (lambda *a, **k: ('passed', '')))\n"),
+    "results_json_and_exit": (
+        "import json, os\nfor folder in ('.', os.environ.get('PWD', '.')):\n"
+        "    open(os.path.join(folder, 'results.json'), 'w').write(json.dumps({'score': 45}))\n"
+        "os._exit(0)\n"
+    ),
+    "replace_test_list": (
+        "import sys\nfor name, module in list(sys.modules.items()):\n"
+        "    if name.startswith('specdec_helpers.assignment'):\n"
+        "        for attr in ('TESTS', 'run_suite', 'run_test'):\n"
+        "            if hasattr(module, attr):\n"
+        "                setattr(module, attr, [] if attr == 'TESTS' else (lambda *a, **k: ('passed', '')))\n"
+    ),
     "patch_timer": "import time\ntime.perf_counter = lambda: 0.0\ntime.monotonic = lambda: 0.0\n",
 }
 
 
-WRONG = "\n".join(f"def {name}(self, *args, **kwargs):\n    return None\n" for name in
-                  ("initialize_target_model", "initialize_draft_model", "generate_draft_tokens", "accept_draft",
-                   "verify_tokens_vectorized", "verify_tokens_cached", "generate_ids"))
+WRONG = "\n".join(
+    f"def {name}(self, *args, **kwargs):\n    return None\n"
+    for name in (
+        "initialize_target_model",
+        "initialize_draft_model",
+        "generate_draft_tokens",
+        "accept_draft",
+        "verify_tokens_vectorized",
+        "verify_tokens_cached",
+        "generate_ids",
+    )
+)
 
 
 def _submission_with(folder: Path, source_for) -> Path:
@@ -294,8 +342,20 @@ def test_cheats_earn_nothing(name, tmp_path, monkeypatch):
     (tmp_path / "config.json").write_text(json.dumps({"test_timeout_s": 10}))
     results = tmp_path / "results.json"
     results.write_text(json.dumps({"score": 45, "stale": True}))
-    assert cli.grade([str(folder), "--no-nbval", "--no-perf", "--config", str(tmp_path / "config.json"),
-                      "--results", str(results)]) == 0
+    assert (
+        cli.grade(
+            [
+                str(folder),
+                "--no-nbval",
+                "--no-perf",
+                "--config",
+                str(tmp_path / "config.json"),
+                "--results",
+                str(results),
+            ]
+        )
+        == 0
+    )
     data = json.loads(results.read_text())
     assert data["score"] == 0 and "stale" not in data and len(data["tests"]) >= 20, data.get("output")
 
@@ -303,25 +363,31 @@ def test_cheats_earn_nothing(name, tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_delegating_to_the_kit_earns_nothing(reference):
     sources = dict(reference)
-    sources["verify"] = ("from specdec_helpers.core.verify import accept_greedy, score_draft\n\n"
-                         "def accept_draft(self, target_logits, draft_tokens):\n"
-                         "    r = accept_greedy(target_logits, draft_tokens.reshape(-1))\n"
-                         "    return r.tokens.tolist(), r.num_accepted\n\n"
-                         "def verify_tokens_vectorized(self, input_ids, draft_tokens, attention_mask=None):\n"
-                         "    return self.accept_draft(score_draft(self.target_model, input_ids, draft_tokens), draft_tokens)\n")
-    sources["draft"] = ("import importlib\n\ndef generate_draft_tokens(self, input_ids, attention_mask=None, "
-                        "num_speculative_tokens=5):\n    kit = importlib.import_module('specdec_helpers.assignment.parts.decoder')\n"
-                        "    return kit.STANDINS['generate_draft_tokens'](self, input_ids, attention_mask, "
-                        "num_speculative_tokens)\n")
+    sources["verify"] = (
+        "from specdec_helpers.core.verify import accept_greedy, score_draft\n\n"
+        "def accept_draft(self, target_logits, draft_tokens):\n"
+        "    r = accept_greedy(target_logits, draft_tokens.reshape(-1))\n"
+        "    return r.tokens.tolist(), r.num_accepted\n\n"
+        "def verify_tokens_vectorized(self, input_ids, draft_tokens, attention_mask=None):\n"
+        "    return self.accept_draft(score_draft(self.target_model, input_ids, draft_tokens), draft_tokens)\n"
+    )
+    sources["draft"] = (
+        "import importlib\n\ndef generate_draft_tokens(self, input_ids, attention_mask=None, "
+        "num_speculative_tokens=5):\n    kit = importlib.import_module('specdec_helpers.assignment.parts.decoder')\n"
+        "    return kit.STANDINS['generate_draft_tokens'](self, input_ids, attention_mask, "
+        "num_speculative_tokens)\n"
+    )
     results = grader.run_suite(sources, POINTS, only=["verify", "draft"], seed=0)
     assert sum(r.score for r in results) == 0
     assert any("kit" in r.feedback for r in results if r.item == "verify")
     # No import statement to see (an alias of importlib is seen since issue 34): the child catches the call itself.
-    sources["verify"] = ("_load = getattr(__builtins__, 'get', lambda *a: None)('__im' 'port__') or "
-                         "getattr(__builtins__, '__im' 'port__')\n\ndef accept_draft(self, target_logits, draft_tokens):\n"
-                         "    r = _load('specdec_helpers.core.verify', fromlist=['x']).accept_greedy(target_logits, "
-                         "draft_tokens.reshape(-1))\n    return r.tokens.tolist(), r.num_accepted\n\n"
-                         + reference["verify"].split("@torch.inference_mode()")[-1].join(["import torch\n\n@torch.inference_mode()", ""]))
+    sources["verify"] = (
+        "_load = getattr(__builtins__, 'get', lambda *a: None)('__im' 'port__') or "
+        "getattr(__builtins__, '__im' 'port__')\n\ndef accept_draft(self, target_logits, draft_tokens):\n"
+        "    r = _load('specdec_helpers.core.verify', fromlist=['x']).accept_greedy(target_logits, "
+        "draft_tokens.reshape(-1))\n    return r.tokens.tolist(), r.num_accepted\n\n"
+        + reference["verify"].split("@torch.inference_mode()")[-1].join(["import torch\n\n@torch.inference_mode()", ""])
+    )
     assert cells.kit_references(sources["verify"]) == []
     results = grader.run_suite(sources, POINTS, only=["verify"], seed=0)
     accept = [r for r in results if r.test_id.startswith("verify.accept")]
@@ -346,14 +412,15 @@ def test_memoizing_and_slowing_the_baseline_do_not_help(reference, baseline):
     greedy), and the greedy loop the student patches raises (so greedy run in the student's child would
     fail the measurement). The grader's greedy runs happen in the reference's child, which the student's
     code never reaches, on prompts made at grade time, which no memo knows."""
-    memo = reference["decode"].replace("def generate_ids(self, input_ids", "def _unused(self, input_ids") \
-        + ("\n\n_MEMO = {}\n\n\ndef generate_ids(self, input_ids, max_tokens=100, num_speculative_tokens=5, use_cache=True):\n"
-           "    key = tuple(input_ids[0].tolist())\n"
-           "    type(self).greedy_ids = lambda *a, **k: 1 / 0\n"
-           "    if key in _MEMO:\n"
-           "        return _MEMO[key].flip(-1)\n"
-           "    _MEMO[key] = _unused(self, input_ids, max_tokens, num_speculative_tokens, use_cache)\n"
-           "    return _MEMO[key]\n")
+    memo = reference["decode"].replace("def generate_ids(self, input_ids", "def _unused(self, input_ids") + (
+        "\n\n_MEMO = {}\n\n\ndef generate_ids(self, input_ids, max_tokens=100, num_speculative_tokens=5, use_cache=True):\n"
+        "    key = tuple(input_ids[0].tolist())\n"
+        "    type(self).greedy_ids = lambda *a, **k: 1 / 0\n"
+        "    if key in _MEMO:\n"
+        "        return _MEMO[key].flip(-1)\n"
+        "    _MEMO[key] = _unused(self, input_ids, max_tokens, num_speculative_tokens, use_cache)\n"
+        "    return _MEMO[key]\n"
+    )
     perf = dict(grader.load_config()["performance"], repeats=2, max_new_tokens=32, baseline=baseline)
     assert "generate_ids" in cells.load_functions({"decode": memo})  # the cell runs: no stand-in hides it
     m = speed.measure(dict(reference, decode=memo), reference, perf, seed=1)
@@ -370,7 +437,7 @@ def test_memoizing_and_slowing_the_baseline_do_not_help(reference, baseline):
 
 def test_performance_scoring_relative_on_cpu_absolute_on_gpu(tmp_path):
     config = grader.load_config()
-    score = lambda m: {r.item: r.score for r in grader.performance_results(m, config)}  # noqa: E731
+    score = lambda m: {r.item: r.score for r in grader.performance_results(m, config)}
     assert score(Measurement(0.95, 0.5, reference_acceptance=0.52)) == {"speedup": 10, "acceptance": 10, "bonus": 0}
     assert score(Measurement(0.6, 0.3, reference_acceptance=0.52)) == {"speedup": 0, "acceptance": 0, "bonus": 0}
     assert score(Measurement(1.2, 0.6, speculates=False, reference_acceptance=0.5))["speedup"] == 0
@@ -389,5 +456,3 @@ def test_performance_scoring_relative_on_cpu_absolute_on_gpu(tmp_path):
 
 
 # --------------------------------------------------------------------------- check and hand-in
-
-

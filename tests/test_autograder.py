@@ -1,4 +1,5 @@
 """The Gradescope autograder bundle, run in a temporary root laid out like Gradescope's."""
+
 from __future__ import annotations
 
 import json
@@ -14,6 +15,7 @@ from specdec_helpers import cli
 from specdec_helpers.assignment.authoring import autograder
 
 from specdec_helpers.assignment.grading import grader
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -42,14 +44,23 @@ def gradescope_root(tmp: Path, bundle: Path, submission_files: dict[str, str]) -
 def run_autograder(root: Path, **env) -> subprocess.CompletedProcess:
     environ = {**os.environ, "AUTOGRADER_ROOT": str(root), "PYTHON": sys.executable, **env}
     environ.pop("SPECDEC_CACHE_DIR", None)  # the bundle brings its own toy pair
-    return subprocess.run([str(root / "source" / "run_autograder")], env=environ, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [str(root / "source" / "run_autograder")], env=environ, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_bundle_layout(bundle):
     rel = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()}
-    assert {"setup.sh", "run_autograder", "requirements.txt", "constraints.txt", "points.toml",
-            "kit/pyproject.toml", "kit/specdec_helpers/cli/__init__.py", "kit/specdec_helpers/assignment/testing/suite.py"} <= rel
+    assert {
+        "setup.sh",
+        "run_autograder",
+        "requirements.txt",
+        "constraints.txt",
+        "points.toml",
+        "kit/pyproject.toml",
+        "kit/specdec_helpers/cli/__init__.py",
+        "kit/specdec_helpers/assignment/testing/suite.py",
+    } <= rel
     assert any(r.startswith("kit/notebooks/") and r.endswith(".ipynb") for r in rel)  # the instructor's, with solutions
     toy = autograder.PACKAGED_TOY.as_posix()
     assert {f"kit/{toy}/toy.json", f"kit/{toy}/target/model.safetensors", f"kit/{toy}/manifest.json"} <= rel
@@ -60,8 +71,10 @@ def test_bundle_layout(bundle):
 
 @pytest.mark.slow
 def test_run_autograder_writes_what_grade_writes(bundle, tmp_path):
-    submission = {"notebooks/01_model_init.ipynb": json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}),
-                  "report/REPORT.md": "# report\n"}
+    submission = {
+        "notebooks/01_model_init.ipynb": json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}),
+        "report/REPORT.md": "# report\n",
+    }
     root = gradescope_root(tmp_path, bundle, submission)
     done = run_autograder(root)
     assert done.returncode == 0, done.stderr
@@ -72,7 +85,7 @@ def test_run_autograder_writes_what_grade_writes(bundle, tmp_path):
     direct = tmp_path / "direct.json"
     cli.grade([str(root / "submission"), "--config", str(bundle / "points.toml"), "--results", str(direct)])
     expected = json.loads(direct.read_text())
-    strip = lambda d: {k: v for k, v in d.items() if k != "execution_time"}  # noqa: E731
+    strip = lambda d: {k: v for k, v in d.items() if k != "execution_time"}
     assert strip(data) == strip(expected)
 
 
@@ -86,16 +99,25 @@ def test_a_crashing_grader_still_leaves_results_json(bundle, tmp_path):
     assert data["score"] == 0 and "failed (exit 3)" in data["output"]
 
 
-@pytest.mark.parametrize("case, fragment", [("inside kit", "would overwrite the kit"), ("not empty", "not empty"),
-                                            ("bad config", "unknown sections"), ("missing config", "No such file")])
+@pytest.mark.parametrize(
+    "case, fragment",
+    [
+        ("inside kit", "would overwrite the kit"),
+        ("not empty", "not empty"),
+        ("bad config", "unknown sections"),
+        ("missing config", "No such file"),
+    ],
+)
 def test_refusals(tmp_path, capsys, case, fragment):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     (tmp_path / "bad.toml").write_text("[style]\n")
-    args = {"inside kit": ["--out", str(ROOT / "specdec_helpers" / "ag")],
-            "not empty": ["--out", str(tmp_path / "full")],
-            "bad config": ["--out", str(tmp_path / "o"), "--config", str(tmp_path / "bad.toml")],
-            "missing config": ["--out", str(tmp_path / "o"), "--config", str(tmp_path / "nope.toml")]}[case]
+    args = {
+        "inside kit": ["--out", str(ROOT / "specdec_helpers" / "ag")],
+        "not empty": ["--out", str(tmp_path / "full")],
+        "bad config": ["--out", str(tmp_path / "o"), "--config", str(tmp_path / "bad.toml")],
+        "missing config": ["--out", str(tmp_path / "o"), "--config", str(tmp_path / "nope.toml")],
+    }[case]
     assert cli.autograder(args) == 2
     err = capsys.readouterr().err
     assert fragment in err and len(err.strip().splitlines()) == 1

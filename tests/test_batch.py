@@ -7,6 +7,7 @@ shapes); where a token differs, `checks.greedy_divergence` must show a numerical
 gap <= 1e-4), or the test fails. Sampling: a chi-square test of the first two tokens of batched rows
 against the target's exact distribution, with a deliberately wrong acceptance rule as a control.
 """
+
 from __future__ import annotations
 
 import random
@@ -30,8 +31,11 @@ def random_case(family: str, seed: int, max_batch: int = 16):
     that the target's greedy text reaches early for the first prompt, and k."""
     rng = random.Random(seed)
     target = tiny_model(family, seed=seed)
-    draft = perturbed_copy(target, scale=rng.choice([0.05, 0.3]), seed=seed) if rng.random() < 0.75 \
+    draft = (
+        perturbed_copy(target, scale=rng.choice([0.05, 0.3]), seed=seed)
+        if rng.random() < 0.75
         else sd.PromptLookupDrafter(max_ngram=2)
+    )
     size = rng.randint(1, max_batch)
     g = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(1, 64, (rng.randint(1, 12),), generator=g) for _ in range(size)]
@@ -61,14 +65,16 @@ def assert_rows_are_greedy(target, prompts, budgets, eos, out):
 
 def check_case(family, seed, max_batch=16):
     target, draft, prompts, budgets, eos, k = random_case(family, seed, max_batch)
-    out = sd.speculative_decode(target, draft, prompts, max_new_tokens=budgets, num_speculative_tokens=k,
-                                eos_token_id=eos)
+    out = sd.speculative_decode(
+        target, draft, prompts, max_new_tokens=budgets, num_speculative_tokens=k, eos_token_id=eos
+    )
     assert isinstance(out, batch.BatchDecodeOutput)
     return assert_rows_are_greedy(target, prompts, budgets, eos, out)
 
 
-@pytest.mark.parametrize("family", [pytest.param(f, marks=[] if f in ("gpt2", "llama") else pytest.mark.slow)
-                                    for f in FAMILIES])  # the other two in the slow tier
+@pytest.mark.parametrize(
+    "family", [pytest.param(f, marks=[] if f in ("gpt2", "llama") else pytest.mark.slow) for f in FAMILIES]
+)  # the other two in the slow tier
 def test_batched_rows_equal_their_own_greedy_decoding(family):
     ended = sum(check_case(family, seed) for seed in range(3))
     assert ended, "no row ended early at EOS: the EOS case went untested"
@@ -101,11 +107,18 @@ def test_padded_tensor_with_mask_equals_list_of_prompts():
     listed = sd.speculative_decode(target, draft, prompts, max_new_tokens=10, num_speculative_tokens=3)
     left = listed.sequences[:, :6]  # left padded, as a tokenizer with padding_side="left" gives
     mask = (torch.arange(6) >= torch.tensor([3, 0, 5])[:, None]).long()
-    padded = sd.speculative_decode(target, draft, left, attention_mask=mask, max_new_tokens=10,
-                                   num_speculative_tokens=3)
+    padded = sd.speculative_decode(
+        target, draft, left, attention_mask=mask, max_new_tokens=10, num_speculative_tokens=3
+    )
     assert [n.tolist() for n in padded.new_tokens] == [n.tolist() for n in listed.new_tokens]
-    one = sd.speculative_decode(target, draft, prompts[1].view(1, -1), attention_mask=torch.ones(1, 6),
-                                max_new_tokens=10, num_speculative_tokens=3)  # a mask sends even 1 row here
+    one = sd.speculative_decode(
+        target,
+        draft,
+        prompts[1].view(1, -1),
+        attention_mask=torch.ones(1, 6),
+        max_new_tokens=10,
+        num_speculative_tokens=3,
+    )  # a mask sends even 1 row here
     assert isinstance(one, batch.BatchDecodeOutput) and torch.equal(one.row(0), listed.row(1))
     greedy = sd.greedy_decode(target, left, attention_mask=mask, max_new_tokens=10)
     assert [n.tolist() for n in greedy.new_tokens] == [n.tolist() for n in listed.new_tokens]
@@ -141,6 +154,7 @@ def test_unsupported_batches_are_refused_clearly(draft):
 
 # ----------------------------------------------------------------------------- sampling
 
+
 def exact_two(target, prompt, sampler) -> np.ndarray:
     """P(first two new tokens = (a, b)) for ``prompt``, from the target's warped distributions."""
     vocab = target.config.vocab_size
@@ -159,8 +173,16 @@ def sampled_pairs(target, draft, prompts, runs, size=16, seed=0):
     counts = [np.zeros((vocab, vocab)) for _ in prompts]
     rows = [prompts[i % len(prompts)] for i in range(size)]
     for _ in range(runs):
-        out = sd.speculative_decode(target, draft, rows, max_new_tokens=3, num_speculative_tokens=2,
-                                    temperature=1.0, generator=g, eos_token_id=[])
+        out = sd.speculative_decode(
+            target,
+            draft,
+            rows,
+            max_new_tokens=3,
+            num_speculative_tokens=2,
+            temperature=1.0,
+            generator=g,
+            eos_token_id=[],
+        )
         for i, new in enumerate(out.new_tokens):
             counts[i % len(prompts)][new[0], new[1]] += 1
     return counts
@@ -192,12 +214,29 @@ def test_per_row_generators_replay_single_row_sampling():
     draft = perturbed_copy(target, scale=0.3, seed=4)
     prompts = [torch.tensor([5, 6, 7, 8]), torch.tensor([9]), torch.tensor([1, 2, 3, 4, 5, 6, 7])]
     gens = [torch.Generator().manual_seed(s) for s in (10, 11, 12)]
-    out = sd.speculative_decode(target, draft, prompts, max_new_tokens=[12, 7, 20], num_speculative_tokens=3,
-                                temperature=0.9, top_k=20, generator=gens, eos_token_id=[])
+    out = sd.speculative_decode(
+        target,
+        draft,
+        prompts,
+        max_new_tokens=[12, 7, 20],
+        num_speculative_tokens=3,
+        temperature=0.9,
+        top_k=20,
+        generator=gens,
+        eos_token_id=[],
+    )
     for b, (p, m, s) in enumerate(zip(prompts, [12, 7, 20], (10, 11, 12))):
-        alone = sd.speculative_decode(target, draft, p.view(1, -1), max_new_tokens=m, num_speculative_tokens=3,
-                                      temperature=0.9, top_k=20, generator=torch.Generator().manual_seed(s),
-                                      eos_token_id=[])
+        alone = sd.speculative_decode(
+            target,
+            draft,
+            p.view(1, -1),
+            max_new_tokens=m,
+            num_speculative_tokens=3,
+            temperature=0.9,
+            top_k=20,
+            generator=torch.Generator().manual_seed(s),
+            eos_token_id=[],
+        )
         assert out.new_tokens[b].tolist() == alone.new_tokens.tolist(), b
 
 
@@ -205,8 +244,15 @@ def test_sequences_keep_the_padded_input_as_hf_generate_does():
     target = tiny_model("gpt_neox", seed=4)
     ids = torch.tensor([[0, 0, 0, 7, 8, 9], [0, 3, 4, 5, 6, 7]])
     mask = (ids != 0).long()
-    out = sd.speculative_decode(target, perturbed_copy(target), ids, attention_mask=mask, max_new_tokens=6,
-                                num_speculative_tokens=2, eos_token_id=[])
+    out = sd.speculative_decode(
+        target,
+        perturbed_copy(target),
+        ids,
+        attention_mask=mask,
+        max_new_tokens=6,
+        num_speculative_tokens=2,
+        eos_token_id=[],
+    )
     hf = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=6, pad_token_id=0)
     assert torch.equal(out.sequences, hf)
 
@@ -230,7 +276,7 @@ def test_packing_the_cache_keeps_rows_greedy(family, monkeypatch):
 
     packs = []
     pack = batch_rows.RowCache.pack
-    monkeypatch.setattr(batch_rows, "PACK_SLACK", -10**6)  # pack at every rollback
+    monkeypatch.setattr(batch_rows, "PACK_SLACK", -(10**6))  # pack at every rollback
     monkeypatch.setattr(batch_rows.RowCache, "pack", lambda self: (packs.append(1), pack(self)))
     check_case(family, seed=100)
     assert packs, "the cache was never packed"
@@ -242,7 +288,8 @@ def test_a_row_ended_at_eos_is_padded_as_hf_generate_pads_it():
     ids = torch.tensor([[0, 0, 9, 10, 11], [3, 4, 5, 6, 7]])
     mask = (torch.arange(5) >= torch.tensor([2, 0])[:, None]).long()
     eos = sd.greedy_decode(target, ids[1:], max_new_tokens=12, eos_token_id=[]).new_tokens.tolist()[3]
-    out = sd.speculative_decode(target, perturbed_copy(target), ids, attention_mask=mask, max_new_tokens=12,
-                                eos_token_id=eos)
+    out = sd.speculative_decode(
+        target, perturbed_copy(target), ids, attention_mask=mask, max_new_tokens=12, eos_token_id=eos
+    )
     hf = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=12, eos_token_id=eos)
     assert out.new_tokens[1].numel() == 4 and torch.equal(out.sequences, hf)

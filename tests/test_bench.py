@@ -1,4 +1,5 @@
 """The benchmark harness, figures, tables and report, on a tiny in-memory pair (no timings asserted)."""
+
 from __future__ import annotations
 
 import json
@@ -33,12 +34,34 @@ def pair():
 def sweep(pair, tmp_path_factory):
     """One run of the bench CLI on the tiny pair (load_pair patched), writing into a temp folder."""
     out = tmp_path_factory.mktemp("bench")
-    fake = SimpleNamespace(target=pair.target, draft=pair.draft, preset="tiny", device=torch.device("cpu"),
-                           dtype=torch.float32, encode=lambda text: torch.tensor([[len(text) % 60 + 1, 2, 3, 4]]))
+    fake = SimpleNamespace(
+        target=pair.target,
+        draft=pair.draft,
+        preset="tiny",
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+        encode=lambda text: torch.tensor([[len(text) % 60 + 1, 2, 3, 4]]),
+    )
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("specdec_helpers.models.pairs.load_pair", lambda *args, **kwargs: fake)
-        code = cli.bench(["--full", "--preset", "tiny", "--ks", "1,2", "--max-new-tokens", "8", "--repeats", "2",
-                           "--prompts", "one", "prompt two", "--out", str(out)])
+        code = cli.bench(
+            [
+                "--full",
+                "--preset",
+                "tiny",
+                "--ks",
+                "1,2",
+                "--max-new-tokens",
+                "8",
+                "--repeats",
+                "2",
+                "--prompts",
+                "one",
+                "prompt two",
+                "--out",
+                str(out),
+            ]
+        )
     assert code == 0
     return out, json.loads((out / "results" / "bench_tiny.json").read_text())
 
@@ -84,14 +107,14 @@ def test_alpha_and_acceptance_by_position():
 
 
 def test_benchmark_interleaves_checks_identity_and_counts_tokens(pair):
-    reference = pair.target.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), do_sample=False,
-                                     max_new_tokens=5)
+    reference = pair.target.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), do_sample=False, max_new_tokens=5)
     calls = []
 
     def method(name, output):
         def run(ids, n):
             calls.append(name)
             return MethodOutput(output)
+
         return run
 
     def broken(ids, n):
@@ -101,8 +124,9 @@ def test_benchmark_interleaves_checks_identity_and_counts_tokens(pair):
     wrong[0, -1] = (wrong[0, -1] + 1) % 64
     methods = {"a": method("a", reference), "b": method("b", wrong), "c": broken}
     with pytest.warns(UserWarning, match="c failed and is skipped"):
-        result = bench.benchmark(pair.target, pair.draft, PROMPT, max_new_tokens=5, repeats=3, warmup=1,
-                                 methods=methods)
+        result = bench.benchmark(
+            pair.target, pair.draft, PROMPT, max_new_tokens=5, repeats=3, warmup=1, methods=methods
+        )
     assert calls == ["a", "b"] + ["a", "b"] * 3  # warm-up round, then round-robin timed rounds
     assert result["order"] == ["a", "b"] * 3
     assert result["methods"]["a"]["identical"] and not result["methods"]["b"]["identical"]
@@ -154,16 +178,22 @@ def test_sweep_results_shape(sweep):
     assert sum(stats["by_position"]["proposed"]) == stats["proposed"]
     assert len(results["theory"]) == 2
     row = results["theory"][0]
-    assert row["predicted_speedup"] == pytest.approx(
-        theory.expected_speedup(row["alpha"], row["k"], row["c"]))
+    assert row["predicted_speedup"] == pytest.approx(theory.expected_speedup(row["alpha"], row["k"], row["c"]))
     curve = results["costs"]["tiny/" + run["drafter"]]["target_forward"]
     assert curve["sizes"][:3] == [1, 2, 3] and len(curve["median_s"]) == len(curve["sizes"])
 
 
 def test_sweep_writes_figures_and_tables(sweep):
     out, _ = sweep
-    for name in ("speedup_vs_k", "acceptance_vs_k", "acceptance_by_position", "accepted_length_hist",
-                 "tokens_per_s", "forward_cost", "theory_vs_measured"):
+    for name in (
+        "speedup_vs_k",
+        "acceptance_vs_k",
+        "acceptance_by_position",
+        "accepted_length_hist",
+        "tokens_per_s",
+        "forward_cost",
+        "theory_vs_measured",
+    ):
         for ext in ("png", "pdf"):
             assert (out / "figures" / f"{name}.{ext}").stat().st_size > 1000, (name, ext)
     for name in ("sweep", "methods", "theory", "prompts"):
@@ -196,7 +226,9 @@ def test_table_renderers():
 
 
 def test_markdown_to_html_subset():
-    page = report.markdown_to_html("# Title\n\nSome **bold** `x<y`.\n\n- one\n- two\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+    page = report.markdown_to_html(
+        "# Title\n\nSome **bold** `x<y`.\n\n- one\n- two\n\n| a | b |\n|---|---|\n| 1 | 2 |\n"
+    )
     assert "<h1>Title</h1>" in page and "<strong>bold</strong>" in page and "<code>x&lt;y</code>" in page
     assert re.search(r"<ul>\s*<li>one</li>\s*<li>two</li>\s*</ul>", page)
     assert "<th>a</th>" in page and "<td>2</td>" in page
@@ -228,8 +260,13 @@ def test_hf_assisted_drafts_k_tokens_every_round_and_restores_the_threshold(pair
     calls, handle = _count_forwards(unsure)
     try:
         with torch.no_grad():
-            target.generate(PROMPT, assistant_model=unsure, num_assistant_tokens=4,
-                            num_assistant_tokens_schedule="constant", **kwargs)
+            target.generate(
+                PROMPT,
+                assistant_model=unsure,
+                num_assistant_tokens=4,
+                num_assistant_tokens_schedule="constant",
+                **kwargs,
+            )
         early_stopped = len(calls)
         calls.clear()
         out = bench.build_methods(target, unsure, 4, names=["hf_assisted"])["hf_assisted"](PROMPT, 12)
@@ -246,8 +283,9 @@ def test_hf_assisted_and_ours_feed_the_target_alike(pair, k):
     """The same constant k on both sides: round by round, HF's target is fed as many tokens as ours
     (k drafts + 1, fewer only where max_new_tokens leaves less room)."""
     fed = []
-    handle = pair.target.register_forward_hook(lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[1]),
-                                               with_kwargs=True)
+    handle = pair.target.register_forward_hook(
+        lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
     methods = bench.build_methods(pair.target, pair.draft, k, names=["hf_assisted", "spec_cached"])
     try:
         methods["hf_assisted"](PROMPT, 20)
@@ -290,8 +328,11 @@ def test_perf_compiled_rows_compare_the_compiled_runs(sweep, pair):
         methods["greedy_compiled"] = dict(methods["greedy"], median_time=methods["greedy"]["median_time"] / 3)
     with pytest.MonkeyPatch.context() as patch:  # a compiled curve twice as fast, without compiling anything
         patch.setattr(perf, "compiled_forward", lambda target: target)
-        patch.setattr(perf, "measure_forward_cost",
-                      lambda model, ids, sizes, warmup: dict(sizes=sizes, median_s=[n / 2000 for n in sizes]))
+        patch.setattr(
+            perf,
+            "measure_forward_cost",
+            lambda model, ids, sizes, warmup: dict(sizes=sizes, median_s=[n / 2000 for n in sizes]),
+        )
         results["costs"].update(perf.compiled_costs(results["costs"], pair.target, PROMPT))
     name = next(iter(results["costs"]))
     compiled = results["costs"][f"{name} compiled"]
@@ -300,8 +341,11 @@ def test_perf_compiled_rows_compare_the_compiled_runs(sweep, pair):
     eager = [r for r in rows if not r["drafter"].endswith(" compiled")]
     assert len(rows) == 2 * len(eager)
     for row in eager:
-        twin = next(r for r in rows if r["drafter"] == row["drafter"] + " compiled"
-                    and r["prompt"] == row["prompt"] and r["k"] == row["k"])
+        twin = next(
+            r
+            for r in rows
+            if r["drafter"] == row["drafter"] + " compiled" and r["prompt"] == row["prompt"] and r["k"] == row["k"]
+        )
         assert twin["vs_hf_assisted"] == pytest.approx(2 * row["vs_hf_assisted"])
         assert twin["vs_greedy"] == pytest.approx(row["vs_greedy"] * 2 / 3)
 
@@ -320,13 +364,37 @@ def test_profile_splits_the_round_into_phases(pair):
 def test_perf_command_prints_every_ratio(pair, tmp_path, capsys):
 
     drafts = {"hybrid": HybridDrafter(pair.draft), "prompt-lookup": PromptLookupDrafter()}
-    fake = SimpleNamespace(target=pair.target, draft=pair.draft, preset="tiny", device=torch.device("cpu"),
-                           dtype=torch.float32, encode=lambda text: torch.tensor([[len(text) % 60 + 1, 2, 3, 4]]),
-                           with_draft=lambda spec, progress=False: SimpleNamespace(draft=drafts[spec]))
+    fake = SimpleNamespace(
+        target=pair.target,
+        draft=pair.draft,
+        preset="tiny",
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+        encode=lambda text: torch.tensor([[len(text) % 60 + 1, 2, 3, 4]]),
+        with_draft=lambda spec, progress=False: SimpleNamespace(draft=drafts[spec]),
+    )
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("specdec_helpers.models.pairs.load_pair", lambda *args, **kwargs: fake)
-        assert cli.perf(["--preset", "tiny", "--k", "2", "--max-new-tokens", "6", "--repeats", "1",
-                          "--prompts", "one", "two", "--out", str(tmp_path)]) == 0
+        assert (
+            cli.perf(
+                [
+                    "--preset",
+                    "tiny",
+                    "--k",
+                    "2",
+                    "--max-new-tokens",
+                    "6",
+                    "--repeats",
+                    "1",
+                    "--prompts",
+                    "one",
+                    "two",
+                    "--out",
+                    str(tmp_path),
+                ]
+            )
+            == 0
+        )
     printed = capsys.readouterr().out
     for header in ("vs HF assisted", "vs greedy", "of bound", "geometric mean (2 prompts)", "target_forward", "c = "):
         assert header in printed

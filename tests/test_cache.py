@@ -3,6 +3,7 @@
 Each test reproduces a failure users hit: a cache unreadable to other users (0700/0600), two first
 uses building twice, hidden temp folders left by killed runs, and damaged files loaded silently or
 failing with an error that names no file."""
+
 import os
 import threading
 import time
@@ -94,12 +95,15 @@ def _flip_a_bit(path):
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("damage, name", [
-    (_truncate, "model.safetensors"),
-    (_flip_a_bit, "model.safetensors"),
-    (_truncate, "tokenizer.json"),
-    (os.remove, "tokenizer.json"),  # once asked for sentencepiece
-])
+@pytest.mark.parametrize(
+    "damage, name",
+    [
+        (_truncate, "model.safetensors"),
+        (_flip_a_bit, "model.safetensors"),
+        (_truncate, "tokenizer.json"),
+        (os.remove, "tokenizer.json"),  # once asked for sentencepiece
+    ],
+)
 def test_damaged_smollm2_cache_is_converted_again_naming_the_file(fake_smollm2, damage, name, capsys):
     folder, calls = fake_smollm2
     reference = (folder / "model.safetensors").read_bytes()

@@ -3,6 +3,7 @@
 Calibrated on an H200 (transformers 5.24): OPT's step failed to capture (its mask is sized by the cache's 0-d length
 tensor, a host read), while GPT-NeoX, Llama and GPT-2 captured at every pass size. The sweep keeps
 `HOST_READING_FAMILIES` true for the decoder families transformers builds tiny here."""
+
 from __future__ import annotations
 
 import warnings
@@ -41,8 +42,10 @@ CAUGHT = {  # step -> what the finding must name
     "x[mask]": (lambda x: x[x > 0], "data-dependent shape: aten.index with a boolean mask"),
     "x[mask] = 0": (lambda x: x.clone().__setitem__(x > 0, 0.0), "data-dependent shape: aten.index_put_"),
     "torch.unique": (lambda x: torch.unique(x), "data-dependent shape: aten._unique2"),
-    "repeat_interleave": (lambda x: x.repeat_interleave((x[0] > 0).long() + 1, dim=0),
-                          "data-dependent shape: aten.repeat_interleave"),
+    "repeat_interleave": (
+        lambda x: x.repeat_interleave((x[0] > 0).long() + 1, dim=0),
+        "data-dependent shape: aten.repeat_interleave",
+    ),
     "ones(n) from a device int": (lambda x: torch.ones(2, (x[0, 0] > 0).long() + 3), "host read"),
     "a factory naming the device": (lambda x: torch.arange(4, device=x.device).sum().item(), "host read"),
 }
@@ -117,19 +120,67 @@ def test_the_rehearsal_takes_the_path_a_capture_takes(controls, monkeypatch):
 # A few arguments make every family tiny; the rest are per family. Families whose static cache is not plain
 # full-attention (sliding windows: gemma2, gemma3, cohere2, olmo3, ...) are out of the kit's capture path.
 DROP = object()  # an argument of TINY that a family's config does not take
-TINY = {"vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "intermediate_size": 64, "max_position_embeddings": 256, "head_dim": 8,
-        "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": None, "num_experts": 4, "num_local_experts": 4,
-        "num_experts_per_tok": 2, "moe_intermediate_size": 16, "shared_expert_intermediate_size": 16}
+TINY = {
+    "vocab_size": 64,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 64,
+    "max_position_embeddings": 256,
+    "head_dim": 8,
+    "pad_token_id": 0,
+    "bos_token_id": 0,
+    "eos_token_id": None,
+    "num_experts": 4,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 16,
+    "shared_expert_intermediate_size": 16,
+}
 NO_WINDOW = {"sliding_window": None}  # their full-attention configuration (Mistral 7B v0.2 on), a plain static cache
 ROTARY = {"rotary_dim": 4}  # within the tiny head
 FAMILIES = {
-    "biogpt": {}, "bloom": {}, "codegen": ROTARY, "cohere": {}, "ernie4_5": {}, "falcon": {"head_dim": DROP},
-    "gemma": {}, "glm": {}, "glm4": {}, "gpt2": {}, "gpt_bigcode": {}, "gpt_neox": {}, "gptj": ROTARY, "granite": {},
-    "granitemoe": {}, "helium": {}, "internlm3": {}, "jetmoe": {}, "llama": {}, "mistral": NO_WINDOW,
-    "mixtral": NO_WINDOW, "mpt": {}, "nemotron": {}, "olmo": {}, "olmo2": {}, "olmoe": {}, "opt": {}, "persimmon": {},
-    "phi": {}, "phi3": {}, "phimoe": NO_WINDOW, "qwen2": {}, "qwen2_moe": {}, "qwen3": {}, "qwen3_moe": {},
-    "seed_oss": {}, "smollm3": {}, "stablelm": {}, "starcoder2": NO_WINDOW, "xglm": {},
+    "biogpt": {},
+    "bloom": {},
+    "codegen": ROTARY,
+    "cohere": {},
+    "ernie4_5": {},
+    "falcon": {"head_dim": DROP},
+    "gemma": {},
+    "glm": {},
+    "glm4": {},
+    "gpt2": {},
+    "gpt_bigcode": {},
+    "gpt_neox": {},
+    "gptj": ROTARY,
+    "granite": {},
+    "granitemoe": {},
+    "helium": {},
+    "internlm3": {},
+    "jetmoe": {},
+    "llama": {},
+    "mistral": NO_WINDOW,
+    "mixtral": NO_WINDOW,
+    "mpt": {},
+    "nemotron": {},
+    "olmo": {},
+    "olmo2": {},
+    "olmoe": {},
+    "opt": {},
+    "persimmon": {},
+    "phi": {},
+    "phi3": {},
+    "phimoe": NO_WINDOW,
+    "qwen2": {},
+    "qwen2_moe": {},
+    "qwen3": {},
+    "qwen3_moe": {},
+    "seed_oss": {},
+    "smollm3": {},
+    "stablelm": {},
+    "starcoder2": NO_WINDOW,
+    "xglm": {},
 }
 
 

@@ -2,6 +2,7 @@
 host runs eagerly by rule, a failed capture or a replay that differs leaves the model eager and the next model
 unharmed, counters are reset after a pass that raised, every step is made before the timed rounds, and a caller that
 keeps an output across passes is caught as a real graph would catch it."""
+
 from __future__ import annotations
 
 import warnings

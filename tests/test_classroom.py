@@ -9,6 +9,7 @@ The class run uses --no-nbval and no points for speed (config below): performanc
 student by timing the reference beside the student, which this test does not need to show. Hangs are
 left to the per-student limit (the config's per-test limit is an hour).
 """
+
 from __future__ import annotations
 
 import csv
@@ -36,8 +37,14 @@ PER_STUDENT_S = 180
 
 def command(*args, timeout=1800, env=None, **kwargs) -> subprocess.CompletedProcess:
     env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "specdec_helpers", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "specdec_helpers", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        **kwargs,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +57,21 @@ def graded(tmp_path_factory):
     # storm, graded first, hold a worker each while sleeping. `left`: what the gradings left in the run's
     # TMPDIR (the sleeper is killed at its limit, past its own clean-up)
     with leftovers() as (tmpdir, left):
-        done = command("grade", str(tmp / "class"), "--no-nbval", "--no-perf", "--config", str(tmp / "class.toml"),
-                       "--timeout", str(PER_STUDENT_S), "--jobs", "6", "--out", str(tmp / "out"),
-                       env={"TMPDIR": str(tmpdir)})
+        done = command(
+            "grade",
+            str(tmp / "class"),
+            "--no-nbval",
+            "--no-perf",
+            "--config",
+            str(tmp / "class.toml"),
+            "--timeout",
+            str(PER_STUDENT_S),
+            "--jobs",
+            "6",
+            "--out",
+            str(tmp / "out"),
+            env={"TMPDIR": str(tmpdir)},
+        )
     seconds = time.perf_counter() - start
     print(f"graded {len(expected)} students in {seconds:.0f} s (load {os.getloadavg()[0]:.1f})")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -140,8 +159,19 @@ def test_one_submission_is_still_graded_alone_and_flagged(tmp_path):
     results = tmp_path / "out" / "results.json"
     results.parent.mkdir()
     with leftovers() as (tmpdir, left):
-        done = command("grade", str(folder), "--no-nbval", "--no-perf", "--visible-only", "--results", str(results),
-                       "--seed", "7", timeout=600, env={"TMPDIR": str(tmpdir)})
+        done = command(
+            "grade",
+            str(folder),
+            "--no-nbval",
+            "--no-perf",
+            "--visible-only",
+            "--results",
+            str(results),
+            "--seed",
+            "7",
+            timeout=600,
+            env={"TMPDIR": str(tmpdir)},
+        )
     assert done.returncode == 0, done.stderr[-2000:]
     assert left == [], left  # the test world's model folders, views, scratch: all gone with the grading
     data = json.loads(results.read_text())
@@ -161,8 +191,9 @@ def test_one_worker_grades_students_one_after_another(tmp_path):
     try:
         for name in ("ana", "ben"):
             folder = handins.write_handin(tmp_path / name, None, notebooks=handins.GRADED_NOTEBOOKS[:1])
-            student = classroom.grade_one(classroom.Student(name, folder), tmp_path / "out", ["--no-nbval", "--no-perf"],
-                                          300, 25.0, workers)
+            student = classroom.grade_one(
+                classroom.Student(name, folder), tmp_path / "out", ["--no-nbval", "--no-perf"], 300, 25.0, workers
+            )
             log = (tmp_path / "out" / "students" / name / "grade.log").read_text()
             assert student.status == "graded" and "graded in" in log, log[-2000:]
         assert len(workers.started) == 1
@@ -207,19 +238,23 @@ def _marked(mark: str) -> list[int]:
 def _contained(seconds: float, body: str, log) -> subprocess.CompletedProcess:
     """One grading as a class's worker runs it (`grade_worker.grade`: forked, supervised, swept), in a process of
     its own that is a subreaper like the worker; the grading is ``body`` (Python run in the fork)."""
-    script = ("import sys\nfrom specdec_helpers.assignment.grading import contain, grade_worker\n"
-              "contain.become_subreaper()\n"
-              f"def run(argv):\n    exec({body!r})\n    return 0\n"
-              f"sys.exit(grade_worker.grade(run, [], {str(log)!r}, {seconds}))\n")
+    script = (
+        "import sys\nfrom specdec_helpers.assignment.grading import contain, grade_worker\n"
+        "contain.become_subreaper()\n"
+        f"def run(argv):\n    exec({body!r})\n    return 0\n"
+        f"sys.exit(grade_worker.grade(run, [], {str(log)!r}, {seconds}))\n"
+    )
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
 
 
 def test_contain_sweeps_escaped_processes_and_stops_at_its_limit(tmp_path):
     mark = f"{3000 + os.getpid() % 500}.5"
-    spawner = ("import os, subprocess\n"
-               f"for _ in range(20): subprocess.Popen(['sleep', '{mark}'], start_new_session=True)\n"
-               "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-               f"        os.execvp('sleep', ['sleep', '{mark}'])\n    os._exit(0)\n")
+    spawner = (
+        "import os, subprocess\n"
+        f"for _ in range(20): subprocess.Popen(['sleep', '{mark}'], start_new_session=True)\n"
+        "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        f"        os.execvp('sleep', ['sleep', '{mark}'])\n    os._exit(0)\n"
+    )
     log = tmp_path / "grade.log"
     done = _contained(60, spawner, log)
     assert done.returncode == 0 and int(log.read_text().split("killed ")[1].split()[0]) >= 21, log.read_text()
@@ -233,6 +268,7 @@ def test_contain_sweeps_escaped_processes_and_stops_at_its_limit(tmp_path):
 def test_a_worker_that_dies_hangs_or_talks_nonsense_is_told_from_a_student_and_replaced():
     """`classroom.Workers` with stand-in workers (no grading): a dead or garbled worker is LOST (the gradebook
     says the worker stopped, not the student's code), a silent one STUCK (timed out), a good one reused."""
+
     def fake(body: str) -> list[str]:
         return [sys.executable, "-c", "import sys, json, time\n" + body]
 
@@ -243,9 +279,11 @@ def test_a_worker_that_dies_hangs_or_talks_nonsense_is_told_from_a_student_and_r
     finally:
         answers.close()
     assert answers.started[0].returncode == 0  # it ended with its input
-    for body, expected in [("sys.exit(3)", classroom.LOST), ("sys.stdin.readline(); print('hello', flush=True)",
-                                                            classroom.LOST),
-                           ("sys.stdin.readline(); time.sleep(60)", classroom.STUCK)]:
+    for body, expected in [
+        ("sys.exit(3)", classroom.LOST),
+        ("sys.stdin.readline(); print('hello', flush=True)", classroom.LOST),
+        ("sys.stdin.readline(); time.sleep(60)", classroom.STUCK),
+    ]:
         workers = classroom.Workers(fake(body))
         try:
             assert workers.ask({"argv": []}, 2) == expected, body
@@ -280,7 +318,9 @@ def test_the_per_student_limit_is_the_commands_and_defaults_to_twenty_minutes(tm
     limits = []
     monkeypatch.setattr(classroom, "grade_class", lambda *a, timeout, **k: limits.append(timeout) or [])
     for extra in ([], ["--timeout", "7"]):
-        assert cli.grade([str(tmp_path / "class"), "--no-nbval", "--no-perf", "--out", str(tmp_path / "out"), *extra]) == 0
+        assert (
+            cli.grade([str(tmp_path / "class"), "--no-nbval", "--no-perf", "--out", str(tmp_path / "out"), *extra]) == 0
+        )
     assert limits == [1200, 7]
     with pytest.raises(SystemExit):  # a limit must be a positive number of seconds
         cli.grade([str(tmp_path / "class"), "--timeout", "0"])

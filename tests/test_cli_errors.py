@@ -1,5 +1,6 @@
 """A user's mistake on the command line ends in one line naming it and a non-zero exit, never a
 traceback, and never a silent fallback (each case below once did one or the other)."""
+
 import os
 import re
 import zipfile
@@ -26,27 +27,30 @@ def assert_one_line_error(argv, phrase, capsys):
     assert phrase in last, (argv, err)
 
 
-@pytest.mark.parametrize("argv, phrase", [
-    (["demo", "-k", "-3"], "must be 1 or more, got -3"),
-    (["demo", "-k", "0"], "must be 1 or more, got 0"),  # once fell back to the preset's k
-    (["demo", "--prompt", ""], "--prompt is empty"),  # once fell back to the default prompt
-    (["demo", "--prompt", "  "], "--prompt is empty"),
-    (["demo", "--preset", ""], "--preset is empty; name one of toy, smollm2-135m"),  # once ran 'auto' silently
-    (["demo", "--max-new-tokens", "-5"], "must be 1 or more, got -5"),
-    (["bench", "--ks", "abc"], "expected a whole number >= 1, got 'abc'"),
-    (["bench", "--ks=-2"], "must be 1 or more, got -2"),
-    (["bench", "--ks", ","], "expected comma-separated whole numbers"),
-    (["bench", "--max-new-tokens", "0"], "must be 1 or more, got 0"),
-    (["bench", "--threads", "-1"], "must be 1 or more, got -1"),
-    (["bench", "--warmup", "-1"], "must be 0 or more, got -1"),
-    (["perf", "--k=-3"], "must be 1 or more, got -3"),
-    (["perf", "--max-new-tokens", "0"], "must be 1 or more, got 0"),
-    (["perf", "--threads", "-1"], "must be 1 or more, got -1"),
-    (["bench", "--preset", "pythia-99b/1m"], "bench: unknown preset 'pythia-99b/1m'"),
-    (["perf", "--preset", "nope"], "perf: unknown preset 'nope'"),
-    (["perf", "--preset", ""], "perf: error: argument --preset: '' holds an empty preset name"),
-    (["grade", "x", "--preset", "toy,"], "grade: error: argument --preset: 'toy,' holds an empty preset name"),
-])
+@pytest.mark.parametrize(
+    "argv, phrase",
+    [
+        (["demo", "-k", "-3"], "must be 1 or more, got -3"),
+        (["demo", "-k", "0"], "must be 1 or more, got 0"),  # once fell back to the preset's k
+        (["demo", "--prompt", ""], "--prompt is empty"),  # once fell back to the default prompt
+        (["demo", "--prompt", "  "], "--prompt is empty"),
+        (["demo", "--preset", ""], "--preset is empty; name one of toy, smollm2-135m"),  # once ran 'auto' silently
+        (["demo", "--max-new-tokens", "-5"], "must be 1 or more, got -5"),
+        (["bench", "--ks", "abc"], "expected a whole number >= 1, got 'abc'"),
+        (["bench", "--ks=-2"], "must be 1 or more, got -2"),
+        (["bench", "--ks", ","], "expected comma-separated whole numbers"),
+        (["bench", "--max-new-tokens", "0"], "must be 1 or more, got 0"),
+        (["bench", "--threads", "-1"], "must be 1 or more, got -1"),
+        (["bench", "--warmup", "-1"], "must be 0 or more, got -1"),
+        (["perf", "--k=-3"], "must be 1 or more, got -3"),
+        (["perf", "--max-new-tokens", "0"], "must be 1 or more, got 0"),
+        (["perf", "--threads", "-1"], "must be 1 or more, got -1"),
+        (["bench", "--preset", "pythia-99b/1m"], "bench: unknown preset 'pythia-99b/1m'"),
+        (["perf", "--preset", "nope"], "perf: unknown preset 'nope'"),
+        (["perf", "--preset", ""], "perf: error: argument --preset: '' holds an empty preset name"),
+        (["grade", "x", "--preset", "toy,"], "grade: error: argument --preset: 'toy,' holds an empty preset name"),
+    ],
+)
 def test_bad_values_are_one_line_errors(argv, phrase, capsys):
     assert_one_line_error(argv, phrase, capsys)
 
@@ -65,8 +69,9 @@ def test_out_naming_a_file_is_refused(command, tmp_path, capsys):
 
 def test_missing_prompts_file_names_it(tmp_path, capsys):
     missing = tmp_path / "missing.txt"
-    assert_one_line_error(["bench", "--preset", "toy", "--prompts", f"@{missing}", "--out", str(tmp_path)],
-                          "missing.txt", capsys)
+    assert_one_line_error(
+        ["bench", "--preset", "toy", "--prompts", f"@{missing}", "--out", str(tmp_path)], "missing.txt", capsys
+    )
 
 
 def test_demo_beyond_the_models_context(capsys):
@@ -78,8 +83,11 @@ def test_demo_beyond_the_models_context(capsys):
 
 def test_report_on_invalid_json_names_the_file(tmp_path, capsys):
     (tmp_path / "bench_toy.json").write_text('{"runs": [1, 2')  # truncated
-    assert_one_line_error(["report", "--results", str(tmp_path), "--out", str(tmp_path / "b"), "--no-pdf"],
-                          "bench_toy.json is not valid JSON", capsys)
+    assert_one_line_error(
+        ["report", "--results", str(tmp_path), "--out", str(tmp_path / "b"), "--no-pdf"],
+        "bench_toy.json is not valid JSON",
+        capsys,
+    )
 
 
 def test_report_skips_perf_results_beside_the_sweeps(tmp_path, capsys):
@@ -87,8 +95,11 @@ def test_report_skips_perf_results_beside_the_sweeps(tmp_path, capsys):
     from specdec_helpers.measure.results import load_results
 
     (tmp_path / "perf.json").write_text('{"runs": [], "ratios": [], "costs": {}}')
-    assert_one_line_error(["report", "--results", str(tmp_path), "--out", str(tmp_path / "b"), "--no-pdf"],
-                          "no `bench` results JSON", capsys)
+    assert_one_line_error(
+        ["report", "--results", str(tmp_path), "--out", str(tmp_path / "b"), "--no-pdf"],
+        "no `bench` results JSON",
+        capsys,
+    )
     with pytest.raises(ValueError, match="not a `bench` results file"):
         load_results(tmp_path / "perf.json")
 
@@ -104,11 +115,14 @@ def test_grade_random_bytes_zip(tmp_path, capsys):
     assert "not a zip file" in err.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("config, phrase", [
-    ("missing.toml", "missing.toml"),
-    ("bad.json", "Expecting"),
-    ("bad.toml", "Expected ']'"),
-])
+@pytest.mark.parametrize(
+    "config, phrase",
+    [
+        ("missing.toml", "missing.toml"),
+        ("bad.json", "Expecting"),
+        ("bad.toml", "Expected ']'"),
+    ],
+)
 def test_grade_missing_or_invalid_config(config, phrase, tmp_path, capsys):
     (tmp_path / "bad.json").write_text("{not json")
     (tmp_path / "bad.toml").write_text("[points\nx=")
@@ -141,7 +155,7 @@ def test_students_install_no_grader_packages():
 
     root = Path(__file__).resolve().parent.parent
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
-    names = lambda specs: {re.split(r"[<>=\[ ]", s, maxsplit=1)[0] for s in specs}  # noqa: E731
+    names = lambda specs: {re.split(r"[<>=\[ ]", s, maxsplit=1)[0] for s in specs}
     assert not names(project["dependencies"]) & set(GRADE_EXTRA)
     extras = project["optional-dependencies"]
     assert set(GRADE_EXTRA) <= names(extras["grade"]) and set(GRADE_EXTRA) <= names(extras["test"])

@@ -3,6 +3,7 @@ or by the browser ("... (1).ipynb"), a fresh stub copy next to the finished one,
 (``__MACOSX/._*.ipynb``) with a nested folder, and notebooks downloaded from Colab (nbformat 4.0,
 Colab's metadata). Each is read as the student meant it.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,6 +17,7 @@ import pytest
 from specdec_helpers.assignment.parts import cells
 
 from specdec_helpers.assignment.grading import submission
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 NB02, NB03 = "02_draft_generation.ipynb", "03_vectorized_verification.ipynb"
@@ -35,8 +37,12 @@ def colab_download(src: Path, dst: Path) -> Path:
     """What File > Download .ipynb writes: nbformat 4.0 without cell ids, Colab's metadata, widget state."""
     data = json.loads(src.read_text())
     data["nbformat_minor"] = 0
-    data["metadata"] = {"colab": {"provenance": []}, "accelerator": "GPU", "kernelspec": {"name": "python3", "display_name": "Python 3"},
-                        "widgets": {"application/vnd.jupyter.widget-state+json": {"m1": {"state": {}}}}}
+    data["metadata"] = {
+        "colab": {"provenance": []},
+        "accelerator": "GPU",
+        "kernelspec": {"name": "python3", "display_name": "Python 3"},
+        "widgets": {"application/vnd.jupyter.widget-state+json": {"m1": {"state": {}}}},
+    }
     for i, cell in enumerate(data["cells"]):
         cell.pop("id", None)
         cell["metadata"] = {**cell["metadata"], "id": f"c{i}", "colab": {"base_uri": "https://localhost:8080/"}}
@@ -139,15 +145,23 @@ def test_a_failed_check_line_shows_the_verdict_not_nbvals_report(tmp_path):
     from nbformat.v4 import new_code_cell, new_notebook
 
     verdict = "Not done yet: the exercise above still raises NotImplementedError. compare the two dicts."
-    text = ("#x1B[91mNotebook cell execution failed#x1B[0m\n#x1B[94mCell 1: Cell execution caused an exception\n\n"
-            "Input:\n#x1B[0m# NBVAL_CHECK_OUTPUT\nnb.check(lambda: same(a, b), 'ok', 'compare the two dicts.')\n\n"
-            f"#x1B[94mTraceback:#x1B[0m\n\n{verdict}\n")
+    text = (
+        "#x1B[91mNotebook cell execution failed#x1B[0m\n#x1B[94mCell 1: Cell execution caused an exception\n\n"
+        "Input:\n#x1B[0m# NBVAL_CHECK_OUTPUT\nnb.check(lambda: same(a, b), 'ok', 'compare the two dicts.')\n\n"
+        f"#x1B[94mTraceback:#x1B[0m\n\n{verdict}\n"
+    )
     junit = tmp_path / "01.xml"
-    junit.write_text('<testsuites><testsuite><testcase name="Cell 0"/><testcase name="Cell 1">'
-                     '<failure message="Notebook cell execution failed [+1 more line]">'
-                     f'{text.replace("&", "&amp;").replace("<", "&lt;")}</failure></testcase></testsuite></testsuites>')
-    nb = new_notebook(cells=[new_code_cell("x = 1"), new_code_cell("nb.check(...)", metadata={
-        "nbgrader": {"grade_id": "ex1_check", "locked": True}})])
+    junit.write_text(
+        '<testsuites><testsuite><testcase name="Cell 0"/><testcase name="Cell 1">'
+        '<failure message="Notebook cell execution failed [+1 more line]">'
+        f"{text.replace('&', '&amp;').replace('<', '&lt;')}</failure></testcase></testsuite></testsuites>"
+    )
+    nb = new_notebook(
+        cells=[
+            new_code_cell("x = 1"),
+            new_code_cell("nb.check(...)", metadata={"nbgrader": {"grade_id": "ex1_check", "locked": True}}),
+        ]
+    )
     [line] = submission._check_lines("01_x.ipynb", nb, junit)
     assert line.status == "failed" and line.feedback == verdict
 
@@ -165,14 +179,22 @@ def test_a_check_cell_tests_the_graded_cell_as_the_grader_runs_it_alone():
     import nbclient
     from nbformat.v4 import new_code_cell, new_notebook
 
-    check = ("from specdec_helpers.assignment.student.check import check_part\n"
-             "check_part('verify', accept_draft=accept_draft, verify_tokens_vectorized=verify_tokens_vectorized)")
+    check = (
+        "from specdec_helpers.assignment.student.check import check_part\n"
+        "check_part('verify', accept_draft=accept_draft, verify_tokens_vectorized=verify_tokens_vectorized)"
+    )
     with_helper = _verify_solution().replace("choices = target_logits.argmax(-1)", "choices = _greedy(target_logits)")
     assert with_helper != _verify_solution()
-    nb = new_notebook(cells=[new_code_cell("from specdec_helpers.present import notebook_help as nb\ninfo = nb.setup()"),
-                             new_code_cell("def _greedy(logits):\n    return logits.argmax(-1)"),
-                             new_code_cell(with_helper), new_code_cell(check),
-                             new_code_cell(_verify_solution()), new_code_cell(check)])
+    nb = new_notebook(
+        cells=[
+            new_code_cell("from specdec_helpers.present import notebook_help as nb\ninfo = nb.setup()"),
+            new_code_cell("def _greedy(logits):\n    return logits.argmax(-1)"),
+            new_code_cell(with_helper),
+            new_code_cell(check),
+            new_code_cell(_verify_solution()),
+            new_code_cell(check),
+        ]
+    )
     nbclient.NotebookClient(nb, timeout=300, allow_errors=True).execute()
     text = ["".join(o.get("text", "") + o.get("evalue", "") for o in c.outputs) for c in nb.cells]
     assert any(o.output_type == "error" for o in nb.cells[3].outputs), text[3]

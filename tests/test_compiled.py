@@ -3,6 +3,7 @@
 Compiling costs tens of seconds even for tiny models, so one target per family is compiled once
 (module scope) and every test reuses its graphs.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -60,8 +61,9 @@ def test_compiled_decode_equals_hf_greedy(target, draft):
         assert torch.equal(sd.greedy_decode(target, ids, max_new_tokens=max_new, compile=True).sequences, expected)
         for k in (1, 5):  # each k + 1 is a graph to compile: two of them cover rollback and a long draft
             for drafter in (draft, lookup):
-                out = sd.speculative_decode(target, drafter, ids, max_new_tokens=max_new, num_speculative_tokens=k,
-                                            compile=True)
+                out = sd.speculative_decode(
+                    target, drafter, ids, max_new_tokens=max_new, num_speculative_tokens=k, compile=True
+                )
                 assert torch.equal(out.sequences, expected), (k, type(drafter).__name__)
     # A draft identical to the target gets everything accepted: the cache is never rolled back.
     out = sd.speculative_decode(target, target, prompt(4), max_new_tokens=20, num_speculative_tokens=4, compile=True)
@@ -73,8 +75,9 @@ def test_compiled_decode_stops_at_eos(target):
     ids = prompt(5)
     eos = hf_greedy(target, ids, 30)[0, ids.shape[1] + 4].item()
     expected = hf_greedy(target, ids, 30, eos_token_id=eos)
-    out = sd.speculative_decode(target, target, ids, max_new_tokens=30, num_speculative_tokens=5, eos_token_id=eos,
-                                compile=True)
+    out = sd.speculative_decode(
+        target, target, ids, max_new_tokens=30, num_speculative_tokens=5, eos_token_id=eos, compile=True
+    )
     assert torch.equal(out.sequences, expected) and out.sequences[0, -1] == eos
 
 

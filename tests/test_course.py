@@ -9,6 +9,7 @@ Filling stands in for a student's Run all: each cell gets the instructor's saved
 notebooks are saved executed, without errors: tests/test_notebooks.py), so the notebooks are not
 re-run here (minutes of CPU on the toy pair).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,6 +28,7 @@ from leftovers import leftovers
 from specdec_helpers.assignment.authoring import autograder, notebook_sync, release
 
 from specdec_helpers.assignment.student import handin
+
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 URL = "https://github.com/course/specdec-students"
@@ -57,15 +59,18 @@ def fill(student: Path, instructor: Path) -> int:
 def write_report(root: Path) -> None:
     template = root / "report" / "REPORT_TEMPLATE.md"
     text = template.read_text()
-    template.write_text("\n".join("My own words about this part." if line.startswith("TODO") else line
-                                  for line in text.splitlines()) + "\n")
+    template.write_text(
+        "\n".join("My own words about this part." if line.startswith("TODO") else line for line in text.splitlines())
+        + "\n"
+    )
 
 
 def student_command(root: Path, *args) -> subprocess.CompletedProcess:
     """A command run in the student repository with its own copy of the kit (as on the student's machine)."""
     env = {**os.environ, "PYTHONPATH": str(root)}
-    return subprocess.run([sys.executable, "-m", "specdec_helpers", *args], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "specdec_helpers", *args], cwd=root, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def grade_on_gradescope(bundle: Path, handin_zip: Path, tmp: Path, grade_args: str = "") -> dict:
@@ -80,8 +85,13 @@ def grade_on_gradescope(bundle: Path, handin_zip: Path, tmp: Path, grade_args: s
     env = {**os.environ, "AUTOGRADER_ROOT": str(root), "PYTHON": sys.executable, "SPECDEC_GRADE_ARGS": grade_args}
     env.pop("SPECDEC_CACHE_DIR", None)
     with leftovers() as (tmpdir, left):
-        done = subprocess.run([str(root / "source" / "run_autograder")], env={**env, "TMPDIR": str(tmpdir)},
-                              capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [str(root / "source" / "run_autograder")],
+            env={**env, "TMPDIR": str(tmpdir)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     assert left == [], left  # nbval's work folder, the test world's models, the kit's views, the student's scratch
     data = json.loads((root / "results" / "results.json").read_text())
@@ -143,8 +153,11 @@ def test_stubs_are_refused_per_notebook(course, stubs):
     problems = [line for line in refused.splitlines() if line.startswith("  - ")]
     assert any("TODO paragraph" in p for p in problems)
     unfinished = {p.split(":")[0].removeprefix("  - ") for p in problems if "still hold the stub" in p}
-    expected = {f"notebooks/{p.name}" for p in (students / "notebooks").glob("[0-9]*.ipynb")
-                if "raise NotImplementedError()" in p.read_text()}
+    expected = {
+        f"notebooks/{p.name}"
+        for p in (students / "notebooks").glob("[0-9]*.ipynb")
+        if "raise NotImplementedError()" in p.read_text()
+    }
     assert expected and unfinished == expected
 
 
@@ -165,7 +178,9 @@ def test_the_solved_hand_in_graded_as_root_passes_every_check_line(solved):
     the set-up cell's import failed and every check line read "NameError: name 'nb' is not defined", worth 0
     points, so only this status check notices."""
     checks = [t for t in solved["tests"] if t["name"].startswith("checks")]
-    assert len(checks) >= 4 and all(t["status"] == "passed" for t in checks), [t for t in checks if t["status"] != "passed"]
+    assert len(checks) >= 4 and all(t["status"] == "passed" for t in checks), [
+        t for t in checks if t["status"] != "passed"
+    ]
 
 
 def test_full_marks_for_the_solutions_and_not_implemented_for_the_stubs(solved, stubs):

@@ -1,4 +1,5 @@
 """oneDNN packed Linear layers: same numbers as nn.Linear, same state, lossless decoding, clean undo."""
+
 import copy
 
 import pytest
@@ -6,7 +7,13 @@ import torch
 from tiny_models import VOCAB, hf_greedy, tiny_model
 
 from specdec_helpers.core import cpu_kernels
-from specdec_helpers.core.cpu_kernels import OneDNNLinear, onednn_available, use_onednn_linears, use_plain_linears, uses_onednn
+from specdec_helpers.core.cpu_kernels import (
+    OneDNNLinear,
+    onednn_available,
+    use_onednn_linears,
+    use_plain_linears,
+    uses_onednn,
+)
 from specdec_helpers.core.decode import speculative_decode
 from specdec_helpers.models.drafts.int8 import int8_copy
 
@@ -77,11 +84,14 @@ def test_int8_copy_of_a_packed_model_quantizes_every_linear():
     assert uses_onednn(model)  # the original is untouched
 
 
-@pytest.mark.parametrize("move", [
-    lambda m: m.half(),
-    lambda m: m.to(torch.bfloat16),
-    lambda m: m.to("meta"),
-])
+@pytest.mark.parametrize(
+    "move",
+    [
+        lambda m: m.half(),
+        lambda m: m.to(torch.bfloat16),
+        lambda m: m.to("meta"),
+    ],
+)
 def test_packed_models_survive_dtype_and_device_moves(move):
     """These raised NotImplementedError 'MkldnnCPU' on a model from load_pair (the packed buffer moved)."""
     from specdec_helpers.models.pairs import load_pair
@@ -98,7 +108,7 @@ def test_packed_models_survive_dtype_and_device_moves(move):
     assert out.shape == ref.shape and out.dtype == ref.dtype
     if not out.is_meta:
         assert torch.equal(out, ref)  # no packed copy off CPU fp32: exactly nn.Linear
-    tied = lambda m: m.get_output_embeddings().weight is m.get_input_embeddings().weight  # noqa: E731
+    tied = lambda m: m.get_output_embeddings().weight is m.get_input_embeddings().weight
     assert tied(moved) == tied(expected)  # tied as plain PyTorch leaves it (a move to meta unties both)
 
 

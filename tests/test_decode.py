@@ -1,4 +1,5 @@
 """Greedy speculative decoding must equal the target's own greedy output, token for token."""
+
 from __future__ import annotations
 
 import functools
@@ -52,8 +53,9 @@ def test_equals_hf_greedy(family, draft_kind, k):
         ids = prompt(prompt_length)
         expected = hf_greedy_of(family, prompt_length, max_new)
         for use_cache in (True, False):
-            out = sd.speculative_decode(target, draft, ids, max_new_tokens=max_new, num_speculative_tokens=k,
-                                        use_cache=use_cache)
+            out = sd.speculative_decode(
+                target, draft, ids, max_new_tokens=max_new, num_speculative_tokens=k, use_cache=use_cache
+            )
             assert out.sequences.shape == expected.shape
             assert torch.equal(out.sequences, expected), (family, draft_kind, k, prompt_length, use_cache)
             assert out.stats.new_tokens == max_new
@@ -62,9 +64,12 @@ def test_equals_hf_greedy(family, draft_kind, k):
 def test_acceptance_matches_draft_kind():
     target = tiny_model("gpt_neox")
     ids = prompt(5)
-    rates = {kind: sd.speculative_decode(target, make_draft(kind, target, "gpt_neox"), ids, max_new_tokens=40,
-                                         num_speculative_tokens=4).stats.acceptance_rate
-             for kind in ("same", "unrelated", "perturbed")}
+    rates = {
+        kind: sd.speculative_decode(
+            target, make_draft(kind, target, "gpt_neox"), ids, max_new_tokens=40, num_speculative_tokens=4
+        ).stats.acceptance_rate
+        for kind in ("same", "unrelated", "perturbed")
+    }
     assert rates["same"] == 1.0
     assert rates["unrelated"] < 0.2
     assert 0.2 < rates["perturbed"] < 1.0, rates  # a mixed draft exercises both outcomes
@@ -82,7 +87,7 @@ def test_greedy_decode_equals_hf(family):
 
 def eos_candidates(target, ids, n=30):
     """Tokens the target generates after the first one: using one as EOS stops generation mid-way."""
-    return hf_greedy(target, ids, n)[0, ids.shape[1] + 1:].tolist()
+    return hf_greedy(target, ids, n)[0, ids.shape[1] + 1 :].tolist()
 
 
 @pytest.mark.parametrize("k", [2, 5])
@@ -93,8 +98,9 @@ def test_eos_inside_accepted_block_stops_there(family, k):
         expected = hf_greedy(target, ids, 30, eos_token_id=eos)
         assert expected.shape[1] < ids.shape[1] + 30
         for draft in (target, perturbed_copy(target, scale=0.05)):
-            out = sd.speculative_decode(target, draft, ids, max_new_tokens=30, num_speculative_tokens=k,
-                                        eos_token_id=eos)
+            out = sd.speculative_decode(
+                target, draft, ids, max_new_tokens=30, num_speculative_tokens=k, eos_token_id=eos
+            )
             assert torch.equal(out.sequences, expected), eos
             assert out.sequences[0, -1] == eos
 

@@ -1,4 +1,5 @@
 """The distilled draft: subset head, truncated copy, training, cache round trip, and losslessness."""
+
 import json
 
 import pytest
@@ -37,8 +38,15 @@ TINY = DistillRecipe(layers=(0,), max_new_tokens=10, generate_batch=4, epochs=3,
 @pytest.fixture(scope="module")
 def distilled(tmp_path_factory):
     target = tiny_target()
-    folder = distill.distill_draft(target, CharTokenizer(), name="tiny", recipe=TINY, prompts=DISTILL_PROMPTS[:12],
-                                   progress=False, folder=tmp_path_factory.mktemp("d") / "draft")
+    folder = distill.distill_draft(
+        target,
+        CharTokenizer(),
+        name="tiny",
+        recipe=TINY,
+        prompts=DISTILL_PROMPTS[:12],
+        progress=False,
+        folder=tmp_path_factory.mktemp("d") / "draft",
+    )
     return target, folder
 
 
@@ -98,8 +106,15 @@ def test_reloaded_draft_is_lossless_and_proposes_only_its_subset(distilled):
 
 def test_same_recipe_same_draft(distilled, tmp_path):
     target, folder = distilled
-    again = distill.distill_draft(target, CharTokenizer(), name="tiny", recipe=TINY, prompts=DISTILL_PROMPTS[:12],
-                                  progress=False, folder=tmp_path / "again")
+    again = distill.distill_draft(
+        target,
+        CharTokenizer(),
+        name="tiny",
+        recipe=TINY,
+        prompts=DISTILL_PROMPTS[:12],
+        progress=False,
+        folder=tmp_path / "again",
+    )
     first = distill.load_distilled(target, folder).state_dict()
     second = distill.load_distilled(target, again).state_dict()
     assert all(torch.equal(first[k], second[k]) for k in first)

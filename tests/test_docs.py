@@ -4,6 +4,7 @@ A README sentence that names a path is a promise; this test keeps it. It reads t
 notebooks/README.md and the student README template, and fails on the first name that does not exist,
 quoting the document it came from.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -17,8 +18,12 @@ from specdec_helpers.cli import COMMANDS
 from specdec_helpers.assignment.student import notebook as nb  # what the notebooks import as nb
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", ROOT / "notebooks" / "README.md", ROOT / "report" / "README.md",
-        ROOT / "specdec_helpers" / "assignment" / "authoring" / "templates" / "STUDENT_README.md"]
+DOCS = [
+    ROOT / "README.md",
+    ROOT / "notebooks" / "README.md",
+    ROOT / "report" / "README.md",
+    ROOT / "specdec_helpers" / "assignment" / "authoring" / "templates" / "STUDENT_README.md",
+]
 
 CODE = re.compile(r"`([^`\n]+)`")
 PATH = re.compile(r"^[\w.\-]+(?:/[\w.\-*]*)+$|^[\w\-]+\.(?:py|md|ipynb|toml|txt|sh|json|cfg)$")
@@ -31,13 +36,36 @@ LINK = re.compile(r"\]\(([^)\s#]+)\)")
 SHORT = re.compile(r"^([a-z_]+)\.([A-Za-z_]\w*)$")
 STEMS = {p.stem: p for p in (ROOT / "specdec_helpers").rglob("*.py") if p.stem != "__init__"}
 #: Paths that are written by commands, not shipped (the docs say so where they name them).
-GENERATED = ("report/build", "build/", "handin.zip", "DIR", "ROOT/", "../students", "/content", "/autograder",
-             "report/figures", "report/tables", ".ci-cache", "benchmarks/results", "__MACOSX",
-             # written by the instructor or by a command: results, configs, the autograder bundle's files
-             "results.json", "perf.json", "points.toml", "release.toml", "setup.sh", "constraints.txt",
-             # what `grade` writes for a class, and the folders the README's examples name
-             "submissions", "grades/", "similarity.json", "similarity.html", "gradebook.csv", "histogram.png",
-             "grade.log")
+GENERATED = (
+    "report/build",
+    "build/",
+    "handin.zip",
+    "DIR",
+    "ROOT/",
+    "../students",
+    "/content",
+    "/autograder",
+    "report/figures",
+    "report/tables",
+    ".ci-cache",
+    "benchmarks/results",
+    "__MACOSX",
+    # written by the instructor or by a command: results, configs, the autograder bundle's files
+    "results.json",
+    "perf.json",
+    "points.toml",
+    "release.toml",
+    "setup.sh",
+    "constraints.txt",
+    # what `grade` writes for a class, and the folders the README's examples name
+    "submissions",
+    "grades/",
+    "similarity.json",
+    "similarity.html",
+    "gradebook.csv",
+    "histogram.png",
+    "grade.log",
+)
 
 
 def _spans(doc: Path):
@@ -63,8 +91,13 @@ def _paths(doc: Path) -> list[str]:
     for span in spans:
         for word in span.split():
             word = word.strip("(),;")
-            if PATH.match(word) and not word.startswith(("http", "git+", "-")) and "<" not in word \
-                    and not any(word.startswith(g) or g in word for g in GENERATED) and "ORG/" not in word:
+            if (
+                PATH.match(word)
+                and not word.startswith(("http", "git+", "-"))
+                and "<" not in word
+                and not any(word.startswith(g) or g in word for g in GENERATED)
+                and "ORG/" not in word
+            ):
                 out.append(word)
     return out
 
@@ -101,7 +134,12 @@ def test_every_named_module_and_api_exists(doc):
                     except ImportError:
                         problems.append(word)
             short = SHORT.match(word)
-            if short and short[1] in STEMS and short[2] not in ("py", "md", "zip", "json", "toml", "ipynb", "txt", "html", "csv", "png", "log", "pdf", "sh"):
+            if (
+                short
+                and short[1] in STEMS
+                and short[2]
+                not in ("py", "md", "zip", "json", "toml", "ipynb", "txt", "html", "csv", "png", "log", "pdf", "sh")
+            ):
                 module = ".".join(STEMS[short[1]].relative_to(ROOT).with_suffix("").parts)
                 if not hasattr(importlib.import_module(module), short[2]):
                     problems.append(word)

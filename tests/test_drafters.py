@@ -1,4 +1,5 @@
 """Drafters on their own: what they propose and how their caches roll back."""
+
 from __future__ import annotations
 
 import pytest
@@ -134,8 +135,9 @@ def test_drafters_declare_what_they_need():
     model = tiny_model("opt")
     assert sd.ModelDrafter(model).model is model and sd.HybridDrafter(model).model is model
     assert sd.PromptLookupDrafter().model is None
-    assert not any(d.needs_target_features for d in (sd.ModelDrafter(model), sd.PromptLookupDrafter(),
-                                                      sd.HybridDrafter(model)))
+    assert not any(
+        d.needs_target_features for d in (sd.ModelDrafter(model), sd.PromptLookupDrafter(), sd.HybridDrafter(model))
+    )
     assert sd.PromptLookupDrafter(min_ngram=2, grow_with_match=True).label == "prompt-lookup:2"
 
 

@@ -1,4 +1,5 @@
 """The feature draft (EAGLE): feature bookkeeping, losslessness, exact sampling, training and its cache."""
+
 import functools
 import itertools
 import json
@@ -45,8 +46,16 @@ def fresh_drafter(target, seed=1, read_features=True):
 def trained(tmp_path_factory):
     target = tiny_target()
     root = tmp_path_factory.mktemp("eagle")
-    folder = eagle_train.train_eagle(target, CharTokenizer(), name="tiny", recipe=TINY, text_recipe=TEXT,
-                               prompts=DISTILL_PROMPTS[:12], progress=False, folder=root / "draft")
+    folder = eagle_train.train_eagle(
+        target,
+        CharTokenizer(),
+        name="tiny",
+        recipe=TINY,
+        text_recipe=TEXT,
+        prompts=DISTILL_PROMPTS[:12],
+        progress=False,
+        folder=root / "draft",
+    )
     return target, folder
 
 
@@ -55,8 +64,9 @@ def trained(tmp_path_factory):
 def test_output_equals_target_greedy(k, use_cache):
     target = tiny_target()
     ids = torch.tensor([[5, 9, 14, 2, 30, 7]])
-    out = speculative_decode(target, fresh_drafter(target), ids, max_new_tokens=25, num_speculative_tokens=k,
-                             use_cache=use_cache)
+    out = speculative_decode(
+        target, fresh_drafter(target), ids, max_new_tokens=25, num_speculative_tokens=k, use_cache=use_cache
+    )
     assert out.sequences.tolist() == hf_greedy(target, ids, 25).tolist()
     assert out.stats.proposed > 0
 
@@ -68,8 +78,9 @@ def test_eos_inside_a_draft_ends_the_text_like_generate():
         ids = torch.tensor([[start, start + 1, start + 2]])
         expected = hf_greedy(target, ids, 40)
         # The untrained draft is the target's first layer under its head: it agrees now and then, EOS included.
-        out = speculative_decode(target, fresh_drafter(target, read_features=False), ids, max_new_tokens=40,
-                                 num_speculative_tokens=4)
+        out = speculative_decode(
+            target, fresh_drafter(target, read_features=False), ids, max_new_tokens=40, num_speculative_tokens=4
+        )
         assert out.sequences.tolist() == expected.tolist()
         drafted_eos += any(EOS in step.draft[: step.accepted + 1] for step in out.steps)
     assert drafted_eos  # some EOS was drafted and judged, not only emitted by the target
@@ -194,6 +205,7 @@ def test_hybrid_passes_features_on_and_stays_lossless(model_tokens, k):
         proposal = propose(ids, n)
         asked.append((n, proposal.tokens.numel()))
         return proposal
+
     inner.propose = asking
     ids = torch.tensor([[5, 9, 14, 5, 9, 14, 5, 9]])  # repeats: the lookup answers some rounds
     out = speculative_decode(target, hybrid, ids, max_new_tokens=25, num_speculative_tokens=k)
@@ -209,7 +221,9 @@ def test_training_batch_aligns_features_tokens_and_labels():
     data = [(cut, 1), (ended, 1)]
     features = [(feature(4), torch.tensor([10, 11, 12, 13])), (feature(3), torch.tensor([20, 21, 22]))]
     to_subset = torch.arange(30)
-    feats, tokens, mask, labels, true_next, has_next = feature_data.training_batch(data, features, [0, 1], to_subset, {EOS})
+    feats, tokens, mask, labels, true_next, has_next = feature_data.training_batch(
+        data, features, [0, 1], to_subset, {EOS}
+    )
     assert feats[0, :, 0].tolist() == [0, 1, 2] and tokens[0].tolist() == [5, 6, 7] and mask[0].tolist() == [1, 1, 1]
     assert labels[0].tolist() == [11, 12, 13] and true_next[0, :, 0].tolist() == [1, 2, 3]
     assert tokens[1].tolist() == [5, EOS, 0] and mask[1].tolist() == [1, 1, 0]
@@ -239,8 +253,15 @@ def test_sampling_keeps_the_targets_distribution():
     g = torch.Generator().manual_seed(0)
     two_token_proposals = 0
     for _ in range(2000):
-        out = speculative_decode(target, drafter, torch.tensor([prompt]), max_new_tokens=4, num_speculative_tokens=2,
-                                 temperature=1.0, generator=g)
+        out = speculative_decode(
+            target,
+            drafter,
+            torch.tensor([prompt]),
+            max_new_tokens=4,
+            num_speculative_tokens=2,
+            temperature=1.0,
+            generator=g,
+        )
         counts[tuple(out.new_tokens.tolist())] += 1
         two_token_proposals += any(len(step.draft) == 2 for step in out.steps)
     assert two_token_proposals > 1000  # the feature draft really proposed (sampled) two tokens a round
@@ -265,8 +286,16 @@ def test_same_recipe_same_draft_and_the_text_is_reused(trained, tmp_path, monkey
     target, folder = trained
     shutil.copytree(folder.with_name("draft-text"), tmp_path / "again-text")  # the text is kept beside the draft
     monkeypatch.setattr(training_text, "_generate_data", lambda *a, **k: pytest.fail("the cached text was not reused"))
-    again = eagle_train.train_eagle(target, CharTokenizer(), name="tiny", recipe=TINY, text_recipe=TEXT,
-                              prompts=DISTILL_PROMPTS[:12], progress=False, folder=tmp_path / "again")
+    again = eagle_train.train_eagle(
+        target,
+        CharTokenizer(),
+        name="tiny",
+        recipe=TINY,
+        text_recipe=TEXT,
+        prompts=DISTILL_PROMPTS[:12],
+        progress=False,
+        folder=tmp_path / "again",
+    )
     first, second = eagle.load_eagle(target, folder).state_dict(), eagle.load_eagle(target, again).state_dict()
     assert all(torch.equal(first[k], second[k]) for k in first)
 
@@ -275,10 +304,17 @@ def test_other_prompts_write_the_text_again(trained, tmp_path):
     target, folder = trained
     text = tmp_path / "text"
     shutil.copytree(folder.with_name("draft-text"), text)
-    assert len(training_text.target_text(target, CharTokenizer(), recipe=TEXT, prompts=DISTILL_PROMPTS[:12], folder=text,
-                                   progress=False)) == 12  # the same prompts: read back
-    again = training_text.target_text(target, CharTokenizer(), recipe=TEXT, prompts=DISTILL_PROMPTS[20:22], folder=text,
-                                progress=False)
+    assert (
+        len(
+            training_text.target_text(
+                target, CharTokenizer(), recipe=TEXT, prompts=DISTILL_PROMPTS[:12], folder=text, progress=False
+            )
+        )
+        == 12
+    )  # the same prompts: read back
+    again = training_text.target_text(
+        target, CharTokenizer(), recipe=TEXT, prompts=DISTILL_PROMPTS[20:22], folder=text, progress=False
+    )
     assert len(again) == 2 and training_text.text_meta(text)["key"]["prompts"] == 2
 
 
@@ -293,7 +329,9 @@ def test_eagle_by_name_loads_the_cached_draft_and_hybrid_wraps_it(trained, monke
     hybrid = pair.with_draft("hybrid:eagle").draft
     assert isinstance(hybrid, HybridDrafter) and isinstance(hybrid.model_drafter, eagle.FeatureDrafter)
     assert hybrid.model_tokens == eagle.HYBRID_TOKENS  # behind the lookup it drafts what paid (see HYBRID_TOKENS)
-    assert isinstance(pair.with_draft(hybrid).with_draft("hybrid").draft.model_drafter, eagle.FeatureDrafter)  # no nesting
+    assert isinstance(
+        pair.with_draft(hybrid).with_draft("hybrid").draft.model_drafter, eagle.FeatureDrafter
+    )  # no nesting
 
 
 def test_a_hybrid_needs_a_model_or_a_drafter_and_trees_take_feature_drafts():
@@ -302,7 +340,9 @@ def test_a_hybrid_needs_a_model_or_a_drafter_and_trees_take_feature_drafts():
     target = tiny_target()
     with pytest.raises(TypeError, match="causal LM or a Drafter"):
         HybridDrafter("eagle")
-    ids = torch.tensor([[5, 9, 14]])  # a tree of the feature draft's chains, fed the target's features of the kept branch
+    ids = torch.tensor(
+        [[5, 9, 14]]
+    )  # a tree of the feature draft's chains, fed the target's features of the kept branch
     out = tree_speculative_decode(target, HybridDrafter(fresh_drafter(target)), ids, max_new_tokens=12)
     assert torch.equal(out.sequences, hf_greedy(target, ids, 12))
 

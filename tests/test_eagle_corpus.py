@@ -1,5 +1,6 @@
 """The feature draft trained teacher-forced on existing text: the corpus, its split, the training batch,
 the saved fp16 draft and its manifest, lossless decoding with it, and the copy the kit ships."""
+
 import json
 import shutil
 
@@ -27,8 +28,9 @@ class CorpusTokenizer:
     def __call__(self, text, add_special_tokens=False):
         return {"input_ids": [4 + ord(ch) % (VOCAB - 4) for ch in text]}
 
-    def apply_chat_template(self, messages, tokenize=True, add_generation_prompt=False, return_tensors=None,
-                            return_dict=False):
+    def apply_chat_template(
+        self, messages, tokenize=True, add_generation_prompt=False, return_tensors=None, return_dict=False
+    ):
         text = "".join(f"<{m['role']}>{m['content']}</>" for m in messages) + ("<a>" if add_generation_prompt else "")
         # as text for the corpus; as a short prompt of ids for the target to answer (its own text)
         return text if not tokenize else {"input_ids": torch.tensor([self(text)["input_ids"][:12]])}
@@ -59,7 +61,8 @@ def test_training_batch_from_corpus_text_reads_the_targets_features_and_choices(
     features = feature_data._feature_data(target, data, 2, progress=False)
     draft = eagle.FeatureDraft(target, torch.arange(VOCAB))
     feats, tokens, mask, labels, true_next, has_next = feature_data.training_batch(
-        data, features, [0, 1, 2], subset_labels(draft.lm_head), {EOS})
+        data, features, [0, 1, 2], subset_labels(draft.lm_head), {EOS}
+    )
     ids = data[1][0]
     with torch.no_grad():
         logits, hidden = eagle.target_features(target, ids[None])
@@ -75,11 +78,21 @@ def test_training_batch_from_corpus_text_reads_the_targets_features_and_choices(
 def trained(tmp_path_factory):
     target = tiny_target()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SPECDEC_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))  # the target's features are cached there
-        folder = eagle_train.train_eagle_corpus(target, CorpusTokenizer(), name="tiny", recipe=eagle.EagleRecipe(epochs=1, batch_size=4),
-                                          vocab=40, max_chunks=8, text_recipe=DistillRecipe(max_new_tokens=10, generate_batch=4),
-                                          prompts=DISTILL_PROMPTS[:20], progress=False,
-                                          folder=tmp_path_factory.mktemp("c") / "d")
+        patch.setenv(
+            "SPECDEC_CACHE_DIR", str(tmp_path_factory.mktemp("cache"))
+        )  # the target's features are cached there
+        folder = eagle_train.train_eagle_corpus(
+            target,
+            CorpusTokenizer(),
+            name="tiny",
+            recipe=eagle.EagleRecipe(epochs=1, batch_size=4),
+            vocab=40,
+            max_chunks=8,
+            text_recipe=DistillRecipe(max_new_tokens=10, generate_batch=4),
+            prompts=DISTILL_PROMPTS[:20],
+            progress=False,
+            folder=tmp_path_factory.mktemp("c") / "d",
+        )
     return target, folder
 
 
@@ -87,14 +100,18 @@ def test_the_targets_features_are_computed_once_and_read_back_equal(tmp_path, mo
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
     target, tokenizer = tiny_target(), CorpusTokenizer()
     data, features = feature_data.corpus_features(target, tokenizer, max_chunks=4, progress=False)
-    monkeypatch.setattr(feature_data, "_feature_data", lambda *a, **k: pytest.fail("computed again instead of read back"))
+    monkeypatch.setattr(
+        feature_data, "_feature_data", lambda *a, **k: pytest.fail("computed again instead of read back")
+    )
     again_data, again = feature_data.corpus_features(target, tokenizer, max_chunks=4, progress=False)
     assert [ids.tolist() for ids, _ in again_data] == [ids.tolist() for ids, _ in data]
     for (f, c), (g, d) in zip(features, again):
         assert torch.equal(g, f)  # stored in fp16, and the first run already returns them rounded
         assert torch.equal(c, d)
     with pytest.raises(pytest.fail.Exception, match="computed again"):  # another target is not served the cached file
-        feature_data.corpus_features(tiny_model("llama", seed=1, layers=3, eos_token_id=EOS), tokenizer, max_chunks=4, progress=False)
+        feature_data.corpus_features(
+            tiny_model("llama", seed=1, layers=3, eos_token_id=EOS), tokenizer, max_chunks=4, progress=False
+        )
 
 
 def test_corpus_draft_is_saved_in_fp16_with_a_manifest_and_its_held_out_agreement(trained):
@@ -110,7 +127,9 @@ def test_corpus_draft_is_saved_in_fp16_with_a_manifest_and_its_held_out_agreemen
     assert meta["own_text"]["tokens_written"] > 0
     rates = meta["held_out"]["step_rates"]
     assert len(rates) == 3 and all(0 <= r <= 1 for r in rates) and meta["held_out"]["positions"] > 0
-    assert meta["held_out"]["accepted_k3"] == pytest.approx(rates[0] + rates[0] * rates[1] + rates[0] * rates[1] * rates[2], abs=1e-3)
+    assert meta["held_out"]["accepted_k3"] == pytest.approx(
+        rates[0] + rates[0] * rates[1] + rates[0] * rates[1] * rates[2], abs=1e-3
+    )
     assert meta["corpus"]["sha256"] and meta["vocab_subset"] <= 40 + 2
     assert eagle.manifest_problems(folder) == []
 
@@ -146,7 +165,11 @@ def test_smollm2_with_the_shipped_draft_equals_its_greedy(k):
 
     pair = load_pair("smollm2-135m", draft="eagle")
     assert pair.draft.draft.meta["corpus"]  # the shipped draft, not one trained on first use
-    ids = pair.tokenizer.apply_chat_template([{"role": "user", "content": "Write a haiku about rivers."}],
-                                             add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+    ids = pair.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Write a haiku about rivers."}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )["input_ids"]
     out = speculative_decode(pair.target, pair.draft, ids, max_new_tokens=40, num_speculative_tokens=k)
     assert out.sequences.tolist() == hf_greedy(pair.target, ids, 40).tolist()

@@ -1,6 +1,7 @@
 """The feature draft's greedy tree (EAGLE-2 style, `FeatureDrafter.propose_tree`): the tree it grows equals one
 grown by plain chain passes of the same draft, and tree decoding with it (alone or behind the n-gram lookup) stays
 equal to the target's greedy decoding, EOS and budgets included."""
+
 from __future__ import annotations
 
 import pytest
@@ -46,13 +47,16 @@ def reference_tree(drafter, ids, widths):
     out = draft(drafter.features[:, : length - 1], ids[:, 1:], cache)[:, -1:]
     level = [((), 0.0, out)]  # (branch tokens, score, the draft's output feature at the branch's end)
     found = []
-    for depth, width in enumerate(widths):
+    for width in widths:
         candidates = []
         for branch, score, feature in level:
             logp = torch.log_softmax(draft.lm_head(feature[0, -1]).float(), -1)
             top = logp.topk(min(width, logp.numel()))
-            candidates += [(branch + (int(t),), score + float(v), feature) for v, t in zip(top.values, top.indices)
-                           if v > float("-inf")]
+            candidates += [
+                (branch + (int(t),), score + float(v), feature)
+                for v, t in zip(top.values, top.indices)
+                if v > float("-inf")
+            ]
         candidates.sort(key=lambda c: -c[1])
         level = []
         for branch, score, _ in candidates[:width]:
@@ -68,6 +72,7 @@ def reference_tree(drafter, ids, widths):
 def branches(tree):
     def branch(i):
         return (branch(tree.parents[i]) if tree.parents[i] >= 0 else ()) + (tree.tokens[i],)
+
     return [branch(i) for i in range(len(tree))]
 
 
@@ -81,7 +86,9 @@ def test_the_tree_is_the_one_chain_passes_would_grow(widths, seed, prompt):
         tree, passes = drafter.propose_tree(ids, widths)
         want = reference_tree(drafter, ids, widths)
     assert branches(tree) == want
-    if widths == (4, 4, 4) and seed == 0:  # nodes of depth 2 under different parents: each reads its own parent's feature
+    if (
+        widths == (4, 4, 4) and seed == 0
+    ):  # nodes of depth 2 under different parents: each reads its own parent's feature
         assert len({tree.parents[i] for i in range(len(tree)) if tree.depths[i] == 2}) > 1
     assert [tree.depths.count(d + 1) for d in range(len(widths))] == list(widths)  # the shape asked for
     assert passes == len(widths)  # the text, then one masked pass per level but the last
@@ -133,8 +140,9 @@ def test_the_lookup_branch_joins_the_feature_tree():
     target = tiny_target()
     ids = torch.tensor([[5, 9, 14, 2, 30, 7, 5, 9]])  # "5 9" was followed by "14 2 30"
     drafter = drafter_for(target)
-    out = tree_speculative_decode(target, HybridDrafter(drafter, min_ngram=2), ids, max_new_tokens=12, tree=(2, 1),
-                                  lookup_tokens=3)
+    out = tree_speculative_decode(
+        target, HybridDrafter(drafter, min_ngram=2), ids, max_new_tokens=12, tree=(2, 1), lookup_tokens=3
+    )
     assert torch.equal(out.sequences, hf_greedy(target, ids, 12))
     first = out.steps[0].tree  # round 1: no features yet, so the lookup's branch alone
     assert first.tokens == [14, 2, 30] and first.parents == [-1, 0, 1]
@@ -150,18 +158,25 @@ def test_eos_ends_the_text_inside_a_tree():
     target = tiny_target()
     ids = torch.tensor([[5, 9, 14, 2, 30, 7]])
     reference = hf_greedy(target, ids, 40)
-    new = reference[0, ids.shape[1]:].tolist()
+    new = reference[0, ids.shape[1] :].tolist()
     eos = new[len(new) // 2]  # a token the target really writes mid-way: decoding must stop right after it
     out = tree_speculative_decode(target, drafter_for(target), ids, max_new_tokens=40, tree=(3, 2, 1), eos_token_id=eos)
     want = new[: new.index(eos) + 1]
-    assert out.sequences[0, ids.shape[1]:].tolist() == want
+    assert out.sequences[0, ids.shape[1] :].tolist() == want
 
 
 def test_sampling_with_a_tree_drafter_still_drafts_chains():
     target = tiny_target()
     ids = torch.tensor([[5, 9, 14, 2, 30, 7]])
-    out = tree_speculative_decode(target, drafter_for(target), ids, max_new_tokens=10, tree=(3, 2),
-                                  temperature=1.0, generator=torch.Generator().manual_seed(0))
+    out = tree_speculative_decode(
+        target,
+        drafter_for(target),
+        ids,
+        max_new_tokens=10,
+        tree=(3, 2),
+        temperature=1.0,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert out.sequences.shape[1] == ids.shape[1] + 10 and out.stats.proposed > 0
 
 
@@ -173,17 +188,46 @@ def test_perf_prints_tree_rows_beside_the_chains(tmp_path, capsys):
     from specdec_helpers.measure import perf
 
     target = tiny_target()
-    drafts = {"eagle": lambda: drafter_for(target), "hybrid:eagle": lambda: HybridDrafter(drafter_for(target)),
-              "prompt-lookup": PromptLookupDrafter}
-    fake = SimpleNamespace(target=target, draft=PromptLookupDrafter(2, 2, grow_with_match=True), preset="tiny",
-                           device=torch.device("cpu"), dtype=torch.float32,
-                           encode=lambda text: torch.tensor([[len(text) % 60 + 4, 9, 14, 2, 9, 14]]),
-                           with_draft=lambda spec, progress=False: SimpleNamespace(draft=drafts[spec]()))
+    drafts = {
+        "eagle": lambda: drafter_for(target),
+        "hybrid:eagle": lambda: HybridDrafter(drafter_for(target)),
+        "prompt-lookup": PromptLookupDrafter,
+    }
+    fake = SimpleNamespace(
+        target=target,
+        draft=PromptLookupDrafter(2, 2, grow_with_match=True),
+        preset="tiny",
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+        encode=lambda text: torch.tensor([[len(text) % 60 + 4, 9, 14, 2, 9, 14]]),
+        with_draft=lambda spec, progress=False: SimpleNamespace(draft=drafts[spec]()),
+    )
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("specdec_helpers.models.pairs.load_pair", lambda *args, **kwargs: fake)
-        assert cli.perf(["--preset", "tiny", "--k", "3", "--max-new-tokens", "8", "--repeats", "1", "--warmup", "0",
-                         "--draft", "default,tree:eagle,tree:2x1:hybrid:eagle", "--prompts", "one", "two",
-                         "--out", str(tmp_path)]) == 0
+        assert (
+            cli.perf(
+                [
+                    "--preset",
+                    "tiny",
+                    "--k",
+                    "3",
+                    "--max-new-tokens",
+                    "8",
+                    "--repeats",
+                    "1",
+                    "--warmup",
+                    "0",
+                    "--draft",
+                    "default,tree:eagle,tree:2x1:hybrid:eagle",
+                    "--prompts",
+                    "one",
+                    "two",
+                    "--out",
+                    str(tmp_path),
+                ]
+            )
+            == 0
+        )
     printed = capsys.readouterr().out
     shape = "x".join(map(str, perf.FEATURE_TREE))
     for label in (f"tree:{shape}:eagle", "tree:2x1:hybrid:eagle", "vs best HF"):

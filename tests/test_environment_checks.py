@@ -1,4 +1,5 @@
 """Two environment checks a Colab student met: the restart warning and the Python version (issue 26)."""
+
 from __future__ import annotations
 
 import os
@@ -15,14 +16,17 @@ from specdec_helpers.present import notebook_help as notebook
 SETUP_SH = Path(notebook.__file__).parents[1] / "assignment" / "authoring" / "templates" / "setup.sh"
 
 
-@pytest.mark.parametrize("loaded, installed, stale", [
-    ("2.13.0+cu130", "2.13.0", False),  # Colab's CUDA torch: a local label, the same install
-    ("2.13.0", "2.13.0+cpu", False),
-    ("2.13.0+cu130", "2.13.0+cu130", False),
-    ("4.57.1", "5.24.0", True),  # the set-up cell upgraded transformers under a running kernel
-    ("2.12.0+cu126", "2.13.0", True),
-    ("weird-build", "weird-build", False),  # not PEP 440: compared as text
-])
+@pytest.mark.parametrize(
+    "loaded, installed, stale",
+    [
+        ("2.13.0+cu130", "2.13.0", False),  # Colab's CUDA torch: a local label, the same install
+        ("2.13.0", "2.13.0+cpu", False),
+        ("2.13.0+cu130", "2.13.0+cu130", False),
+        ("4.57.1", "5.24.0", True),  # the set-up cell upgraded transformers under a running kernel
+        ("2.12.0+cu126", "2.13.0", True),
+        ("weird-build", "weird-build", False),  # not PEP 440: compared as text
+    ],
+)
 def test_stale_modules_ignores_local_labels(monkeypatch, loaded, installed, stale):
     monkeypatch.setattr(notebook, "WATCHED", ("fakepkg",))
     monkeypatch.setitem(sys.modules, "fakepkg", types.SimpleNamespace(__version__=loaded))
@@ -57,7 +61,6 @@ def test_setup_sh_goes_on_with_a_new_python(tmp_path):
     """With Python >= 3.11 the check passes silently and the script goes on (to `cd /autograder/source`)."""
     _fake_bin(tmp_path, "python3", "exit 0")
     env = {**os.environ, "PATH": f"{tmp_path}:/usr/bin:/bin"}
-    done = subprocess.run(["bash", str(SETUP_SH)], env=env, capture_output=True, text=True, timeout=60,
-                          cwd=tmp_path)
+    done = subprocess.run(["bash", str(SETUP_SH)], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert "older than 3.11" not in done.stderr
     assert "cd /autograder/source" in done.stderr  # set -x traces it: the check let the script go on

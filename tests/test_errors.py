@@ -1,4 +1,5 @@
 """Bad input gets a clear ValueError/TypeError that names the problem and the fix."""
+
 from __future__ import annotations
 
 import pytest

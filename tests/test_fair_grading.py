@@ -6,6 +6,7 @@ through the package name are seen.
 Student code runs in a child process here, as in grading; timings are never asserted (the speed item is
 scored from a `Measurement` the test builds, or only checked for what blocks it).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -64,16 +65,36 @@ def test_drafts_not_from_the_draft_model_earn_no_more_acceptance_than_it():
         while position < n:
             draft = draft_of(position)[: max(0, min(k, n - position - 1))]
             m = next((j for j, t in enumerate(draft) if text[position + j] != t), len(draft))
-            log.append(("verify", prompt.shape[1] + position, len(draft), (text[position: position + m + 1], m),
-                        "verify_tokens_cached", draft))
+            log.append(
+                (
+                    "verify",
+                    prompt.shape[1] + position,
+                    len(draft),
+                    (text[position : position + m + 1], m),
+                    "verify_tokens_cached",
+                    draft,
+                )
+            )
             position += m + 1
         return log + [("generate", len(log), 0, 0)]
 
-    honest = check_rounds(w.draft, prompt, text, log_for(
-        lambda p: greedy_tokens(w.draft, torch.tensor([prompt[0].tolist() + text[:p]]), k)), k, n)
-    oracle = check_rounds(w.draft, prompt, text, log_for(lambda p: text[p: p + k]), k, n)
-    junk = check_rounds(w.draft, prompt, text, log_for(lambda p: [(text[p + j] + 1) % w.vocab for j in range(k)]
-                                                                if p + k < n else []), k, n)
+    honest = check_rounds(
+        w.draft,
+        prompt,
+        text,
+        log_for(lambda p: greedy_tokens(w.draft, torch.tensor([prompt[0].tolist() + text[:p]]), k)),
+        k,
+        n,
+    )
+    oracle = check_rounds(w.draft, prompt, text, log_for(lambda p: text[p : p + k]), k, n)
+    junk = check_rounds(
+        w.draft,
+        prompt,
+        text,
+        log_for(lambda p: [(text[p + j] + 1) % w.vocab for j in range(k)] if p + k < n else []),
+        k,
+        n,
+    )
     assert honest.speculates and honest.off_greedy == 0 and not honest.note
     assert oracle.off_greedy > 0 and oracle.accepted <= oracle.greedy_accepted
     assert oracle.accepted < oracle.proposed  # the target's own drafts: all accepted, but not counted so
@@ -82,8 +103,10 @@ def test_drafts_not_from_the_draft_model_earn_no_more_acceptance_than_it():
 
 
 def test_the_eos_count_and_device_mistakes_are_named(reference):
-    for name, phrase in (("eos_count_after_cut", "tokens kept after the cut at EOS"),
-                         ("new_tokens_on_cpu", "on a GPU this raises")):
+    for name, phrase in (
+        ("eos_count_after_cut", "tokens kept after the cut at EOS"),
+        ("new_tokens_on_cpu", "on a GPU this raises"),
+    ):
         m = next(m for m in mutations.CATALOG if m.name == name)
         report = mutations.grade_mutation(m, reference, seed=0, in_process=True)
         lost = [r for r in report.results if not r.passed]
@@ -116,15 +139,20 @@ def test_the_simulated_gpu_reads_the_graded_line_for_cpu_and_sees_legacy_constru
     """On the CPU ``str(ids.device)`` and ``"cpu"`` are the same string: the graded line's text tells them apart.
     ``torch.LongTensor(...)`` bypasses TorchFunctionMode, so the watch wraps the legacy constructors."""
     ids = torch.ones(1, 3, dtype=torch.long)
-    cases = {"device=str(ids.device)": ("torch.cat([ids, torch.tensor([[2]], device=str(ids.device))], 1)", False),
-             "device='cpu'": ("torch.cat([ids, torch.tensor([[2]], device='cpu')], 1)", True),
-             ".to('cpu')": ("ids.to('cpu') + ids", True),
-             ".to(str(ids.device))": ("ids.to(str(ids.device)) + ids", False),
-             "torch.LongTensor": ("torch.cat([ids, torch.LongTensor([[2]])], 1)", True),
-             "torch.asarray": ("torch.cat([ids, torch.asarray([[2]])], 1)", True),
-             "a 'cpu' held in a name": ("HOST = 'cpu'\n    torch.cat([ids, torch.tensor([[2]], device=HOST)], 1)", True),
-             "a device string held in a name": ("dev = str(ids.device)\n    torch.cat([ids, torch.ones(1, 1, dtype=torch.long, device=dev)], 1)", False),
-             "isinstance still works": ("assert isinstance(ids, torch.LongTensor)", False)}
+    cases = {
+        "device=str(ids.device)": ("torch.cat([ids, torch.tensor([[2]], device=str(ids.device))], 1)", False),
+        "device='cpu'": ("torch.cat([ids, torch.tensor([[2]], device='cpu')], 1)", True),
+        ".to('cpu')": ("ids.to('cpu') + ids", True),
+        ".to(str(ids.device))": ("ids.to(str(ids.device)) + ids", False),
+        "torch.LongTensor": ("torch.cat([ids, torch.LongTensor([[2]])], 1)", True),
+        "torch.asarray": ("torch.cat([ids, torch.asarray([[2]])], 1)", True),
+        "a 'cpu' held in a name": ("HOST = 'cpu'\n    torch.cat([ids, torch.tensor([[2]], device=HOST)], 1)", True),
+        "a device string held in a name": (
+            "dev = str(ids.device)\n    torch.cat([ids, torch.ones(1, 1, dtype=torch.long, device=dev)], 1)",
+            False,
+        ),
+        "isinstance still works": ("assert isinstance(ids, torch.LongTensor)", False),
+    }
     for name, (line, faulty) in cases.items():
         code = cells.compile_graded(f"def run(ids):\n    {line}\n", f"<graded cell {name}>")
         namespace = {"torch": torch}
@@ -145,11 +173,15 @@ def test_forged_rounds_are_caught_by_the_cpu_time_measured_outside(reference):
     loop = reference["decode"].index("@torch.inference_mode()\ndef generate_ids")
     forged = reference["decode"][:loop] + (Path(__file__).parent / "cheat_cells" / "forged_rounds.py").read_text()
     for source, caught in ((forged, True), (reference["decode"], False)):
-        results = {r.test_id: r for r in grader.run_suite(dict(reference, decode=source), POINTS, only=["decode"], seed=0)}
+        results = {
+            r.test_id: r for r in grader.run_suite(dict(reference, decode=source), POINTS, only=["decode"], seed=0)
+        }
         cached = results["decode.decode_cached"]
         assert cached.passed != caught, cached
         if caught:
-            assert "measured outside your process" in cached.feedback and "once per token whatever k is" in cached.feedback
+            assert (
+                "measured outside your process" in cached.feedback and "once per token whatever k is" in cached.feedback
+            )
             assert [t for t, r in results.items() if not r.passed] == ["decode.decode_cached"]
 
 
@@ -180,6 +212,7 @@ def test_kit_reaches_through_the_package_name_are_seen():
 def test_a_kit_function_handed_to_a_helper_is_still_a_delegation():
     """The poison walks up past helpers that are neither graded nor the kit's (``functools``, ``map``...)."""
     import functools
+
     poisoned = child._poisoned("score_draft", lambda *a: "real")
     code = cells.compile_graded("def run(f):\n    return list(map(lambda x: f(x), [1]))\n", "<graded cell t>")
     namespace = {"__name__": "__graded__"}
@@ -190,7 +223,7 @@ def test_a_kit_function_handed_to_a_helper_is_still_a_delegation():
     assert poisoned(1) == "real"  # called from here (neither graded nor kit): passes
 
 
-PATCHED_COUNTER = '''
+PATCHED_COUNTER = """
 _world = getattr(__builtins__, "get", lambda *a: None)("__im" "port__") or getattr(__builtins__, "__im" "port__")
 _world = _world("specdec_helpers.assignment.testing.world", fromlist=["Probe"])
 
@@ -202,7 +235,7 @@ def _few(self, module, args, kwargs):
 
 
 _world.Probe._on_target = _few
-'''
+"""
 
 
 @pytest.mark.slow
@@ -211,10 +244,13 @@ def test_patching_the_position_counter_earns_nothing(reference):
     own process is patched to report 5 positions a pass. The kernel's CPU time, read from outside, tells."""
     rereads = reference["decode"].replace(
         "fed = torch.cat([input_ids[:, cache_length(cache):], draft_tokens], dim=1)",
-        "crop_cache(cache, 0)\n    fed = torch.cat([input_ids, draft_tokens], dim=1)")
+        "crop_cache(cache, 0)\n    fed = torch.cat([input_ids, draft_tokens], dim=1)",
+    )
     assert cells.kit_references(rereads + PATCHED_COUNTER) == []  # the static check does not see this one
     for source, caught in ((rereads + PATCHED_COUNTER, True), (reference["decode"], False)):
-        results = {r.test_id: r for r in grader.run_suite(dict(reference, decode=source), POINTS, only=["decode"], seed=0)}
+        results = {
+            r.test_id: r for r in grader.run_suite(dict(reference, decode=source), POINTS, only=["decode"], seed=0)
+        }
         reused = results["decode.decode_cache_reused"]
         assert reused.passed != caught, reused
         if caught:
@@ -223,9 +259,11 @@ def test_patching_the_position_counter_earns_nothing(reference):
 
 
 def test_aliases_of_sys_and_importlib_are_seen():
-    for source in ("import importlib as _loader\nf = _loader.import_module('specdec_helpers.core.verify')\n",
-                   "import sys as _system\nf = _system.modules['specdec_helpers.core.verify']\n",
-                   "from importlib import import_module\nf = import_module('specdec_helpers.core.verify')\n"):
+    for source in (
+        "import importlib as _loader\nf = _loader.import_module('specdec_helpers.core.verify')\n",
+        "import sys as _system\nf = _system.modules['specdec_helpers.core.verify']\n",
+        "from importlib import import_module\nf = import_module('specdec_helpers.core.verify')\n",
+    ):
         assert cells.kit_references(source), source
     assert cells.kit_references("import torch\nimport math as m\nx = m.sqrt(2)\n") == []
 

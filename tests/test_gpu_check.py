@@ -6,6 +6,7 @@ the timings alone, the archive and summary written again after each part (seen t
 with a verdict for every part. A tiny deadline is the control: a part that overruns its share is killed and says
 so, and a part with no time left is not run. The summarizer itself is checked on hand-made folders.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -29,8 +30,15 @@ FAKE = "specdec_gpu_check_fake"
 
 
 def run_check(tmp_path, *args, timeout=600, **env):
-    full = {**os.environ, "DEVICE": "cpu", "QUICK": "1", "OUT": str(tmp_path / "out"), "PYTHON": sys.executable,
-            "WHEELS": str(tmp_path / "no-wheels"), **env}
+    full = {
+        **os.environ,
+        "DEVICE": "cpu",
+        "QUICK": "1",
+        "OUT": str(tmp_path / "out"),
+        "PYTHON": sys.executable,
+        "WHEELS": str(tmp_path / "no-wheels"),
+        **env,
+    }
     return subprocess.run(["bash", str(SCRIPT), *args], env=full, capture_output=True, text=True, timeout=timeout)
 
 
@@ -60,8 +68,10 @@ def fake_wheel(folder: Path, broken: bool = False) -> None:
     with zipfile.ZipFile(path, "w") as z:
         z.writestr(f"{FAKE}/__init__.py", "")
         z.writestr(f"{FAKE}-0.1.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {FAKE}\nVersion: 0.1\n")
-        z.writestr(f"{FAKE}-0.1.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                                                  "Tag: py3-none-any\n")
+        z.writestr(
+            f"{FAKE}-0.1.dist-info/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
         z.writestr(f"{FAKE}-0.1.dist-info/RECORD", "")
 
 
@@ -115,8 +125,9 @@ def test_the_quick_cpu_mode_installs_dry_packs_after_each_part_and_gives_every_p
 @pytest.mark.slow
 def test_a_tiny_deadline_kills_the_part_that_overruns_and_does_not_start_the_one_that_cannot_fit(tmp_path):
     """The control: the grader needs 25 s of CPU; with a 10 s deadline the side phase has ~6 s."""
-    done = run_check(tmp_path, DEADLINE="10", MIN_S="2", JOBS="1", SKIP="",
-                     ONLY="^(grader-fp32|selfcheck-fp16|graphs-goals)$")
+    done = run_check(
+        tmp_path, DEADLINE="10", MIN_S="2", JOBS="1", SKIP="", ONLY="^(grader-fp32|selfcheck-fp16|graphs-goals)$"
+    )
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
     summary = (tmp_path / "out" / "summary.txt").read_text()
     verdicts = parts_table(summary)
@@ -125,7 +136,8 @@ def test_a_tiny_deadline_kills_the_part_that_overruns_and_does_not_start_the_one
     assert verdicts["graphs-goals"] == "passed" or verdicts["graphs-goals"].startswith("TIMED OUT"), summary
     assert verdicts["grader-fp16"] == "skipped (ONLY)" and verdicts["nbval-01"] == "skipped (ONLY)"
     assert re.search(r"grader: reference, fp32\s+TIMED OUT", summary) and "parts/grader-fp32.log" in archive(
-        tmp_path / "out" / "gpu-logs.tgz")
+        tmp_path / "out" / "gpu-logs.tgz"
+    )
 
 
 @pytest.mark.slow
@@ -141,6 +153,7 @@ def test_an_install_that_fails_stops_the_check_with_exit_3_and_says_so(tmp_path)
 
 # --------------------------------------------------------------------------- the summarizer on hand-made folders
 
+
 def folder(tmp_path, status: dict[str, str], results: dict[str, dict] = (), logs: dict[str, str] = ()) -> Path:
     (tmp_path / "results").mkdir()
     (tmp_path / "parts").mkdir()
@@ -154,22 +167,51 @@ def folder(tmp_path, status: dict[str, str], results: dict[str, dict] = (), logs
 
 
 def grader_json(score):
-    return {"rows": [{"section": "grader", "check": "reference solution at toy", "status": "pass" if score == 45
-                      else "FAIL", "detail": f"{score}/45 points", "seconds": 1}]}
+    return {
+        "rows": [
+            {
+                "section": "grader",
+                "check": "reference solution at toy",
+                "status": "pass" if score == 45 else "FAIL",
+                "detail": f"{score}/45 points",
+                "seconds": 1,
+            }
+        ]
+    }
 
 
 def test_the_summary_gives_each_check_the_verdict_of_its_part_or_of_its_numbers(tmp_path):
     goals = {name: dict(value=1.0, goal="<= 2.5", reached=name == "c") for name in gpu_summary.GOALS}
-    logs = folder(tmp_path, {"nbval-01": "passed", "nbval-02": "TIMED OUT (killed after 90 s)",
-                             "grader-fp16": "passed", "grader-fp32": "passed", "selfcheck-fp16": "FAILED (exit 1)",
-                             "graphs-agree": "passed", "graphs-goals": "passed", "sync-count": "pending"},
-                  results={"grader-fp16": grader_json(45), "grader-fp32": grader_json(25),
-                           "graphs-goals": {"goals": goals, "identical_to_greedy": {"hf_greedy": False}}},
-                  logs={"nbval-01": "22 passed in 9.07s\n"})
+    logs = folder(
+        tmp_path,
+        {
+            "nbval-01": "passed",
+            "nbval-02": "TIMED OUT (killed after 90 s)",
+            "grader-fp16": "passed",
+            "grader-fp32": "passed",
+            "selfcheck-fp16": "FAILED (exit 1)",
+            "graphs-agree": "passed",
+            "graphs-goals": "passed",
+            "sync-count": "pending",
+        },
+        results={
+            "grader-fp16": grader_json(45),
+            "grader-fp32": grader_json(25),
+            "graphs-goals": {"goals": goals, "identical_to_greedy": {"hf_greedy": False}},
+        },
+        logs={"nbval-01": "22 passed in 9.07s\n"},
+    )
     text = gpu_summary.summary(logs)
-    lines = {label: next(line for line in text.splitlines() if line.startswith(f"  {label}  "))
-             for label in ("nbval of the notebooks", "grader: reference, fp16", "grader: reference, fp32",
-                           "selfcheck fp16: greedy/sampling/tree", "graphs vs eager vs HF")}
+    lines = {
+        label: next(line for line in text.splitlines() if line.startswith(f"  {label}  "))
+        for label in (
+            "nbval of the notebooks",
+            "grader: reference, fp16",
+            "grader: reference, fp32",
+            "selfcheck fp16: greedy/sampling/tree",
+            "graphs vs eager vs HF",
+        )
+    }
     assert "TIMED OUT" in lines["nbval of the notebooks"] and "nbval-02" in lines["nbval of the notebooks"]
     assert "passed" in lines["grader: reference, fp16"] and "45/45" in lines["grader: reference, fp16"]
     assert "FAILED" in lines["grader: reference, fp32"] and "25/45" in lines["grader: reference, fp32"]

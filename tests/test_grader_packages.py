@@ -4,6 +4,7 @@ that names both versions and the fix (`grading.packages`), never a silently wron
 On a GPU machine the grader found transformers 5.24 through PYTHONPATH; its sandboxed child (which keeps
 only the kit's view on PYTHONPATH) imported the machine's 5.17 and scored the reference 10.7/45.
 """
+
 from __future__ import annotations
 
 import os

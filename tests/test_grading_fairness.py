@@ -1,5 +1,6 @@
 """The grader is fair to correct work and exact for the reference (issue 25, item 6), its tests are data,
 and whatever it judges it picks at grade time or observes itself (item 3)."""
+
 from __future__ import annotations
 
 import random
@@ -27,8 +28,17 @@ def reference():
 # --------------------------------------------------------------------------- points and tests as data
 
 
-@pytest.mark.parametrize("points, weights", [(5, [2, 2, 1, 1]), (10, [2, 2, 1, 1, 1, 1, 1, 1, 1, 2, 1]), (10, [1] * 3),
-                                             (7.5, [3, 1, 1]), (0, [1, 2]), (1, [1] * 7)])
+@pytest.mark.parametrize(
+    "points, weights",
+    [
+        (5, [2, 2, 1, 1]),
+        (10, [2, 2, 1, 1, 1, 1, 1, 1, 1, 2, 1]),
+        (10, [1] * 3),
+        (7.5, [3, 1, 1]),
+        (0, [1, 2]),
+        (1, [1] * 7),
+    ],
+)
 def test_a_part_split_by_weights_adds_up_exactly(points, weights):
     shares = grader.split_points(points, weights)
     assert grader.exact_sum(shares) == points and all(round(s, 3) == s for s in shares)
@@ -36,10 +46,14 @@ def test_a_part_split_by_weights_adds_up_exactly(points, weights):
 
 
 def test_full_marks_add_up_to_the_maximum_exactly():
-    results = [grader.Result(t.part, t.name, best, best, "passed")
-               for part in grader.EXERCISES
-               for t, best in zip([t for t in grader.TESTS if t.part == part],
-                                  grader.split_points(POINTS[part], [t.weight for t in grader.TESTS if t.part == part]))]
+    results = [
+        grader.Result(t.part, t.name, best, best, "passed")
+        for part in grader.EXERCISES
+        for t, best in zip(
+            [t for t in grader.TESTS if t.part == part],
+            grader.split_points(POINTS[part], [t.weight for t in grader.TESTS if t.part == part]),
+        )
+    ]
     report = grader.Report(results)
     assert report.score == report.max_score == 25
     assert grader.exact_sum([t["score"] for t in report.gradescope()["tests"]]) == 25
@@ -53,8 +67,11 @@ def test_tests_are_listed_as_data_and_the_hidden_ones_are_stripped_from_the_kit(
     assert "noqa: F401 - suite_decode registers" not in (GRADING / "grader.py").read_text()
     for module, tests in (("suite.py", suite.TESTS), ("suite_decode.py", suite_decode.TESTS)):
         released = release.strip((TESTING / module).read_text())
-        listing = released[released.index("TESTS = ("):]
-        listed = set(re.findall(r"TestCase\(.*?,\s+(\w+)(?:, hidden=True)?\),?\n", listing, re.S))
+        listing = released[released.index("TESTS = (") :]
+        entry = (
+            r'TestCase\(\s*"[^"]*",\s*"[^"]*",\s*\d+,\s*(\w+)(?:,\s*hidden=True)?,?\s*\)'  # part, title, points, body
+        )
+        listed = set(re.findall(entry, listing))
         assert listed == {t.body.__name__ for t in tests if not t.hidden}, module
         for t in tests:
             assert (f"def {t.body.__name__}(ctx)" in released) is not t.hidden, (module, t.id)
@@ -74,8 +91,9 @@ def test_grade_in_the_student_kit_awards_no_points_measured_against_itself(refer
 
     report = grader.grade({}, reference_sources=student_own, measure_fn=never)
     perf = [r for r in report.results if r.item in ("speedup", "acceptance", "bonus")]
-    assert perf and all(r.score == 0 and r.status == "skipped" and "holds no reference solution" in r.feedback
-                        for r in perf)
+    assert perf and all(
+        r.score == 0 and r.status == "skipped" and "holds no reference solution" in r.feedback for r in perf
+    )
 
 
 # --------------------------------------------------------------------------- rounds a decoder may take
@@ -167,8 +185,10 @@ def test_a_decoder_that_reports_only_what_passes_is_caught(reference):
     sources = dict(reference, decode=cached_verify + REPORTS_ONLY_WHAT_PASSES)
     results = {r.test_id: r for r in grader.run_suite(sources, POINTS, only=["decode"], seed=0)}
     rounds_test = results["decode.decode_rounds"]
-    assert not rounds_test.passed and ("draft num_speculative_tokens tokens each round" in rounds_test.feedback
-                                       or "it ran outside self.verify_tokens_cached" in rounds_test.feedback), rounds_test
+    assert not rounds_test.passed and (
+        "draft num_speculative_tokens tokens each round" in rounds_test.feedback
+        or "it ran outside self.verify_tokens_cached" in rounds_test.feedback
+    ), rounds_test
     perf = dict(grader.load_config()["performance"], repeats=2, max_new_tokens=32, warmup=0)
     m = speed.measure(sources, reference, perf, seed=1)
     assert m.identical and not m.speculates and m.acceptance == 0, m.detail
@@ -193,7 +213,7 @@ def test_timed_prompts_are_made_at_grade_time():
     for ids in first:
         text = ids[0].tolist()
         # not a piece of a public prompt: its last tokens were sampled from the target
-        assert not any(any(p[i:i + len(text)] == text for i in range(len(p))) for p in public)
+        assert not any(any(p[i : i + len(text)] == text for i in range(len(p))) for p in public)
 
 
 @pytest.mark.slow
@@ -211,8 +231,12 @@ def test_the_test_world_looks_like_the_timed_pair():
 
 def test_an_item_not_measured_is_not_reported_as_failed_to_gradescope():
     """The bonus on a CPU preset is skipped: Gradescope gets no 'failed' status for it, and its name says why."""
-    report = grader.Report([grader.Result("bonus", "speedup >= 1.7x", 0.0, 5.0, "skipped", "not measured on CPU"),
-                            grader.Result("speed", "speedup", 0.0, 10.0, "failed", "too slow")])
+    report = grader.Report(
+        [
+            grader.Result("bonus", "speedup >= 1.7x", 0.0, 5.0, "skipped", "not measured on CPU"),
+            grader.Result("speed", "speedup", 0.0, 10.0, "failed", "too slow"),
+        ]
+    )
     bonus, speed = report.gradescope()["tests"]
     assert "status" not in bonus and "not measured" in bonus["name"] and bonus["output"] == "not measured on CPU"
     assert speed["status"] == "failed"

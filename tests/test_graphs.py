@@ -4,6 +4,7 @@ rollback by moving a position, one step per pass size, caches and steps kept for
 On a CPU a step replays an emulated graph (the eager pass, written into the first run's buffers), so everything
 here but the CUDA capture itself runs without CUDA (benchmarks/graphs_goals.py runs the captured graphs on a GPU);
 tests/test_capture_safety.py has the capture's failure paths."""
+
 from __future__ import annotations
 
 import pytest
@@ -35,8 +36,9 @@ def test_static_steps_equal_hf_greedy(target):
         assert torch.equal(sd.greedy_decode(target, ids, max_new_tokens=max_new, graphs=True).sequences, expected)
         for k in (1, 3, 6):
             for drafter in (draft, lookup, target):  # rejections, lookups (often none), all accepted
-                out = sd.speculative_decode(target, drafter, ids, max_new_tokens=max_new, num_speculative_tokens=k,
-                                            graphs=True)
+                out = sd.speculative_decode(
+                    target, drafter, ids, max_new_tokens=max_new, num_speculative_tokens=k, graphs=True
+                )
                 assert torch.equal(out.sequences, expected), (k, type(drafter).__name__)
     out = sd.speculative_decode(target, draft, prompt(4), max_new_tokens=30, num_speculative_tokens=4, graphs=True)
     assert 0 < out.stats.acceptance_rate < 1  # rollbacks after rejections did happen
@@ -51,8 +53,9 @@ def test_static_steps_stop_at_eos_and_budget():
     eos = hf_greedy(target, ids, 30)[0, ids.shape[1] + 4].item()
     expected = hf_greedy(target, ids, 30, eos_token_id=eos)
     for k in (1, 5):
-        out = sd.speculative_decode(target, target, ids, max_new_tokens=30, num_speculative_tokens=k,
-                                    eos_token_id=eos, graphs=True)
+        out = sd.speculative_decode(
+            target, target, ids, max_new_tokens=30, num_speculative_tokens=k, eos_token_id=eos, graphs=True
+        )
         assert torch.equal(out.sequences, expected) and out.sequences[0, -1] == eos
     for max_new in (1, 2, 7):
         out = sd.speculative_decode(target, target, ids, max_new_tokens=max_new, num_speculative_tokens=5, graphs=True)
@@ -63,9 +66,19 @@ def test_static_steps_stop_at_eos_and_budget():
 def test_sampling_over_static_steps_draws_what_the_eager_loop_draws():
     target = tiny_model("llama")
     draft = perturbed_copy(target, scale=0.15)
-    runs = [sd.speculative_decode(target, draft, prompt(4), max_new_tokens=25, num_speculative_tokens=3,
-                                  temperature=0.8, generator=torch.Generator().manual_seed(7), graphs=flag)
-            for flag in (False, True)]
+    runs = [
+        sd.speculative_decode(
+            target,
+            draft,
+            prompt(4),
+            max_new_tokens=25,
+            num_speculative_tokens=3,
+            temperature=0.8,
+            generator=torch.Generator().manual_seed(7),
+            graphs=flag,
+        )
+        for flag in (False, True)
+    ]
     assert torch.equal(runs[0].sequences, runs[1].sequences)
     assert runs[0].stats.accepted_per_step == runs[1].stats.accepted_per_step
 
@@ -139,8 +152,17 @@ def test_by_default_only_where_a_position_can_roll_the_cache_back(monkeypatch):
     from transformers import MistralConfig, MistralForCausalLM
 
     plain = tiny_model("llama")
-    sliding = MistralForCausalLM(MistralConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                               num_key_value_heads=2, intermediate_size=64, sliding_window=8)).eval()
+    sliding = MistralForCausalLM(
+        MistralConfig(
+            vocab_size=64,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            sliding_window=8,
+        )
+    ).eval()
     assert plain_static_layers(plain) and not plain_static_layers(sliding)
     lookup = sd.PromptLookupDrafter()
 
@@ -181,8 +203,22 @@ def test_the_gpu_goals_benchmark_runs_on_a_cpu(tmp_path, capsys):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
     import graphs_goals
 
-    result = graphs_goals.main(["--device", "cpu", "--scale", "0.0625", "--vocab", "256", "--max-new-tokens", "6",
-                                "--repeats", "1", "--json", str(tmp_path / "goals.json")])
+    result = graphs_goals.main(
+        [
+            "--device",
+            "cpu",
+            "--scale",
+            "0.0625",
+            "--vocab",
+            "256",
+            "--max-new-tokens",
+            "6",
+            "--repeats",
+            "1",
+            "--json",
+            str(tmp_path / "goals.json"),
+        ]
+    )
     assert set(result["goals"]) == set(graphs_goals.GOALS) and all(result["identical_to_greedy"].values())
     assert json.loads((tmp_path / "goals.json").read_text())["goals"].keys() == result["goals"].keys()
     assert "all_accepted_vs_eager_greedy" in capsys.readouterr().out

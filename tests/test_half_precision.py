@@ -1,6 +1,7 @@
 """Equality with greedy decoding in half precision: accepted only at a numerical near-tie of the
 target (`core.checks.greedy_divergence`), and a wrong implementation still fails. fp16 and bf16
 tiny models on CPU."""
+
 from __future__ import annotations
 
 import pytest
@@ -30,13 +31,15 @@ def test_kit_decoder_passes_and_a_wrong_token_fails(dtype):
         prompt = torch.randint(1, VOCAB, (1, 8), generator=g)
         for k in (1, 4, 8):
             out = sd.speculative_decode(target, draft, prompt, max_new_tokens=32, num_speculative_tokens=k)
-            new = out.sequences[0, prompt.shape[1]:].tolist()
+            new = out.sequences[0, prompt.shape[1] :].tolist()
             ok, message = greedy_divergence(target, prompt, new)
             assert ok, (trial, k, message)
             ties += "near-tie" in message
         # A wrong token where the target is sure (largest top-2 gap) must fail, with the gap shown.
         with torch.inference_mode():
-            logits = target(torch.cat([prompt, torch.tensor([new[:-1]])], dim=1)).logits[0, prompt.shape[1] - 1:].float()
+            logits = (
+                target(torch.cat([prompt, torch.tensor([new[:-1]])], dim=1)).logits[0, prompt.shape[1] - 1 :].float()
+            )
         gaps = logits.topk(2).values.diff().abs().squeeze(-1)
         i = int(gaps.argmax())
         wrong = list(new)
@@ -50,8 +53,9 @@ def test_kit_decoder_passes_and_a_wrong_token_fails(dtype):
 def test_fp32_is_exact():
     target, _ = half_pair(torch.float32)
     prompt = torch.arange(1, 9).view(1, -1)
-    new = target.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=12,
-                          pad_token_id=0)[0, 8:].tolist()
+    new = target.generate(
+        prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=12, pad_token_id=0
+    )[0, 8:].tolist()
     assert greedy_divergence(target, prompt, new) == (True, "identical to greedy decoding")
     assert NEAR_TIE[torch.float32] < 1e-3
     assert not greedy_divergence(target, prompt, new[:-1], want=new)[0]  # one token short

@@ -1,4 +1,5 @@
 """handin: refuses unfinished work (one line a problem), --force hands in anyway, clear --out errors."""
+
 from __future__ import annotations
 
 import zipfile
@@ -11,6 +12,7 @@ from specdec_helpers import cli
 from specdec_helpers.assignment.student import handin
 
 from specdec_helpers.assignment.authoring import release
+
 URL = "https://github.com/course/specdec-students"
 
 
@@ -36,8 +38,9 @@ def finish(root, notebook="01_multiply.ipynb", answer="    return a * b", output
 
 
 def write_report(root):
-    (root / "report/REPORT_TEMPLATE.md").write_text(REPORT.replace("TODO: how your decoder works.", "It drafts.")
-                                                    .replace("TODO: which k is best.", "k = 4."))
+    (root / "report/REPORT_TEMPLATE.md").write_text(
+        REPORT.replace("TODO: how your decoder works.", "It drafts.").replace("TODO: which k is best.", "k = 4.")
+    )
 
 
 def handin_cli(capsys, root, *extra):
@@ -85,7 +88,8 @@ def test_each_kind_of_unfinished_cell_is_named(student):
     assert handin.problems(student) == [
         "notebooks/01_multiply.ipynb: cell 'multiply_check' raised CheckFailed: ❌ Not yet: the product is "
         "wrong; fix it and run it again",
-        "notebooks/02_times.ipynb: exercise or check cells not run (times): Run all, then save the notebook"]
+        "notebooks/02_times.ipynb: exercise or check cells not run (times): Run all, then save the notebook",
+    ]
 
 
 def test_report_elsewhere_counts_and_readme_does_not(student):
@@ -110,8 +114,10 @@ def test_nothing_to_hand_in(tmp_path, capsys):
     rc = cli.handin(["--root", str(tmp_path), "--out", str(tmp_path / "h.zip"), "--force"])
     err = capsys.readouterr().err
     assert rc == 2 and "nothing to hand in" in err
-    assert handin.problems(tmp_path) == ["missing the notebooks: notebooks/*.ipynb",
-                                         "missing your report (a .md file in report/): report/*.md"]
+    assert handin.problems(tmp_path) == [
+        "missing the notebooks: notebooks/*.ipynb",
+        "missing your report (a .md file in report/): report/*.md",
+    ]
 
 
 def test_what_counts_as_a_stub():
@@ -128,6 +134,8 @@ def test_with_nbgrader_metadata_only_answer_cells_count(student):
     write_report(student)
     path = student / "notebooks/01_multiply.ipynb"
     nb = nbformat.read(str(path), as_version=4)
-    nb.cells.append(ran(nbformat.v4.new_code_cell("class Base:\n    def f(self):\n        raise NotImplementedError()")))
+    nb.cells.append(
+        ran(nbformat.v4.new_code_cell("class Base:\n    def f(self):\n        raise NotImplementedError()"))
+    )
     nbformat.write(nb, str(path))
     assert handin.problems(student) == []  # a given cell that raises NotImplementedError is no answer

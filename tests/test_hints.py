@@ -1,4 +1,5 @@
 """Hints appear only after a failed check: none is written in a check cell, every one named exists."""
+
 import ast
 import json
 from pathlib import Path
@@ -55,6 +56,7 @@ def test_a_hint_shows_only_after_a_failure_and_grows_on_the_second(capsys):
 def test_unfinished_work_gets_no_hint_yet():
     def stub():
         raise NotImplementedError
+
     with pytest.raises(notebook_help.CheckFailed, match="Not done yet") as failed:
         notebook_help.check(stub, "fine.", hint="ex2_cache_lengths")
     assert "Hint" not in str(failed.value)
@@ -78,7 +80,7 @@ def test_a_graded_check_names_a_stale_draft_cache_and_its_hint_grows():
         if self.draft_cache is None:
             self.draft_cache = new_cache(self.draft_model)
         cache, tokens = self.draft_cache, []
-        fed = input_ids[:, cache_length(cache):]  # never cropped: the last round's rejected tokens stay
+        fed = input_ids[:, cache_length(cache) :]  # never cropped: the last round's rejected tokens stay
         for _ in range(num_speculative_tokens):
             fed = self.draft_model(input_ids=fed, cache=cache, use_cache=True).logits[:, -1].argmax(-1, keepdim=True)
             tokens.append(fed)

@@ -6,6 +6,7 @@ path a student or grader takes loads them as it would load a download: `load_pai
 set-up cell, ``SpeculativeDecoder(target_name, draft_name)`` (stand-ins and the reference solution), and
 the grader's child processes. Each decodes equal to the target's greedy decoding.
 """
+
 from __future__ import annotations
 
 import os
@@ -53,8 +54,13 @@ def offline_hub(hub_cache_dir, monkeypatch) -> Path:
 
 
 def _greedy(model, ids, n=N_NEW):
-    return model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
-                          pad_token_id=model.generation_config.pad_token_id)
+    return model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        do_sample=False,
+        max_new_tokens=n,
+        pad_token_id=model.generation_config.pad_token_id,
+    )
 
 
 def test_the_cache_reads_back_as_a_hub_cache(offline_hub):
@@ -68,7 +74,9 @@ def test_the_cache_reads_back_as_a_hub_cache(offline_hub):
         for repo_id in (get_preset(name).target, get_preset(name).draft):
             revision = next(iter(repos[repo_id].revisions))
             assert "main" in revision.refs
-            assert {"config.json", "model.safetensors", "tokenizer_config.json"} <= {f.file_name for f in revision.files}
+            assert {"config.json", "model.safetensors", "tokenizer_config.json"} <= {
+                f.file_name for f in revision.files
+            }
 
 
 def test_every_hub_preset_has_a_family():
@@ -82,8 +90,14 @@ def test_load_pair_decodes_equal_to_greedy(offline_hub, preset):
     pair = sd.load_pair(preset, device="cpu", progress=False)
     assert pair.preset == preset and isinstance(pair.draft, torch.nn.Module)
     ids = pair.encode("The quick brown fox")
-    out = sd.speculative_decode(pair.target, pair.draft, ids, max_new_tokens=N_NEW,
-                                num_speculative_tokens=pair.num_speculative_tokens, eos_token_id=[])
+    out = sd.speculative_decode(
+        pair.target,
+        pair.draft,
+        ids,
+        max_new_tokens=N_NEW,
+        num_speculative_tokens=pair.num_speculative_tokens,
+        eos_token_id=[],
+    )
     assert out.sequences.tolist() == _greedy(pair.target, ids).tolist()
     assert out.stats.new_tokens == N_NEW and out.stats.target_calls < N_NEW + 1  # it drafted, and some were taken
     greedy = sd.greedy_decode(pair.target, ids, max_new_tokens=N_NEW, eos_token_id=[])
@@ -149,8 +163,10 @@ def test_environment_alone_points_at_the_cache(hub_cache_dir):
     """A fresh process with only the environment variables set (as a student's shell would have) loads a preset."""
     home = hub_cache_dir.parent
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(home), "HF_HUB_CACHE": str(hub_cache_dir)}
-    code = ("import specdec_helpers as sd; p = sd.load_pair('pythia-1.4b/160m', device='cpu', progress=False); "
-            "o = sd.speculative_decode(p.target, p.draft, p.encode('Hello'), max_new_tokens=8); print('ok', o.stats.new_tokens)")
+    code = (
+        "import specdec_helpers as sd; p = sd.load_pair('pythia-1.4b/160m', device='cpu', progress=False); "
+        "o = sd.speculative_decode(p.target, p.draft, p.encode('Hello'), max_new_tokens=8); print('ok', o.stats.new_tokens)"
+    )
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "ok 8" in done.stdout, done.stderr[-2000:]
 
@@ -165,8 +181,26 @@ def test_selfcheck_at_a_hub_preset(offline_hub, tmp_path):
 
     for dtype in ("fp32", "bf16"):
         out = tmp_path / f"{dtype}.json"
-        code = main(["selfcheck", "--preset", "pythia-1.4b/160m", "--device", "cpu", "--dtype", dtype, "--no-progress",
-                     "--skip", "sampling,notebooks,grader", "--prompts", "1", "--repeats", "1", "--json", str(out)])
+        code = main(
+            [
+                "selfcheck",
+                "--preset",
+                "pythia-1.4b/160m",
+                "--device",
+                "cpu",
+                "--dtype",
+                dtype,
+                "--no-progress",
+                "--skip",
+                "sampling,notebooks,grader",
+                "--prompts",
+                "1",
+                "--repeats",
+                "1",
+                "--json",
+                str(out),
+            ]
+        )
         result = json.loads(out.read_text())
         assert code == 0 and result["passed"], [r for r in result["rows"] if r["status"] == "FAIL"]
         assert {r["section"] for r in result["rows"]} == {"greedy", "tree", "ours vs HF"}
@@ -195,8 +229,9 @@ def test_auto_times_the_drafts_of_its_target_and_picks_the_best_bound(offline_hu
     assert pair.reason.startswith("auto: (test)") and "chose " + choice.name in pair.reason
     assert all(name in pair.reason for name in choice.table)
     ids = pair.encode("The quick brown fox")
-    out = sd.speculative_decode(pair.target, pair.draft, ids, max_new_tokens=8,
-                                num_speculative_tokens=pair.num_speculative_tokens)
+    out = sd.speculative_decode(
+        pair.target, pair.draft, ids, max_new_tokens=8, num_speculative_tokens=pair.num_speculative_tokens
+    )
     assert torch.equal(out.sequences, _greedy(pair.target, ids, 8))
     # By name, PA3's own pairs come as the table says, untimed.
     named = sd.load_pair("pythia-1.4b/70m", device="cpu", progress=False)

@@ -1,5 +1,6 @@
 """The package's layers: imports flow one way (core <- models <- measure <- present <- assignment <- cli),
 and no module imports itself back through others (no import circles, not even inside functions)."""
+
 import ast
 from pathlib import Path
 
@@ -29,7 +30,9 @@ def imports_of(path: Path, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
         else:
             continue
@@ -49,10 +52,16 @@ def layer_of(name: str) -> int | None:
 def holds_code(path: Path) -> bool:
     """More than a docstring, imports and ``__all__``: an ``__init__`` that runs or defines something."""
     body = ast.parse(path.read_text()).body
-    return any(not (isinstance(node, (ast.Import, ast.ImportFrom))
-                    or isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
-                    or isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["__all__"])
-               for node in body)
+    return any(
+        not (
+            isinstance(node, (ast.Import, ast.ImportFrom))
+            or isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Constant)
+            or isinstance(node, ast.Assign)
+            and [getattr(t, "id", "") for t in node.targets] == ["__all__"]
+        )
+        for node in body
+    )
 
 
 def graph() -> dict[str, set[str]]:
@@ -60,8 +69,10 @@ def graph() -> dict[str, set[str]]:
     submodules is reached through them, so it does not count; one into an ``__init__`` that holds code does
     (``cli/__init__.py``: importing it from the library is an upward import)."""
     mods = modules()
-    return {name: {t for t in imports_of(path, set(mods)) if mods[t].name != "__init__.py" or holds_code(mods[t])}
-            for name, path in mods.items()}
+    return {
+        name: {t for t in imports_of(path, set(mods)) if mods[t].name != "__init__.py" or holds_code(mods[t])}
+        for name, path in mods.items()
+    }
 
 
 def test_every_module_sits_in_a_layer():
@@ -70,8 +81,12 @@ def test_every_module_sits_in_a_layer():
 
 
 def test_imports_flow_one_way():
-    upward = [f"{name} imports {target}" for name, targets in graph().items() for target in targets
-              if layer_of(name) is not None and layer_of(target) is not None and layer_of(target) > layer_of(name)]
+    upward = [
+        f"{name} imports {target}"
+        for name, targets in graph().items()
+        for target in targets
+        if layer_of(name) is not None and layer_of(target) is not None and layer_of(target) > layer_of(name)
+    ]
     assert not upward, "upward imports between layers:\n" + "\n".join(sorted(upward))
 
 
@@ -88,8 +103,12 @@ def test_assignment_subpackages_flow_one_way():
 
     subs = {name.split(".")[2] for name in modules() if name.startswith("specdec_helpers.assignment.")}
     assert subs <= set(ASSIGNMENT), f"assignment/ subpackages outside the order {ASSIGNMENT}: {subs - set(ASSIGNMENT)}"
-    upward = [f"{name} imports {target}" for name, targets in graph().items() for target in targets
-              if sub(name) is not None and sub(target) is not None and sub(target) > sub(name)]
+    upward = [
+        f"{name} imports {target}"
+        for name, targets in graph().items()
+        for target in targets
+        if sub(name) is not None and sub(target) is not None and sub(target) > sub(name)
+    ]
     assert not upward, f"upward imports inside assignment/ ({' <- '.join(ASSIGNMENT)}):\n" + "\n".join(sorted(upward))
 
 
@@ -102,7 +121,7 @@ def test_no_import_circles():
         stack.append(node)
         for nxt in sorted(edges.get(node, ())):
             if nxt in on_stack:
-                cycles.append(stack[stack.index(nxt):] + [nxt])
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in done:
                 visit(nxt, stack, on_stack, done)
         stack.pop()
@@ -159,8 +178,9 @@ MAX_LINES = 400  # a module a newcomer reads in one sitting (issue #28)
 def test_no_module_exceeds_the_line_limit():
     sizes = {name: len(path.read_text().splitlines()) for name, path in modules().items()}
     big = sorted((s, n) for n, s in sizes.items() if s > MAX_LINES)
-    assert not big, (f"modules over {MAX_LINES} lines; split each along a seam (one job a module): "
-                     + ", ".join(f"{n} ({s} lines)" for s, n in reversed(big)))
+    assert not big, f"modules over {MAX_LINES} lines; split each along a seam (one job a module): " + ", ".join(
+        f"{n} ({s} lines)" for s, n in reversed(big)
+    )
 
 
 def test_the_readme_states_the_line_limit_this_test_keeps():
@@ -169,8 +189,14 @@ def test_the_readme_states_the_line_limit_this_test_keeps():
 
 
 #: What speed is made of: the backend choice and the forwards it chooses between (`core/backends.py`).
-BACKENDS = {"specdec_helpers.core.backends", "specdec_helpers.core.graphs", "specdec_helpers.core.lean",
-            "specdec_helpers.core.compiled", "specdec_helpers.core.cpu_kernels", "specdec_helpers.core.capture_rehearsal"}
+BACKENDS = {
+    "specdec_helpers.core.backends",
+    "specdec_helpers.core.graphs",
+    "specdec_helpers.core.lean",
+    "specdec_helpers.core.compiled",
+    "specdec_helpers.core.cpu_kernels",
+    "specdec_helpers.core.capture_rehearsal",
+}
 
 
 def edition_modules() -> dict[str, Path]:

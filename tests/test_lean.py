@@ -1,6 +1,7 @@
 """The lean Llama forward (`core/lean.py`): bitwise the model's own logits and last hidden states, over a static
 cache that rolls back by moving a position; chosen by the decode loop for a Llama on the CPU, refused where it
 would differ."""
+
 from __future__ import annotations
 
 import copy
@@ -24,8 +25,16 @@ def ids(length, seed=3, vocab=64):
 def mha_llama():
     """Every head its own keys (no grouped-query attention): the attention's other branch."""
     torch.manual_seed(1)
-    cfg = LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
-                      intermediate_size=64, vocab_size=64, max_position_embeddings=256, initializer_range=0.5)
+    cfg = LlamaConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=64,
+        vocab_size=64,
+        max_position_embeddings=256,
+        initializer_range=0.5,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -47,9 +56,10 @@ def test_logits_and_hidden_states_are_bitwise_the_models_through_passes_and_roll
     # A 1-token prefill, then passes of every size a verify makes, each partly rejected and rolled back.
     position = 0
     for n, keep in [(1, 1), (7, 5), (1, 1), (3, 0), (12, 4), (2, 2), (16, 9)]:
-        chunk = text[:, position:position + n]
-        expected = model(input_ids=chunk, **cache_kwargs(model, theirs), use_cache=True, logits_to_keep=n,
-                         output_hidden_states=True)
+        chunk = text[:, position : position + n]
+        expected = model(
+            input_ids=chunk, **cache_kwargs(model, theirs), use_cache=True, logits_to_keep=n, output_hidden_states=True
+        )
         got = forward(input_ids=chunk, cache=ours, use_cache=True, logits_to_keep=n, output_hidden_states=True)
         assert torch.equal(got.logits, expected.logits), (name, n)
         assert torch.equal(got.hidden_states[-1], expected.hidden_states[-1]), (name, n)

@@ -1,5 +1,6 @@
 """nbgrader compatibility: its ``generate_assignment`` (``enforce_metadata`` on, as by default) accepts
 notebooks that follow the kit's contract and writes the same student cells as ``release``."""
+
 from __future__ import annotations
 
 import shutil
@@ -36,9 +37,22 @@ def test_generate_assignment_matches_release(tmp_path):
     nbformat.write(nb, str(tmp_path / "03_whole.ipynb"))
     paths.append(tmp_path / "03_whole.ipynb")
     shutil.copy(paths[-1], source / paths[-1].name)
-    done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", "ps1", "--no-db", "--force",
-                           f"--CourseDirectory.root={tmp_path / 'course'}"], capture_output=True, text=True,
-                          cwd=tmp_path / "course", timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nbgrader",
+            "generate_assignment",
+            "ps1",
+            "--no-db",
+            "--force",
+            f"--CourseDirectory.root={tmp_path / 'course'}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path / "course",
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for path in paths:
         ours = release.strip_notebook(nbformat.read(str(path), as_version=4), path.name)

@@ -1,4 +1,5 @@
 """The notebooks' shared parts: every Colab badge and set-up cell points at one repository."""
+
 from __future__ import annotations
 
 import shutil
@@ -28,7 +29,10 @@ def test_check_names_each_wrong_link_and_fix_repairs_only_those(tmp_path):
     problems = notebook_sync.check(tmp_path, URL)
     assert len(problems) == 3, problems
     assert "badge opens https://colab.research.google.com/github/someone/else/" in problems[0]
-    assert "installs git+https://github.com/someone/else@main, expected git+https://github.com/course/specdec-students@main" in problems[1]
+    assert (
+        "installs git+https://github.com/someone/else@main, expected git+https://github.com/course/specdec-students@main"
+        in problems[1]
+    )
     assert "nb.setup()" in problems[2]
     before = nbformat.read(str(path), as_version=4)
     assert notebook_sync.fix(tmp_path, URL) == [path]
@@ -61,12 +65,16 @@ def test_outputs_nbval_never_compares_are_named_and_cleared(tmp_path):
 
     path = tmp_path / "01_x.ipynb"
     nb = contract_notebook(path.name, "x")
-    stale = new_code_cell("print('plot')", outputs=[new_output("stream", name="stdout", text="plot\n")], id="stale-cell")
+    stale = new_code_cell(
+        "print('plot')", outputs=[new_output("stream", name="stdout", text="plot\n")], id="stale-cell"
+    )
     kept = new_code_cell("# NBVAL_CHECK_OUTPUT\nprint(2)", outputs=[new_output("stream", name="stdout", text="2\n")])
     nb.cells += [stale, kept]
     nbformat.write(nb, str(path))
     problems = notebook_sync.check(path)
-    assert len(problems) == 1 and "1 cell(s) keep saved outputs" in problems[0] and "stale-cell" in problems[0], problems
+    assert len(problems) == 1 and "1 cell(s) keep saved outputs" in problems[0] and "stale-cell" in problems[0], (
+        problems
+    )
     assert notebook_sync.fix(path) == [path]
     after = nbformat.read(str(path), as_version=4)
     assert after.cells[-2].outputs == [] and after.cells[-1].outputs[0]["text"] == "2\n"

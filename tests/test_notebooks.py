@@ -1,5 +1,6 @@
 """Static checks of the course notebooks (fast; running them is nbval's job:
 ``pytest --nbval-lax --nbval-current-env notebooks/``, settings in notebooks/conftest.py)."""
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,16 @@ import pytest
 from specdec_helpers.present import notebook_help as nbh
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-NAMES = ["01_model_init.ipynb", "02_draft_generation.ipynb", "03_vectorized_verification.ipynb",
-         "04_kv_cached_verification.ipynb", "05_benchmarking.ipynb", "06_speculative_sampling.ipynb",
-         "07_tree_speculation.ipynb", "08_serving_batches_and_trees.ipynb"]
+NAMES = [
+    "01_model_init.ipynb",
+    "02_draft_generation.ipynb",
+    "03_vectorized_verification.ipynb",
+    "04_kv_cached_verification.ipynb",
+    "05_benchmarking.ipynb",
+    "06_speculative_sampling.ipynb",
+    "07_tree_speculation.ipynb",
+    "08_serving_batches_and_trees.ipynb",
+]
 
 
 def read(name):
@@ -34,7 +42,12 @@ def test_conventions(name):
     params = [c for c in code if "parameters" in c.metadata.get("tags", [])]
     assert len(params) == 1 and 'PRESET = os.environ.get("SPECDEC_PRESET", "auto")' in params[0].source
     for cell in code:
-        if "load_pair(PRESET)" in cell.source or "perf_counter" in cell.source or "timed(" in cell.source or "token_explorer(" in cell.source:
+        if (
+            "load_pair(PRESET)" in cell.source
+            or "perf_counter" in cell.source
+            or "timed(" in cell.source
+            or "token_explorer(" in cell.source
+        ):
             assert cell.source.startswith("# NBVAL_IGNORE_OUTPUT"), cell.source[:80]
 
 
@@ -45,8 +58,9 @@ def test_every_exercise_is_followed_by_a_check(name):
     assert exercises, "each notebook has exercises"
     for i in exercises:
         following = cells[i + 1]
-        assert following.cell_type == "code" and ("nb.check(" in following.source or "check_part(" in following.source), \
-            cells[i].source[:80]
+        assert following.cell_type == "code" and (
+            "nb.check(" in following.source or "check_part(" in following.source
+        ), cells[i].source[:80]
         assert following.metadata["nbgrader"]["locked"], cells[i].source[:80]
 
 

@@ -1,5 +1,6 @@
 """Notebooks 05 and 06 (issue 28): the kit only through sd./nb., every exercise labelled practice (neither
 has a graded part), and 05 measures the student's own decoder, never the kit's greedy loop."""
+
 import re
 from pathlib import Path
 
@@ -7,8 +8,11 @@ import nbformat
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-ALLOWED = {"import specdec_helpers", "import specdec_helpers as sd",
-           "from specdec_helpers.assignment.student import notebook as nb"}
+ALLOWED = {
+    "import specdec_helpers",
+    "import specdec_helpers as sd",
+    "from specdec_helpers.assignment.student import notebook as nb",
+}
 
 
 @pytest.mark.parametrize("name", ["05_benchmarking", "06_speculative_sampling"])
@@ -18,7 +22,9 @@ def test_imports_through_sd_and_nb_and_every_exercise_is_labelled(name):
         if cell.cell_type == "markdown":
             assert "**Exercise" not in cell.source, f"{name} {cell.id}: say 'Practice exercise' or 'Graded exercise'"
             continue
-        imports = {line.strip() for line in cell.source.splitlines() if re.match(r"\s*(from|import) specdec_helpers", line)}
+        imports = {
+            line.strip() for line in cell.source.splitlines() if re.match(r"\s*(from|import) specdec_helpers", line)
+        }
         assert imports <= ALLOWED, f"{name} {cell.id}: {sorted(imports - ALLOWED)}"
         if cell.metadata.get("nbgrader", {}).get("solution"):
             assert cell.source.startswith("# Practice exercise"), f"{name} {cell.id}: the cell says it is practice"

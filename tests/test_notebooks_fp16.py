@@ -8,6 +8,7 @@ subset: in fp16 on the shared 2-core machine they took 10-28 s each, 135 s one a
 (benchmarks/RESULTS.md). A notebook that cannot run (no nbval, no kernel, a cell that fails or is skipped)
 fails the test: nothing here skips.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,14 @@ def test_every_notebook_passes_nbval_in_fp16_on_the_cpu(tmp_path):
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTEST_", "SPECDEC_DTYPE"))}
     env.update(SPECDEC_DTYPE="fp16", SPECDEC_PRESET="toy", SPECDEC_QUICK="1", SPECDEC_THREADS="1")
     junit = tmp_path / "fp16.xml"
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
-                             *map(str, NOTEBOOKS)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *map(str, NOTEBOOKS)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     tail = (result.stdout + result.stderr)[-6000:]
     assert result.returncode == 0, f"a notebook under nbval in fp16 failed:\n{tail}"
     # every code cell of every notebook ran and passed: none skipped, deselected or missing

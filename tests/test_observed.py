@@ -1,5 +1,6 @@
 """The harness on a decoder object (PA3's interface, as students write it): rounds observed from the outside,
 the sweep, tables and token explorer on it, and near-tie-aware greedy checks (no timings asserted)."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -37,7 +38,7 @@ class PA3Decoder:
         ids = input_ids
         for _ in range(num_speculative_tokens):
             ids = torch.cat([ids, self.draft_model(ids).logits[:, -1:].argmax(-1)], dim=1)
-        return ids[:, input_ids.shape[1]:]
+        return ids[:, input_ids.shape[1] :]
 
     @torch.inference_mode()
     def verify_tokens_vectorized(self, input_ids, draft_tokens, attention_mask=None):
@@ -60,8 +61,11 @@ class PA3Decoder:
         while input_ids.shape[1] - start < max_tokens:
             room = max_tokens - (input_ids.shape[1] - start) - 1
             k = min(num_speculative_tokens, room)
-            draft = input_ids.new_empty(1, 0) if (k == 0 and self.skip_last_draft) else \
-                self.generate_draft_tokens(input_ids, None, k)
+            draft = (
+                input_ids.new_empty(1, 0)
+                if (k == 0 and self.skip_last_draft)
+                else self.generate_draft_tokens(input_ids, None, k)
+            )
             tokens, _ = verify(input_ids, draft)
             input_ids = torch.cat([input_ids, torch.tensor([tokens], dtype=input_ids.dtype)], dim=1)
         self.stats = {"proposed": 10**6, "accepted": 10**6} if self.lie else {}
@@ -71,8 +75,14 @@ class PA3Decoder:
 @pytest.fixture(scope="module")
 def pair():
     target = tiny_model("gpt_neox")
-    return SimpleNamespace(target=target, draft=perturbed_copy(target, scale=0.1), preset="tiny",
-                           device=torch.device("cpu"), dtype=torch.float32, num_speculative_tokens=3)
+    return SimpleNamespace(
+        target=target,
+        draft=perturbed_copy(target, scale=0.1),
+        preset="tiny",
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+        num_speculative_tokens=3,
+    )
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
@@ -81,7 +91,7 @@ def test_observed_rounds_add_up_to_the_output(pair, use_cache, skip_last_draft):
     decoder = PA3Decoder(pair.target, pair.draft, skip_last_draft=skip_last_draft, lie=True)
     out = observed_decode(decoder, PROMPT, 12, 3, use_cache)
     assert torch.equal(out.sequences, hf_greedy(pair.target, PROMPT, 12))
-    new = out.sequences[0, PROMPT.shape[1]:].tolist()
+    new = out.sequences[0, PROMPT.shape[1] :].tolist()
     assert sum((s.emitted for s in out.steps), []) == new  # every new token comes from one observed round
     assert out.stats.new_tokens == 12 and out.stats.target_calls == len(out.steps)
     assert out.stats.proposed == sum(len(s.draft) for s in out.steps) < 10**6  # not the decoder's own (lying) counters
@@ -100,16 +110,29 @@ def test_observed_decode_rejects_what_is_not_a_decoder(pair):
 
 
 def test_benchmark_times_the_decoder_and_checks_its_output(pair):
-    good = benchmark = bench.benchmark(pair.target, pair.draft, PROMPT, num_speculative_tokens=3, max_new_tokens=8,
-                                       repeats=1, methods=("hf_greedy", "spec_cached", "spec_vectorized",
-                                                           "spec_compiled"),
-                                       decoder=PA3Decoder(pair.target, pair.draft))
+    good = benchmark = bench.benchmark(
+        pair.target,
+        pair.draft,
+        PROMPT,
+        num_speculative_tokens=3,
+        max_new_tokens=8,
+        repeats=1,
+        methods=("hf_greedy", "spec_cached", "spec_vectorized", "spec_compiled"),
+        decoder=PA3Decoder(pair.target, pair.draft),
+    )
     assert benchmark["methods"]["spec_cached"]["identical"] and benchmark["methods"]["spec_cached"]["matches_greedy"]
     assert "kit's" in benchmark["methods"]["spec_compiled"]["skipped"]
     assert good["acceptance_rate"] == good["methods"]["spec_cached"]["stats"]["acceptance_rate"]
-    wrong = bench.benchmark(pair.target, pair.draft, PROMPT, num_speculative_tokens=3, max_new_tokens=8, repeats=1,
-                            methods=("hf_greedy", "spec_cached"), decoder=PA3Decoder(pair.target, pair.draft,
-                                                                                      drop_last=True))
+    wrong = bench.benchmark(
+        pair.target,
+        pair.draft,
+        PROMPT,
+        num_speculative_tokens=3,
+        max_new_tokens=8,
+        repeats=1,
+        methods=("hf_greedy", "spec_cached"),
+        decoder=PA3Decoder(pair.target, pair.draft, drop_last=True),
+    )
     m = wrong["methods"]["spec_cached"]
     assert not m["identical"] and not m["matches_greedy"] and "greedy decoding gives" in m["greedy_note"]
     assert not benchmarking.all_match_greedy(wrong) and benchmarking.all_match_greedy(good)
@@ -126,21 +149,31 @@ def test_a_near_tie_is_not_a_mismatch(pair, monkeypatch):
     def fake(target, prompt, new_tokens, want=None, **kwargs):
         calls.append(list(new_tokens.tolist()))
         return True, "new token 5: a near-tie"
+
     monkeypatch.setattr(bench.checks, "greedy_divergence", fake)
     assert bench._greedy_check(pair.target, PROMPT, reference, reference) == (True, True, "")
     assert bench._greedy_check(pair.target, PROMPT, reference, other) == (False, True, "new token 5: a near-tie")
-    assert calls == [other[0, PROMPT.shape[1]:].tolist()]
+    assert calls == [other[0, PROMPT.shape[1] :].tolist()]
     assert bench._greedy_check(pair.target, PROMPT, reference, other[:, 2:])[1] is False  # prompt not kept
 
 
 def test_sweep_on_a_decoder_fills_tables_and_says_whose(pair, tmp_path):
-    results = benchmarking.sweep(pair, PA3Decoder(pair.target, pair.draft), [("p", PROMPT)], ks=(1, 2),
-                                 max_new_tokens=6, repeats=1, methods=("hf_greedy", "greedy", "spec_cached"),
-                                 cost_repeats=1)
+    results = benchmarking.sweep(
+        pair,
+        PA3Decoder(pair.target, pair.draft),
+        [("p", PROMPT)],
+        ks=(1, 2),
+        max_new_tokens=6,
+        repeats=1,
+        methods=("hf_greedy", "greedy", "spec_cached"),
+        cost_repeats=1,
+    )
     assert results["config"]["decoder"] == "PA3Decoder (notebooks 01-04)"
     columns, rows, _ = tables.sweep_table(results)
     assert columns[-1] == "matches greedy" and [r[-1] for r in rows] == [True, True]
-    assert all(r["stats"]["by_position"]["proposed"] for r in (run["methods"]["spec_cached"] for run in results["runs"]))
+    assert all(
+        r["stats"]["by_position"]["proposed"] for r in (run["methods"]["spec_cached"] for run in results["runs"])
+    )
     paths = benchmarking.export(results, tmp_path, "notebook05_tiny")
     assert paths["json"].is_file() and paths["figures"] and paths["tables"]
 
@@ -150,8 +183,9 @@ def test_token_explorer_runs_the_decoder(pair):
     from specdec_helpers.present.widgets import TokenExplorer
 
     tok = SimpleNamespace(decode=lambda ids, **kw: "".join(f"<{i}>" for i in ids))
-    shown = SimpleNamespace(target=pair.target, draft=pair.draft, tokenizer=tok, encode=lambda text: PROMPT,
-                            num_speculative_tokens=3)
+    shown = SimpleNamespace(
+        target=pair.target, draft=pair.draft, tokenizer=tok, encode=lambda text: PROMPT, num_speculative_tokens=3
+    )
     explorer = TokenExplorer(shown, ["x"], max_new_tokens=6, decoder=PA3Decoder(pair.target, pair.draft))
     assert explorer.temperature.value == 0 and explorer.drafter.value == "draft model"  # the decoder's settings
     html = explorer.run()
@@ -162,13 +196,22 @@ def test_token_explorer_runs_the_decoder(pair):
 def test_an_unfinished_part_stops_the_benchmark_with_its_message(pair):
     """A decoder whose part is missing (the student edition's placeholder raises NotImplementedError naming
     its notebook) is not silently dropped from the sweep: the message reaches the reader."""
+
     class Unfinished(PA3Decoder):
         def verify_tokens_cached(self, *args, **kwargs):
             raise NotImplementedError("finish notebook 04's `verify_tokens_cached` first")
 
     with pytest.raises(NotImplementedError, match="notebook 04's `verify_tokens_cached`"):
-        bench.benchmark(pair.target, pair.draft, PROMPT, num_speculative_tokens=2, max_new_tokens=4, repeats=1,
-                        methods=("hf_greedy", "spec_cached"), decoder=Unfinished(pair.target, pair.draft))
+        bench.benchmark(
+            pair.target,
+            pair.draft,
+            PROMPT,
+            num_speculative_tokens=2,
+            max_new_tokens=4,
+            repeats=1,
+            methods=("hf_greedy", "spec_cached"),
+            decoder=Unfinished(pair.target, pair.draft),
+        )
 
 
 def test_a_student_edition_placeholder_names_its_notebook(pair):
@@ -180,8 +223,16 @@ def test_a_student_edition_placeholder_names_its_notebook(pair):
         generate_ids = missing_part("generate_ids")
 
     with pytest.raises(PartMissing, match="finish notebook 04's `generate_ids` first"):
-        bench.benchmark(pair.target, pair.draft, PROMPT, num_speculative_tokens=2, max_new_tokens=4, repeats=1,
-                        methods=("hf_greedy", "spec_cached"), decoder=Half(pair.target, pair.draft))
+        bench.benchmark(
+            pair.target,
+            pair.draft,
+            PROMPT,
+            num_speculative_tokens=2,
+            max_new_tokens=4,
+            repeats=1,
+            methods=("hf_greedy", "spec_cached"),
+            decoder=Half(pair.target, pair.draft),
+        )
 
 
 def test_compare_tree_chain_runs_the_chains_on_the_decoder(pair):
@@ -190,15 +241,33 @@ def test_compare_tree_chain_runs_the_chains_on_the_decoder(pair):
     from specdec_helpers.measure.tree_vs_chain import compare_tree_chain
 
     kit = compare_tree_chain(pair.target, pair.draft, [PROMPT], tree=(2, 1), max_new_tokens=10, show=False)
-    mine = compare_tree_chain(pair.target, pair.draft, [PROMPT], tree=(2, 1), max_new_tokens=10, show=False,
-                              decoder=PA3Decoder(pair.target, pair.draft))
-    assert [r["method"] for r in mine] == [r["method"] for r in kit] == ["greedy", "chain k=2", "chain k=3",
-                                                                          "tree [2, 1]"]
+    mine = compare_tree_chain(
+        pair.target,
+        pair.draft,
+        [PROMPT],
+        tree=(2, 1),
+        max_new_tokens=10,
+        show=False,
+        decoder=PA3Decoder(pair.target, pair.draft),
+    )
+    assert (
+        [r["method"] for r in mine] == [r["method"] for r in kit] == ["greedy", "chain k=2", "chain k=3", "tree [2, 1]"]
+    )
     for a, b in zip(kit, mine):
-        assert b["same"] and (a["tokens_per_target_call"], a["nodes_per_target_call"], a["draft_calls"]) == \
-            (b["tokens_per_target_call"], b["nodes_per_target_call"], b["draft_calls"]), (a, b)
-    wrong = compare_tree_chain(pair.target, pair.draft, [PROMPT], tree=(2, 1), max_new_tokens=10, show=False,
-                               decoder=PA3Decoder(pair.target, pair.draft, drop_last=True))
+        assert b["same"] and (a["tokens_per_target_call"], a["nodes_per_target_call"], a["draft_calls"]) == (
+            b["tokens_per_target_call"],
+            b["nodes_per_target_call"],
+            b["draft_calls"],
+        ), (a, b)
+    wrong = compare_tree_chain(
+        pair.target,
+        pair.draft,
+        [PROMPT],
+        tree=(2, 1),
+        max_new_tokens=10,
+        show=False,
+        decoder=PA3Decoder(pair.target, pair.draft, drop_last=True),
+    )
     assert [r["same"] for r in wrong] == [True, False, False, True]
     with pytest.raises(TypeError, match="SpeculativeDecoder instance"):
         compare_tree_chain(pair.target, pair.draft, [PROMPT], tree=(2, 1), decoder=pair.target)
@@ -212,8 +281,10 @@ def test_the_notebooks_trace_is_observed_decode_and_your_drafter_follows_the_pro
     decoder = PA3Decoder(pair.target, pair.draft)
     traced, observed = nb.traced(decoder, PROMPT, 12, 3), observed_decode(decoder, PROMPT, 12, 3)
     assert torch.equal(traced.sequences, observed.sequences) and traced.steps == observed.steps
-    assert traced.stats.as_dict() | {"wall_time_s": 0, "tokens_per_s": 0} == \
-        observed.stats.as_dict() | {"wall_time_s": 0, "tokens_per_s": 0}
+    assert traced.stats.as_dict() | {"wall_time_s": 0, "tokens_per_s": 0} == observed.stats.as_dict() | {
+        "wall_time_s": 0,
+        "tokens_per_s": 0,
+    }
     drafter = nb.YourDrafter(decoder)
     decoder.draft_cache = "stale"
     out = speculative_decode(pair.target, drafter, PROMPT, max_new_tokens=12, num_speculative_tokens=3)
@@ -243,7 +314,9 @@ def test_sampling_on_a_decoders_scoring_pass_is_the_kits_sampling(pair):
     kw = dict(max_new_tokens=12, num_speculative_tokens=3, temperature=1.0, use_cache=False)
     score = decoder_scoring(RowsDecoder(pair.target, pair.draft))
     kit = sd.speculative_decode(pair.target, pair.draft, ids, generator=torch.Generator().manual_seed(0), **kw)
-    ours = sd.speculative_decode(pair.target, pair.draft, ids, generator=torch.Generator().manual_seed(0), score=score, **kw)
+    ours = sd.speculative_decode(
+        pair.target, pair.draft, ids, generator=torch.Generator().manual_seed(0), score=score, **kw
+    )
     assert torch.equal(kit.sequences, ours.sequences) and kit.stats.accepted == ours.stats.accepted
     with pytest.raises(ValueError, match=r"k \+ 1 = 4 rows of logits.*0 calls"):
         decoder_scoring(PA3Decoder(pair.target, pair.draft))(pair.target, ids, torch.tensor([1, 2, 3]))

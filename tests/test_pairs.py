@@ -1,4 +1,5 @@
 """Pairs: preset registry, friendly load errors, tokenizer compatibility, offline presets, the demo."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -273,6 +274,7 @@ def test_int8_copy_quantizes_a_copy_and_still_decodes():
 
 # --------------------------------------------------------------------------- smollm2 (real weights, offline)
 
+
 @pytest.fixture(scope="session")
 def smollm2_weights():
     """Skips where the weights are missing, and fails instead in CI (tests/smollm2_required.py)."""
@@ -308,8 +310,9 @@ def test_smollm2_speculative_equals_greedy_generate(smollm2_pair, draft):
     drafter = pair.draft if draft == "int8" else pair.with_draft(draft).draft
     assert uses_onednn(pair.target)
     ids = pair.encode("Write the lyrics to the song 'Happy Birthday'.")
-    out = speculative_decode(pair.target, drafter, ids, max_new_tokens=24,
-                             num_speculative_tokens=pair.num_speculative_tokens)
+    out = speculative_decode(
+        pair.target, drafter, ids, max_new_tokens=24, num_speculative_tokens=pair.num_speculative_tokens
+    )
     with torch.no_grad():
         expected = pair.target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=24)
     assert torch.equal(out.sequences, expected)
@@ -327,8 +330,15 @@ def test_smollm2_distilled_draft_is_lossless(smollm2_pair, tmp_path, monkeypatch
     monkeypatch.setattr(distill, "distilled_dir", lambda name: folder)
     # What the first use does, with a 4-prompt recipe (the real one takes minutes); later uses load it.
     small = distill.DistillRecipe(max_new_tokens=8, generate_batch=4, epochs=1)
-    distill.distill_draft(pair.target, pair.tokenizer, name="test", recipe=small, prompts=training_text.DISTILL_PROMPTS[:4],
-                          progress=False, folder=folder)
+    distill.distill_draft(
+        pair.target,
+        pair.tokenizer,
+        name="test",
+        recipe=small,
+        prompts=training_text.DISTILL_PROMPTS[:4],
+        progress=False,
+        folder=folder,
+    )
     drafted = pair.with_draft("distilled").draft
     assert isinstance(drafted.lm_head, training.VocabSubsetHead) and uses_onednn(drafted)
     assert drafted.model.embed_tokens is pair.target.model.embed_tokens and len(drafted.model.layers) == 2
@@ -402,7 +412,9 @@ def test_demo_runs_end_to_end_on_toy(capsys):
 
 def test_model_pair_encode_plain_and_chat():
     tok = word_tokenizer(WORDS)
-    tok.chat_template = "{% for m in messages %}<eos> {{ m['content'] }}{% endfor %}{% if add_generation_prompt %} a{% endif %}"
+    tok.chat_template = (
+        "{% for m in messages %}<eos> {{ m['content'] }}{% endfor %}{% if add_generation_prompt %} a{% endif %}"
+    )
     pair = ModelPair(tiny_model("llama"), None, tok, torch.device("cpu"), torch.float32)
     assert pair.encode("the cat").tolist() == [[2, 3]]
     assert pair.encode("the cat", chat=True).tolist() == [[1, 2, 3, 7]]
@@ -415,10 +427,15 @@ def test_hybrid_puts_ngram_lookup_before_the_presets_draft_model():
     pair = load_pair("toy", progress=False)
     hybrid = load_pair("toy", draft="hybrid", progress=False).draft
     assert isinstance(hybrid, HybridDrafter) and uses_onednn(hybrid.model)
-    assert type(hybrid.model) is type(pair.draft) and hybrid.model.config.num_hidden_layers == pair.draft.config.num_hidden_layers
+    assert (
+        type(hybrid.model) is type(pair.draft)
+        and hybrid.model.config.num_hidden_layers == pair.draft.config.num_hidden_layers
+    )
     assert pair.with_draft("hybrid").draft.model is pair.draft
-    ids = pair.encode("The \"if\" statement is used for")
-    out = speculative_decode(pair.target, pair.with_draft("hybrid").draft, ids, max_new_tokens=30, num_speculative_tokens=4)
+    ids = pair.encode('The "if" statement is used for')
+    out = speculative_decode(
+        pair.target, pair.with_draft("hybrid").draft, ids, max_new_tokens=30, num_speculative_tokens=4
+    )
     with torch.no_grad():
         expected = pair.target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=30)
     assert torch.equal(out.sequences, expected)

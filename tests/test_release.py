@@ -1,5 +1,6 @@
 """release --repo-url: the student repository (its README, badges, install cells, no solutions) and
 the refusals that keep it from overwriting or pointing at the instructor's repository."""
+
 from __future__ import annotations
 
 import os
@@ -32,13 +33,18 @@ def test_student_repository_has_its_readme_badges_and_no_solutions(tmp_path, cap
     assert "python -m specdec_helpers handin" in readme and "REPORT_TEMPLATE.md" in readme
     rows = [line for line in readme.splitlines() if line.startswith("| `notebooks/")]
     assert [row.split("`")[1] for row in rows] == ["notebooks/01_multiply.ipynb", "notebooks/02_times.ipynb"]
-    assert "01 · Multiply" in rows[0] and "colab.research.google.com/github/course/specdec-students/blob/main" in rows[0]
+    assert (
+        "01 · Multiply" in rows[0] and "colab.research.google.com/github/course/specdec-students/blob/main" in rows[0]
+    )
     assert notebook_sync.check(out / "notebooks", URL) == []
     assert notebook_sync.check(out / "notebooks") != []  # no longer the instructor's placeholder
     text = "\n".join(p.read_text() for p in out.rglob("*") if p.is_file())
     assert not [s for s in SECRETS if s in text]
     nb = nbformat.read(str(out / "notebooks/01_multiply.ipynb"), as_version=4)
-    assert nb.cells[2].source == 'def multiply(a, b):\n    """Multiply."""\n    # YOUR CODE HERE\n    raise NotImplementedError()'
+    assert (
+        nb.cells[2].source
+        == 'def multiply(a, b):\n    """Multiply."""\n    # YOUR CODE HERE\n    raise NotImplementedError()'
+    )
     assert nb.cells[3].source == "assert multiply(2, 3) == 6"
     assert nb.cells[4].source == "Why does it work?\n\nYOUR ANSWER HERE"
     assert nb.cells[2].metadata["nbgrader"]["grade_id"] == "multiply"  # the grader finds answers by grade_id
@@ -55,33 +61,40 @@ def test_answer_cell_without_markers_becomes_the_stub(tmp_path):
     assert stub == "# YOUR CODE HERE\nraise NotImplementedError()"  # nbgrader does the same
 
 
-@pytest.mark.parametrize("case, fragment", [
-    ("out is root", "inside the instructor repository"),
-    ("out inside root", "inside the instructor repository"),
-    ("out contains root", "contains the instructor repository"),
-    ("out is a file", "is a file"),
-    ("root is no kit", "is not the course kit"),
-    ("no url", "needs --repo-url"),
-    ("not github", "not a GitHub repository URL"),
-    ("instructor remote", "Colab would install the solutions"),
-    ("instructor url given", "Colab would install the solutions"),
-    ("config missing", "No such file"),
-])
+@pytest.mark.parametrize(
+    "case, fragment",
+    [
+        ("out is root", "inside the instructor repository"),
+        ("out inside root", "inside the instructor repository"),
+        ("out contains root", "contains the instructor repository"),
+        ("out is a file", "is a file"),
+        ("root is no kit", "is not the course kit"),
+        ("no url", "needs --repo-url"),
+        ("not github", "not a GitHub repository URL"),
+        ("instructor remote", "Colab would install the solutions"),
+        ("instructor url given", "Colab would install the solutions"),
+        ("config missing", "No such file"),
+    ],
+)
 def test_refusals_are_one_line_exit_2_and_touch_nothing(tmp_path, capsys, case, fragment):
     src = instructor_kit(tmp_path / "repo" / "src")
     subprocess.run(["git", "init", "-q", str(src)], check=True)
-    subprocess.run(["git", "-C", str(src), "remote", "add", "origin", "git@github.com:Course/Specdec-Instructor.git"], check=True)
+    subprocess.run(
+        ["git", "-C", str(src), "remote", "add", "origin", "git@github.com:Course/Specdec-Instructor.git"], check=True
+    )
     (tmp_path / "file.txt").write_text("keep me")
-    args = {"out is root": ["--out", src, "--force"],
-            "out inside root": ["--out", src / "notebooks", "--force"],
-            "out contains root": ["--out", tmp_path / "repo", "--force"],
-            "out is a file": ["--out", tmp_path / "file.txt"],
-            "root is no kit": ["--out", tmp_path / "o", "--root", tmp_path / "repo"],
-            "no url": ["--out", tmp_path / "o"],
-            "not github": ["--out", tmp_path / "o", "--repo-url", "https://gitlab.com/course/students"],
-            "instructor remote": ["--out", tmp_path / "o", "--repo-url", "https://github.com/course/specdec-instructor"],
-            "instructor url given": ["--out", tmp_path / "o", "--repo-url", URL, "--instructor-url", URL + ".git"],
-            "config missing": ["--config", tmp_path / "nope.toml"]}[case]
+    args = {
+        "out is root": ["--out", src, "--force"],
+        "out inside root": ["--out", src / "notebooks", "--force"],
+        "out contains root": ["--out", tmp_path / "repo", "--force"],
+        "out is a file": ["--out", tmp_path / "file.txt"],
+        "root is no kit": ["--out", tmp_path / "o", "--root", tmp_path / "repo"],
+        "no url": ["--out", tmp_path / "o"],
+        "not github": ["--out", tmp_path / "o", "--repo-url", "https://gitlab.com/course/students"],
+        "instructor remote": ["--out", tmp_path / "o", "--repo-url", "https://github.com/course/specdec-instructor"],
+        "instructor url given": ["--out", tmp_path / "o", "--repo-url", URL, "--instructor-url", URL + ".git"],
+        "config missing": ["--config", tmp_path / "nope.toml"],
+    }[case]
     if "--root" not in args:
         args += ["--root", src]
     if "--repo-url" not in args and case != "no url":
@@ -99,7 +112,9 @@ def test_config_file_and_force_keep_the_student_clone(tmp_path, capsys):
     (out / ".git").mkdir(parents=True)
     (out / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     (out / "old.txt").write_text("from the last release")
-    (tmp_path / "release.toml").write_text(f'[release]\nout = "{out}"\nrepo_url = "{URL}"\nbranch = "spring"\nroot = "{src}"\n')
+    (tmp_path / "release.toml").write_text(
+        f'[release]\nout = "{out}"\nrepo_url = "{URL}"\nbranch = "spring"\nroot = "{src}"\n'
+    )
     rc, err = run_release(capsys, "--config", tmp_path / "release.toml")
     assert rc == 2 and "not empty" in err
     rc, err = run_release(capsys, "--config", tmp_path / "release.toml", "--force")
@@ -129,12 +144,20 @@ def test_the_real_kit_releases_without_any_solution_line(tmp_path):
     assert notebook_sync.check(out / "notebooks", URL) == []
     assert "For instructors" not in (out / "README.md").read_text()
     # Every shipped module imports without the instructor-only ones (they must not import those).
-    code = ("import importlib, pkgutil, specdec_helpers as p\n"
-            "assert p.__file__.startswith(%r), p.__file__\n"
-            "for m in pkgutil.walk_packages(p.__path__, 'specdec_helpers.'):\n"
-            "    importlib.import_module(m.name)\n" % str(out))
-    done = subprocess.run([sys.executable, "-c", code], cwd=out, env={**os.environ, "PYTHONPATH": str(out)},
-                          capture_output=True, text=True, timeout=300)
+    code = (
+        "import importlib, pkgutil, specdec_helpers as p\n"
+        "assert p.__file__.startswith(%r), p.__file__\n"
+        "for m in pkgutil.walk_packages(p.__path__, 'specdec_helpers.'):\n"
+        "    importlib.import_module(m.name)\n" % str(out)
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=out,
+        env={**os.environ, "PYTHONPATH": str(out)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
 

@@ -1,4 +1,5 @@
 """Repository conventions that users rely on."""
+
 from __future__ import annotations
 
 import re

@@ -1,5 +1,6 @@
 """Where the report's template comes from and where notebook 05 exports, in a checkout and outside one
 (a pip-installed kit on Colab), and the report's greedy-check wording."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -56,10 +57,13 @@ def test_export_dir_finds_the_checkout_from_its_notebooks_folder(tmp_path, monke
     assert benchmarking.export_dir() == (tmp_path / "x").resolve()
 
 
-@pytest.mark.parametrize("rows, words", [
-    ([{"identical": True, "matches_greedy": True}], "identical to greedy decoding"),
-    ([{"identical": True}, {"identical": False, "matches_greedy": True}], "up to numerical near-ties"),
-    ([{"identical": False, "matches_greedy": False}], "DIFFERS"),
-])
+@pytest.mark.parametrize(
+    "rows, words",
+    [
+        ([{"identical": True, "matches_greedy": True}], "identical to greedy decoding"),
+        ([{"identical": True}, {"identical": False, "matches_greedy": True}], "up to numerical near-ties"),
+        ([{"identical": False, "matches_greedy": False}], "DIFFERS"),
+    ],
+)
 def test_report_says_how_outputs_compared_with_greedy(rows, words):
     assert words in report._greedy_words(rows)

@@ -1,5 +1,6 @@
 """One rollback (`cache.rollback`): the first n positions, scattered positions (a tree's branch), or positions per
 batch row; every loop calls it, and nothing else in the library crops a cache."""
+
 import re
 from pathlib import Path
 
@@ -86,9 +87,14 @@ def test_nothing_but_rollback_crops_a_cache():
     """The loops (core/), the drafts (models/) and the benchmarks (measure/) roll back through `cache.rollback` only:
     no ``.crop(``, ``crop_cache`` (the graded cells' name for it) or layer gather of their own."""
     own = re.compile(r"\.crop\(|crop_cache\(|keys\.(index_select|gather)\(")
-    found = [f"{path.relative_to(PACKAGE)}:{number}" for layer in ("core", "models", "measure")
-             for path in sorted((PACKAGE / layer).rglob("*.py")) if path.name not in ("cache.py", "graphs.py")
-             for number, line in enumerate(path.read_text().splitlines(), 1) if own.search(line)]
+    found = [
+        f"{path.relative_to(PACKAGE)}:{number}"
+        for layer in ("core", "models", "measure")
+        for path in sorted((PACKAGE / layer).rglob("*.py"))
+        if path.name not in ("cache.py", "graphs.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if own.search(line)
+    ]
     assert not found, found
 
 

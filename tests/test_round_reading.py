@@ -1,6 +1,7 @@
 """One round of the default CPU demo stays readable in one sitting: the README's reading path names what it runs
 (the lean backend), and a trace of the round counts the kit's files and lines it executes, so the round cannot
 quietly spread again (issue #41: it once spanned 11 files and ~490 lines)."""
+
 from __future__ import annotations
 
 import collections
@@ -17,8 +18,14 @@ from specdec_helpers.core import decode
 ROOT = Path(__file__).resolve().parents[1]
 #: Files whose code a reader must follow to explain the round (the rest it touches are one-liners named by what they
 #: do: the schedule's update, the device sync, the sampler's greedy flag, the backend's name, the acceptance switch).
-SUBSTANCE = {"core/decode.py", "core/reference_parts.py", "core/drafters.py", "core/lean.py", "core/cache.py",
-             "core/rounds.py"}
+SUBSTANCE = {
+    "core/decode.py",
+    "core/reference_parts.py",
+    "core/drafters.py",
+    "core/lean.py",
+    "core/cache.py",
+    "core/rounds.py",
+}
 
 
 def traced_round_lines() -> dict[str, set[int]]:
@@ -58,13 +65,14 @@ def test_a_round_on_the_demo_backend_stays_in_few_files_and_lines():
     files = set(lines)
     assert SUBSTANCE <= files, SUBSTANCE - files  # the trace sees the round (the check is not vacuous)
     assert len(files - SUBSTANCE) <= 6 and all(len(lines[f]) <= 6 for f in files - SUBSTANCE), {
-        f: len(lines[f]) for f in files - SUBSTANCE}
+        f: len(lines[f]) for f in files - SUBSTANCE
+    }
     assert sum(len(v) for v in lines.values()) <= 200, {f: len(v) for f, v in lines.items()}
 
 
 def test_the_reading_path_names_the_demo_backend_and_its_files():
     readme = (ROOT / "README.md").read_text()
-    path = readme[readme.index("## Reading path"):readme.index("## Layout")]
+    path = readme[readme.index("## Reading path") : readme.index("## Layout")]
     assert re.search(r"\*\*lean\*\*\s+backend", path) and "core/backends.py" in path
     for rel in SUBSTANCE:
         assert rel.split("/")[1] in path, rel

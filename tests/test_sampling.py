@@ -16,6 +16,7 @@ Each check runs scipy's chi-square goodness of fit (expected counts below 5 merg
 total variation distance by its expectation plus a McDiarmid deviation term (failure chance 1e-3).
 A lossy rule (sampled draft checked against the target's argmax) must FAIL the very same check.
 """
+
 from __future__ import annotations
 
 import math
@@ -51,6 +52,7 @@ def one_thread():
 
 # ----------------------------------------------------------------------------- table "models"
 
+
 class TableLM(torch.nn.Module):
     """A causal LM whose next-token logits are ``table[last token]`` (order 1) or
     ``table[previous token, last token]`` (order 2). Works with the kit's DynamicCache helpers: the
@@ -83,7 +85,7 @@ class TableLM(torch.nn.Module):
         keep = logits_to_keep or ids.numel()
         if past_key_values is not None:
             kv = ids.view(1, 1, -1, 1).float()
-            ids = past_key_values.update(kv, kv, 0)[0].view(-1)[-keep - 1:].long()  # all we need of the text
+            ids = past_key_values.update(kv, kv, 0)[0].view(-1)[-keep - 1 :].long()  # all we need of the text
         if self.order == 1:
             logits = self.table[ids[-keep:]]
         else:
@@ -117,6 +119,7 @@ def make_draft(kind: str, target: TableLM, seed: int = 7):
 
 
 # ----------------------------------------------------------------------------- statistics
+
 
 def fit(counts, probs) -> dict:
     """Chi-square p-value and total variation of observed ``counts`` against ``probs``.
@@ -251,6 +254,7 @@ def test_lossy_rules_fail_the_same_check(rule):
 
 # ----------------------------------------------------------------------------- 2. short runs: first 3 tokens
 
+
 def exact_joint(target: TableLM, prompt: list[int], sampler: Sampler, steps: int) -> np.ndarray:
     """P(first ``steps`` new tokens), by enumerating the target's warped distributions."""
     joint = np.zeros((V,) * steps)
@@ -278,8 +282,17 @@ def test_first_three_tokens_follow_target(draft_kind, k, setting):
     g = torch.Generator().manual_seed(0)
     counts = np.zeros((V,) * 3)
     for _ in range(1000):
-        out = speculative_decode(target, draft, torch.tensor([prompt]), max_new_tokens=3, num_speculative_tokens=k,
-                                 temperature=temperature, top_k=top_k, top_p=top_p, generator=g)
+        out = speculative_decode(
+            target,
+            draft,
+            torch.tensor([prompt]),
+            max_new_tokens=3,
+            num_speculative_tokens=k,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            generator=g,
+        )
         counts[tuple(out.new_tokens.tolist())] += 1
     exact = exact_joint(target, prompt, Sampler(temperature, top_k, top_p), 3)
     assert_fits(fit(counts.ravel(), exact.ravel()), f"{draft_kind} k={k} {setting}")
@@ -287,15 +300,24 @@ def test_first_three_tokens_follow_target(draft_kind, k, setting):
 
 # ----------------------------------------------------------------------------- 3. one long run: all transitions
 
+
 def long_run(draft_kind, k, setting, new_tokens=2000, seed=0, confidence=None):
     temperature, top_k, top_p = setting
     target = TableLM(random_table(21, order=1))
     draft = make_draft(draft_kind, target)
     if confidence is not None:
         draft = ModelDrafter(draft, confidence_threshold=confidence)
-    out = speculative_decode(target, draft, torch.tensor([[0, 1]]), max_new_tokens=new_tokens,
-                             num_speculative_tokens=k, temperature=temperature, top_k=top_k, top_p=top_p,
-                             generator=torch.Generator().manual_seed(seed))
+    out = speculative_decode(
+        target,
+        draft,
+        torch.tensor([[0, 1]]),
+        max_new_tokens=new_tokens,
+        num_speculative_tokens=k,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        generator=torch.Generator().manual_seed(seed),
+    )
     seq = out.sequences[0].tolist()
     counts = np.zeros((V, V))
     for a, b in zip(seq[1:-1], seq[2:]):
@@ -328,6 +350,7 @@ def test_long_run_transitions_follow_target(draft_kind, k, setting, confidence):
 
 # ----------------------------------------------------------------------------- numerics and reproducibility
 
+
 def test_sampler_matches_a_direct_implementation():
     logits = torch.randn(5, 9, generator=torch.Generator().manual_seed(3)) * 2
     for temperature, top_k, top_p in [(0.7, None, None), (1.3, 3, None), (1.0, None, 0.6), (0.5, 4, 0.8)]:
@@ -358,8 +381,15 @@ def test_tiny_temperature_equals_greedy(family):
     ids = torch.tensor([[3, 17, 42, 5]])
     expected = hf_greedy(target, ids, 20)
     for k in (1, 4, "auto"):
-        out = speculative_decode(target, draft, ids, max_new_tokens=20, num_speculative_tokens=k, temperature=1e-6,
-                                 generator=torch.Generator().manual_seed(0))
+        out = speculative_decode(
+            target,
+            draft,
+            ids,
+            max_new_tokens=20,
+            num_speculative_tokens=k,
+            temperature=1e-6,
+            generator=torch.Generator().manual_seed(0),
+        )
         assert torch.equal(out.sequences, expected), (family, k)
 
 
@@ -369,8 +399,16 @@ def test_same_seed_same_output():
     ids = torch.tensor([[1, 2, 3]])
 
     def run(seed, drafter=draft):
-        return speculative_decode(target, drafter, ids, max_new_tokens=30, num_speculative_tokens=3, temperature=1.0,
-                                  top_p=0.95, generator=torch.Generator().manual_seed(seed))
+        return speculative_decode(
+            target,
+            drafter,
+            ids,
+            max_new_tokens=30,
+            num_speculative_tokens=3,
+            temperature=1.0,
+            top_p=0.95,
+            generator=torch.Generator().manual_seed(seed),
+        )
 
     a, b, c = run(123), run(123), run(124)
     assert torch.equal(a.sequences, b.sequences)
@@ -399,8 +437,16 @@ def test_equal_and_disjoint_supports_give_no_nan():
     # Whole loop: a draft equal to the target is always accepted; a disjoint one never is.
     target = TableLM(random_table(5))
     for draft, rate in [(TableLM(target.table.clone()), 1.0), (TableLM(-target.table), 0.0)]:
-        out = speculative_decode(target, draft, torch.tensor([[0]]), max_new_tokens=40, num_speculative_tokens=3,
-                                 temperature=1.0, top_k=2, generator=torch.Generator().manual_seed(0))
+        out = speculative_decode(
+            target,
+            draft,
+            torch.tensor([[0]]),
+            max_new_tokens=40,
+            num_speculative_tokens=3,
+            temperature=1.0,
+            top_k=2,
+            generator=torch.Generator().manual_seed(0),
+        )
         assert out.stats.acceptance_rate == rate
 
 
@@ -410,8 +456,9 @@ def test_draft_vocab_narrower_or_wider_than_target_under_sampling(draft_vocab):
     draft = tiny_model("gpt_neox", seed=4, vocab=draft_vocab)
     ids = torch.tensor([[1, 2, 3]])
     for seed in range(5):  # hot sampling reaches the ids only one model has
-        out = speculative_decode(target, draft, ids, max_new_tokens=30, temperature=3.0,
-                                 generator=torch.Generator().manual_seed(seed))
+        out = speculative_decode(
+            target, draft, ids, max_new_tokens=30, temperature=3.0, generator=torch.Generator().manual_seed(seed)
+        )
         assert int(out.sequences.max()) < 16
     assert torch.equal(speculative_decode(target, draft, ids, max_new_tokens=20).sequences, hf_greedy(target, ids, 20))
 
@@ -440,6 +487,7 @@ def test_bad_sampling_arguments_are_rejected(kwargs, error):
 
 # ----------------------------------------------------------------------------- adaptive k
 
+
 def test_k_schedule_follows_hf_heuristic():
     schedule = as_schedule("auto")
     assert schedule.current == 5
@@ -466,22 +514,28 @@ def test_adaptive_k_and_confidence_keep_greedy_output(family):
     eos_target = tiny_model(family)
     draft = perturbed_copy(eos_target)
     ids = torch.tensor([[3, 17, 42, 5]])
-    free_run = hf_greedy(eos_target, ids, 30)[0, ids.shape[1]:].tolist()
+    free_run = hf_greedy(eos_target, ids, 30)[0, ids.shape[1] :].tolist()
     eos = free_run[9]  # a token the target really emits: generation must stop there
     for max_new, eos_id in [(1, None), (2, None), (7, None), (30, None), (30, eos)]:
         expected = hf_greedy(eos_target, ids, max_new, eos_token_id=eos_id)
         drafters = (draft, ModelDrafter(draft, confidence_threshold=0.3), ModelDrafter(draft, confidence_threshold=1.0))
         for drafter in drafters:
-            out = speculative_decode(eos_target, drafter, ids, max_new_tokens=max_new, num_speculative_tokens="auto",
-                                     eos_token_id=eos_id)
+            out = speculative_decode(
+                eos_target, drafter, ids, max_new_tokens=max_new, num_speculative_tokens="auto", eos_token_id=eos_id
+            )
             assert torch.equal(out.sequences, expected), (family, max_new, eos_id)
 
 
 def test_confidence_threshold_stops_drafting_early():
     target = tiny_model("llama")
     ids = torch.tensor([[3, 17, 42, 5]])
-    always_stop = speculative_decode(target, ModelDrafter(perturbed_copy(target), confidence_threshold=1.0), ids,
-                                     max_new_tokens=20, num_speculative_tokens=4)
+    always_stop = speculative_decode(
+        target,
+        ModelDrafter(perturbed_copy(target), confidence_threshold=1.0),
+        ids,
+        max_new_tokens=20,
+        num_speculative_tokens=4,
+    )
     assert all(len(step.draft) == 1 for step in always_stop.steps[:-1])
     assert always_stop.stats.draft_calls == always_stop.stats.proposed
     with pytest.raises(ValueError, match="confidence_threshold"):

@@ -4,6 +4,7 @@ with shell commands a student could run (fast), and the graded cells' child in i
 As root the student's processes run as an unprivileged user (``user``), inside bubblewrap too where it
 can make namespaces (``user+bwrap``); CI and Gradescope run as root.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,10 @@ def modes() -> list:
     bwrap = pytest.mark.sandbox(bwrap=True)
     # the user layer alone (where bubblewrap cannot make namespaces) in the slow tier; user+bwrap, what root
     # gets where namespaces work (CI, Gradescope), in the fast one
-    return [pytest.param("user", marks=[root_only, pytest.mark.slow]),
-            pytest.param("auto", id="user+bwrap", marks=[bwrap])]
+    return [
+        pytest.param("user", marks=[root_only, pytest.mark.slow]),
+        pytest.param("auto", id="user+bwrap", marks=[bwrap]),
+    ]
 
 
 @pytest.fixture
@@ -43,8 +46,9 @@ def jail(request, monkeypatch):
 
 
 def run(jail, script: str, timeout: float = 60, **env) -> str:
-    process = jail.popen(["/bin/sh", "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True)
+    process = jail.popen(
+        ["/bin/sh", "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     out, _ = process.communicate(timeout=timeout)
     return out
 
@@ -67,7 +71,9 @@ def test_the_student_user_has_no_rights_on_the_grader(jail, tmp_path_factory):
     reference = privilege.Jail(trusted=True)
     sleeper = reference.popen(["sleep", "60"])
     try:
-        text = run(jail, f"""
+        text = run(
+            jail,
+            f"""
             echo uid=$(id -u)
             cat {secret}/solution.py >/dev/null 2>&1 && echo read_secret=ok || echo read_secret=denied
             touch {secret}/new 2>/dev/null && echo write_secret=ok || echo write_secret=denied
@@ -78,13 +84,23 @@ def test_the_student_user_has_no_rights_on_the_grader(jail, tmp_path_factory):
             echo x > "$HOME/mine" && echo write_scratch=ok || echo write_scratch=denied
             echo cwd=$(pwd)
             mv "$HOME" "$HOME-moved" 2>/dev/null && echo rename_scratch=ok || echo rename_scratch=denied
-        """)
+        """,
+        )
         got = outcomes(text)
         assert int(got["uid"]) == jail.user.pw_uid != 0, text
         assert got["cwd"] == str(jail.scratch) and got["write_scratch"] == "ok", text
         assert {k: v for k, v in got.items() if k not in ("uid", "cwd", "write_scratch")} == {
-            name: "denied" for name in ("read_secret", "write_secret", "write_system", "write_kit", "signal_grader",
-                                        "stop_reference", "rename_scratch")}, text
+            name: "denied"
+            for name in (
+                "read_secret",
+                "write_secret",
+                "write_system",
+                "write_kit",
+                "signal_grader",
+                "stop_reference",
+                "rename_scratch",
+            )
+        }, text
         state = Path(f"/proc/{sleeper.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         assert state != "T"  # the reference was not stopped
         assert not (ROOT / "specdec-x").exists()
@@ -107,8 +123,13 @@ def test_the_kit_and_its_solutions_are_out_of_sight(jail):
 @pytest.mark.parametrize("jail", modes(), indirect=True)
 def test_processes_left_behind_are_killed_setsid_or_not(jail):
     quiet = ">/dev/null 2>&1"
-    main = jail.popen(["/bin/sh", "-c", f"setsid sleep 313 {quiet} & (sleep 314 {quiet} &) ; nohup sleep 315 {quiet} &"
-                                        " exec sleep 316"])
+    main = jail.popen(
+        [
+            "/bin/sh",
+            "-c",
+            f"setsid sleep 313 {quiet} & (sleep 314 {quiet} &) ; nohup sleep 315 {quiet} & exec sleep 316",
+        ]
+    )
     uid = jail.user.pw_uid
     deadline = time.monotonic() + 30
     while len(isolation.processes_of(uid)) < 4 and time.monotonic() < deadline:
@@ -121,8 +142,14 @@ def test_processes_left_behind_are_killed_setsid_or_not(jail):
 
 @pytest.mark.parametrize("jail", modes(), indirect=True)
 def test_pause_stops_every_process_of_the_student(jail):
-    process = jail.popen(["/bin/sh", "-c", 'setsid sh -c "while :; do echo x >> \\"$HOME/n\\"; sleep 0.02; done" &'
-                                           ' while :; do echo y >> "$HOME/m"; sleep 0.02; done'])
+    process = jail.popen(
+        [
+            "/bin/sh",
+            "-c",
+            'setsid sh -c "while :; do echo x >> \\"$HOME/n\\"; sleep 0.02; done" &'
+            ' while :; do echo y >> "$HOME/m"; sleep 0.02; done',
+        ]
+    )
     counter = [jail.scratch / "n", jail.scratch / "m"]
     deadline = time.monotonic() + 30
     while not all(c.exists() for c in counter) and time.monotonic() < deadline:
@@ -132,6 +159,7 @@ def test_pause_stops_every_process_of_the_student(jail):
     sizes = [c.stat().st_size for c in counter]
     time.sleep(0.7)
     assert [c.stat().st_size for c in counter] == sizes
+
     def stats():
         found = {}
         for pid in isolation.processes_of(jail.user.pw_uid):
@@ -145,8 +173,11 @@ def test_pause_stops_every_process_of_the_student(jail):
         stopped when one of its children is."""
         found = stats()
         stopped_parents = {parent for state, parent in found.values() if state == "T"}
-        return {pid: state for pid, (state, _) in found.items()
-                if state != "T" and not (state == "D" and pid in stopped_parents)}
+        return {
+            pid: state
+            for pid, (state, _) in found.items()
+            if state != "T" and not (state == "D" and pid in stopped_parents)
+        }
 
     # A process caught in uninterruptible sleep (D: in the middle of a write, on a loaded machine) stops as
     # soon as that returns: wait for it, a few seconds at most. Nothing else but stopped may be seen.
@@ -164,8 +195,11 @@ def test_pause_stops_every_process_of_the_student(jail):
 
 @pytest.mark.parametrize("jail", modes(), indirect=True)
 def test_a_fork_bomb_is_bounded_and_ends_with_the_student(jail):
-    process = jail.popen(["/bin/bash", "-c", "while :; do sleep 100 & done"],  # bash retries a failed fork
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = jail.popen(
+        ["/bin/bash", "-c", "while :; do sleep 100 & done"],  # bash retries a failed fork
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     uid = jail.user.pw_uid
     counts, deadline = [], time.monotonic() + 60  # a loaded machine forks slowly: wait for the bomb to grow
     while time.monotonic() < deadline and sum(c > 30 for c in counts) < 20:
@@ -209,17 +243,31 @@ def test_bad_choice_is_named(monkeypatch):
 
 def test_the_students_view_holds_no_hidden_test_and_no_instructor_tool():
     child, kernel = isolation.view("child"), isolation.view("kernel")
-    def grading(view):  # what the view holds of grading/ and testing/
-        return {p.relative_to(view / "specdec_helpers/assignment").as_posix()
-                for sub in isolation.GUARDED for p in (view / "specdec_helpers/assignment" / sub).glob("*.py")}
 
-    assert grading(child) == set(isolation.needs("child")) >= {"grading/child.py", "testing/world.py",
-                                                                  "grading/packages.py", "testing/wire.py"}
-    assert grading(kernel) == set(isolation.needs("kernel")) >= {"grading/grader.py", "testing/suite.py",
-                                                                    "testing/cases.py", "testing/replay.py",
-                                                                    "testing/devices.py"}
-    hidden = {"grading/classroom.py", "grading/similarity.py", "grading/grade_worker.py", "grading/contain.py",
-              "grading/submission.py"}
+    def grading(view):  # what the view holds of grading/ and testing/
+        return {
+            p.relative_to(view / "specdec_helpers/assignment").as_posix()
+            for sub in isolation.GUARDED
+            for p in (view / "specdec_helpers/assignment" / sub).glob("*.py")
+        }
+
+    assert (
+        grading(child)
+        == set(isolation.needs("child"))
+        >= {"grading/child.py", "testing/world.py", "grading/packages.py", "testing/wire.py"}
+    )
+    assert (
+        grading(kernel)
+        == set(isolation.needs("kernel"))
+        >= {"grading/grader.py", "testing/suite.py", "testing/cases.py", "testing/replay.py", "testing/devices.py"}
+    )
+    hidden = {
+        "grading/classroom.py",
+        "grading/similarity.py",
+        "grading/grade_worker.py",
+        "grading/contain.py",
+        "grading/submission.py",
+    }
     assert not hidden & (grading(child) | grading(kernel))
     assert not any((folder / "specdec_helpers/assignment/authoring").exists() for folder in (child, kernel))
     for folder in (child, kernel):
@@ -230,15 +278,23 @@ def test_the_students_view_holds_no_hidden_test_and_no_instructor_tool():
     assert "BEGIN HIDDEN TESTS" in original and "BEGIN HIDDEN TESTS" not in suite
 
 
-@pytest.mark.parametrize("kind, module", [("child", "specdec_helpers.assignment.grading.child"),
-                                          ("kernel", "specdec_helpers.assignment.student.notebook")])
+@pytest.mark.parametrize(
+    "kind, module",
+    [("child", "specdec_helpers.assignment.grading.child"), ("kernel", "specdec_helpers.assignment.student.notebook")],
+)
 def test_the_students_view_imports_what_its_processes_run(kind, module, tmp_path):
     """A kernel's view without a module the notebooks' set-up cell imports fails every check line as root
     ("NameError: name 'nb' is not defined"): what each view must import, imported from that view alone."""
     folder = isolation.view(kind)
     code = f"import {module}, specdec_helpers; print(specdec_helpers.__file__)"
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(folder)})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(folder)},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().startswith(str(folder)), done.stdout
 
@@ -256,7 +312,9 @@ def test_the_students_view_is_the_student_edition():
         for instructor, student in SWAPS.items():  # each swapped module is its student edition, once
             assert (folder / instructor).read_text() == (ROOT / "specdec_helpers" / student).read_text()
             assert not (folder / student).exists()
-        assert not [p for p in folder.rglob("*.py") if re.search(r"^\s*### BEGIN INSTRUCTOR ONLY\s*$", p.read_text(), re.M)]
+        assert not [
+            p for p in folder.rglob("*.py") if re.search(r"^\s*### BEGIN INSTRUCTOR ONLY\s*$", p.read_text(), re.M)
+        ]
         decoder = (folder / "assignment/parts/decoder.py").read_text()
         assert "missing_part(name) for name in FUNCTIONS" in decoder and "standin_verify_tokens_cached" not in decoder
 
@@ -280,9 +338,11 @@ def test_readable_by_follows_every_folder_on_the_path(tmp_path):
 def test_the_graded_cells_child_runs_as_the_student(monkeypatch):
     """The real child (torch, the kit's view): the student's user, its scratch folder, no kit in sight."""
     monkeypatch.setenv("SPECDEC_SANDBOX", "auto")
-    source = ("import os\n"
-              "SEEN = (os.getuid(), os.getcwd(), os.path.exists(%r))\n"
-              "raise RuntimeError('seen %%s %%s %%s' %% SEEN)\n") % str(ROOT / "notebooks")
+    source = (
+        "import os\n"
+        "SEEN = (os.getuid(), os.getcwd(), os.path.exists(%r))\n"
+        "raise RuntimeError('seen %%s %%s %%s' %% SEEN)\n"
+    ) % str(ROOT / "notebooks")
     with privilege.student() as jail:
         child = Child({"init": source})
         try:
@@ -322,14 +382,17 @@ def instructor_bwrap(monkeypatch):
 
 def test_bwrap_alone_shows_no_kit_no_grader_and_only_its_scratch(instructor_bwrap):
     jail = instructor_bwrap
-    text = run(jail, f"""
+    text = run(
+        jail,
+        f"""
         cat {ROOT}/notebooks/01_model_init.ipynb >/dev/null 2>&1 && echo read_kit=ok || echo read_kit=denied
         echo home="$(ls -A {Path.home()} 2>/dev/null | tr '\\n' ,)"
         touch /usr/lib/specdec-x 2>/dev/null && echo write_system=ok || echo write_system=denied
         kill -0 {os.getpid()} 2>/dev/null && echo signal_grader=ok || echo signal_grader=denied
         echo x > "$HOME/mine" && echo write_scratch=ok || echo write_scratch=denied
         echo processes=$(ls /proc | grep -c '^[0-9]')
-    """)
+    """,
+    )
     got = outcomes(text)
     assert got.pop("write_scratch") == "ok" and int(got.pop("processes")) < 10, text
     home = Path.home().resolve()  # only the way to Python's own files, when they live there (pyenv)
@@ -341,8 +404,9 @@ def test_bwrap_alone_shows_no_kit_no_grader_and_only_its_scratch(instructor_bwra
 def test_bwrap_alone_pauses_and_kills_the_whole_namespace(instructor_bwrap):
     jail = instructor_bwrap
     tag = f"sleep 31{os.getpid() % 10}.{os.getpid()}"
-    main = jail.popen(["/bin/sh", "-c", f'setsid sh -c "while :; do echo x >> $HOME/n; {tag}; sleep 0.02; done" &'
-                                        f" {tag}0"])
+    main = jail.popen(
+        ["/bin/sh", "-c", f'setsid sh -c "while :; do echo x >> $HOME/n; {tag}; sleep 0.02; done" & {tag}0']
+    )
     deadline = time.monotonic() + 30
     while not (jail.scratch / "n").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -378,11 +442,24 @@ def test_the_kernel_launcher_never_follows_a_link_the_student_left_in_the_scratc
     connection = tmp_path / "connection.json"
     connection.write_text('{"key": "abc"}')
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"scratch": str(scratch), "user": [os.getuid(), os.getgid()], "switch": False,
-                                "argv": ["/bin/true"], "env": {}}))
-    done = subprocess.run([sys.executable, "-m", "specdec_helpers.assignment.grading.privilege", "kernel", str(plan),
-                           str(connection)], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    plan.write_text(
+        json.dumps(
+            {
+                "scratch": str(scratch),
+                "user": [os.getuid(), os.getgid()],
+                "switch": False,
+                "argv": ["/bin/true"],
+                "env": {},
+            }
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "specdec_helpers.assignment.grading.privilege", "kernel", str(plan), str(connection)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert victim.read_text() == "the grader's\n"
     mine = scratch / "kernel-connection.json"
@@ -392,7 +469,9 @@ def test_the_kernel_launcher_never_follows_a_link_the_student_left_in_the_scratc
 def test_concurrent_gradings_share_one_lock_folder_whatever_their_tmpdir(monkeypatch, tmp_path):
     """A class's forked gradings each have a TMPDIR of their own; their claims on student users must still meet."""
     real_access = os.access
-    monkeypatch.setattr(isolation.os, "access", lambda path, mode: False if str(path) == "/run" else real_access(path, mode))
+    monkeypatch.setattr(
+        isolation.os, "access", lambda path, mode: False if str(path) == "/run" else real_access(path, mode)
+    )
     monkeypatch.setattr(isolation.tempfile, "tempdir", str(tmp_path))
     assert isolation._lock_folder() == Path("/tmp/specdec-sandbox")
     # a link left in its place (anyone may write /tmp) is removed, not followed

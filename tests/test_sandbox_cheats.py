@@ -8,6 +8,7 @@ stop the grader and the reference (SIGSTOP), write outside its scratch folder. T
 what each attempt did, so results.json shows the cheat ran; its notebook also runs under nbval (the
 same code in a kernel). A control run with the sandbox off shows the same cheats do win there.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,7 +30,7 @@ from specdec_helpers.assignment.grading import privilege
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]  # Gradescope runs the autograder as root; so must this test
 ROOT = Path(__file__).resolve().parent.parent
 
-CHEAT = r'''
+CHEAT = r"""
 import glob, json, os, signal, subprocess, sys, time
 loader = getattr(__builtins__, "__dict__", __builtins__)["__im" + "port__"]("im" + "portlib")  # hidden from the static delegation check: this test is about the sandbox
 RESULTS, KIT = {results!r}, {kit!r}
@@ -97,14 +98,15 @@ subprocess.Popen([sys.executable, "-c", daemon], start_new_session=True,
 attempt("kill_grader", lambda: signal_all(graders, signal.SIGKILL))
 time.sleep(1)
 raise RuntimeError("CHEAT-RAN " + " ".join(done))
-'''
+"""
 
 
 def cheating_notebook(results: Path, kit: Path) -> str:
     nb = nbformat.read(str(ROOT / "notebooks" / "01_model_init.ipynb"), as_version=4)
     cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "init")
     cell.source = CHEAT.format(results=str(results), kit=str(kit)) + (
-        "\nclass Unused:\n    def initialize_target_model(self, path):\n        return None\n")
+        "\nclass Unused:\n    def initialize_target_model(self, path):\n        return None\n"
+    )
     return nbformat.writes(nb)
 
 
@@ -131,7 +133,8 @@ def gradescope_root(bundle: Path) -> Path:
     (root / "results").mkdir()
     (root / "submission" / "notebooks").mkdir(parents=True)
     (root / "submission" / "notebooks" / "01_model_init.ipynb").write_text(
-        cheating_notebook(root / "results" / "results.json", root / "source" / "kit"))
+        cheating_notebook(root / "results" / "results.json", root / "source" / "kit")
+    )
     for path in [root, *root.rglob("*")]:  # as the zip unpacks with a 022 umask: everything readable
         os.chmod(path, 0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
     return root
@@ -140,8 +143,9 @@ def gradescope_root(bundle: Path) -> Path:
 def run_autograder(root: Path, **env) -> subprocess.CompletedProcess:
     environ = {**os.environ, "AUTOGRADER_ROOT": str(root), "PYTHON": sys.executable, **env}
     environ.pop("SPECDEC_CACHE_DIR", None)
-    return subprocess.run([str(root / "source" / "run_autograder")], env=environ, capture_output=True, text=True,
-                          timeout=900)
+    return subprocess.run(
+        [str(root / "source" / "run_autograder")], env=environ, capture_output=True, text=True, timeout=900
+    )
 
 
 def student_processes() -> list[int]:
@@ -173,9 +177,18 @@ def test_every_cheat_earns_nothing_and_results_json_is_the_graders(bundle):
         assert "CHEATED" not in first and "autograder failed" not in data["output"], data["output"]
         assert data["score"] == 0 and data["max_score"] > 0 and data["tests"], data["output"]
         tried = attempts(data)
-        assert set(tried) >= {"write_results", "read_reference", "read_hidden_tests", "import_hidden_tests",
-                              "patch_grader", "patch_installed_kit", "write_outside_scratch", "stop_reference",
-                              "grader_memory", "kill_grader"}, tried
+        assert set(tried) >= {
+            "write_results",
+            "read_reference",
+            "read_hidden_tests",
+            "import_hidden_tests",
+            "patch_grader",
+            "patch_installed_kit",
+            "write_outside_scratch",
+            "stop_reference",
+            "grader_memory",
+            "kill_grader",
+        }, tried
         assert not [name for name, outcome in tried.items() if outcome == "ok"], tried
         assert any("01_model_init.ipynb: init_check" in t["name"] for t in data["tests"])  # nbval ran it too
         assert tree_hash(root / "source" / "kit") == kit_before
@@ -191,8 +204,9 @@ def test_control_without_the_sandbox_the_cheats_win(bundle):
     try:
         # its own TMPDIR: the grader the cheat kills leaves its jail and world folders there, not in /tmp
         (root / "tmp").mkdir()
-        done = run_autograder(root, SPECDEC_SANDBOX="none", SPECDEC_GRADE_ARGS="--no-nbval --no-perf",
-                              TMPDIR=str(root / "tmp"))
+        done = run_autograder(
+            root, SPECDEC_SANDBOX="none", SPECDEC_GRADE_ARGS="--no-nbval --no-perf", TMPDIR=str(root / "tmp")
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         time.sleep(2)
         for _ in range(50):  # the daemon truncates, then writes, every 0.5 s: an empty read is mid-write

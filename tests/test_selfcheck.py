@@ -1,5 +1,6 @@
 """`selfcheck`: passes on the kit as it is, and FAILS (exit 1, FAIL rows in the JSON) when a decoder is
 broken or a check is tampered with (issue 26, item 1)."""
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,12 @@ def test_verdict_tells_a_near_tie_from_a_bug():
         import specdec_helpers as sd
 
         for k in (1, 4, 8):
-            got = device_checks._new(sd.speculative_decode(target, draft, prompt, max_new_tokens=32,
-                                                            num_speculative_tokens=k, eos_token_id=[]).sequences, prompt)
+            got = device_checks._new(
+                sd.speculative_decode(
+                    target, draft, prompt, max_new_tokens=32, num_speculative_tokens=k, eos_token_id=[]
+                ).sequences,
+                prompt,
+            )
             status, message = device_checks._verdict(target, prompt, got, want)
             assert status in (PASS, PASS_NEAR_TIE), message
             seen.add(status)
@@ -58,8 +63,10 @@ def test_verdict_tells_a_near_tie_from_a_bug():
 
 def _notebook(tmp_path, cell: str):
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("from specdec_helpers.present import notebook_help as nb"),
-                nbformat.v4.new_code_cell(cell)]
+    nb.cells = [
+        nbformat.v4.new_code_cell("from specdec_helpers.present import notebook_help as nb"),
+        nbformat.v4.new_code_cell(cell),
+    ]
     path = tmp_path / "09_probe.ipynb"
     nbformat.write(nb, str(path))
     return path
@@ -96,16 +103,16 @@ def _off_by_one(logits, draft_tokens):
     """WRONG (PA3's classic): judge draft token j by the logits at start + j, one position too late."""
     choices = logits.argmax(-1)
     k = draft_tokens.numel()
-    matches = (choices[1:k + 1] == draft_tokens).int() if k else choices[:0].int()
+    matches = (choices[1 : k + 1] == draft_tokens).int() if k else choices[:0].int()
     n = int(matches.cumprod(0).sum()) if k else 0
-    return VerifyResult(torch.cat([draft_tokens[:n], choices[n:n + 1]]), n, k)
+    return VerifyResult(torch.cat([draft_tokens[:n], choices[n : n + 1]]), n, k)
 
 
 def _keep_every_draft_token(logits, draft_tokens, draft_probs, sampler):
     """WRONG: accept every sampled draft token (emits the draft's distribution, not the target's)."""
     p = sampler.probs(logits)
     k = draft_tokens.numel()
-    return VerifyResult(torch.cat([draft_tokens, sampler.sample(p[k:k + 1])]), k, k)
+    return VerifyResult(torch.cat([draft_tokens, sampler.sample(p[k : k + 1])]), k, k)
 
 
 @pytest.mark.slow
@@ -139,7 +146,8 @@ def test_a_tampered_check_cell_fails_selfcheck(tmp_path, monkeypatch):
     (site / "sitecustomize.py").write_text(
         "import specdec_helpers.present.notebook_help as nb\n"
         "def check(*a, **k):\n    raise nb.CheckFailed('❌ tampered')\n"
-        "nb.check = check\n")
+        "nb.check = check\n"
+    )
     monkeypatch.setenv("PYTHONPATH", f"{site}:{sys.path[0]}:" + __import__("os").environ.get("PYTHONPATH", ""))
     code, result = _run(tmp_path, "--skip", "greedy,sampling,tree,hf,grader", "--notebooks", "01")
     assert code == 1
@@ -152,10 +160,34 @@ def test_selfcheck_end_to_end_on_cpu_toy(tmp_path):
     """The CI run: every section on the CPU with toy (one notebook to keep CI short: the nbval tier runs them
     all); the JSON holds a row per check, the environment, and passed."""
     out = tmp_path / "selfcheck.json"
-    done = subprocess.run([sys.executable, "-m", "specdec_helpers", "selfcheck", "--preset", "toy", "--device", "cpu",
-                           "--notebooks", "01", "--json", str(out),
-                           # small sizes: this is the plumbing; the chi-square checks at full size run in their tests
-                           "--samples", "600", "--decodes", "60", "--prompts", "1", "--repeats", "1"], capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specdec_helpers",
+            "selfcheck",
+            "--preset",
+            "toy",
+            "--device",
+            "cpu",
+            "--notebooks",
+            "01",
+            "--json",
+            str(out),
+            # small sizes: this is the plumbing; the chi-square checks at full size run in their tests
+            "--samples",
+            "600",
+            "--decodes",
+            "60",
+            "--prompts",
+            "1",
+            "--repeats",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["passed"] and result["environment"]["device"] == "cpu" and result["environment"]["dtype"] == "float32"
@@ -177,8 +209,23 @@ def test_pythia_random_timing_runs_on_the_cpu(tmp_path):
 
     out = tmp_path / "pythia.json"
     script = Path(__file__).parents[1] / "benchmarks" / "pythia_random_timing.py"
-    done = subprocess.run([sys.executable, str(script), "--device", "cpu", "--scale", "0.0625", "--max-new-tokens", "4",
-                           "--json", str(out)], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--device",
+            "cpu",
+            "--scale",
+            "0.0625",
+            "--max-new-tokens",
+            "4",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["target_step_ms"] > 0 and 0 < result["c"] and result["syncs_per_round"] is None
@@ -193,7 +240,9 @@ def test_specdec_dtype_sets_what_load_pair_picks_and_a_bad_one_is_named(monkeypa
     monkeypatch.setenv("SPECDEC_DTYPE", "bf16")
     assert default_dtype("cpu") == torch.bfloat16
     monkeypatch.setenv("SPECDEC_DTYPE", "fp8")
-    with pytest.raises(ValueError, match="SPECDEC_DTYPE='fp8' is not a dtype the kit knows: use one of fp32, fp16, bf16"):
+    with pytest.raises(
+        ValueError, match="SPECDEC_DTYPE='fp8' is not a dtype the kit knows: use one of fp32, fp16, bf16"
+    ):
         default_dtype("cpu")
     monkeypatch.delenv("SPECDEC_DTYPE")
     assert default_dtype("cpu") == torch.float32

@@ -1,6 +1,7 @@
 """Copied graded cells are flagged (copydetect): disguised copies of the reference, a copy between two
 classmates, a paste of the kit's own code; independently written correct solutions and the released
 stubs are not. Nothing here runs student code or grades: seconds."""
+
 from __future__ import annotations
 
 import json
@@ -37,15 +38,21 @@ def test_independent_correct_solutions_are_not_flagged(detector):
     assert detector.compare(students) == []
     for part in COMPARED:  # and the margin is real, not a hair below the threshold
         cells = [reference_sources()[part]] + [s[part] for s in students.values()]
-        shares = [max(similarity.similarity(a, b, part, reference_sources()))
-                  for i, a in enumerate(cells) for b in cells[i + 1:]]
+        shares = [
+            max(similarity.similarity(a, b, part, reference_sources()))
+            for i, a in enumerate(cells)
+            for b in cells[i + 1 :]
+        ]
         assert max(shares) < similarity.PAIR_THRESHOLD - 0.1, (part, shares)
 
 
 def test_a_copy_between_classmates_is_flagged_for_both_and_only_for_the_copied_part(detector):
-    students = {"ana": handins.independent_sources("A"), "ben": handins.independent_sources("B"),
-                "ana_friend": handins.disguise(handins.INDEPENDENT["A"], "renamed+reordered"),
-                "ben_friend": handins.disguise({"verify": handins.INDEPENDENT["B"]["verify"]}, "renamed")}
+    students = {
+        "ana": handins.independent_sources("A"),
+        "ben": handins.independent_sources("B"),
+        "ana_friend": handins.disguise(handins.INDEPENDENT["A"], "renamed+reordered"),
+        "ben_friend": handins.disguise({"verify": handins.INDEPENDENT["B"]["verify"]}, "renamed"),
+    }
     got = flags(detector.compare(students))
     assert got == {(part, "ana", "ana_friend") for part in COMPARED} | {("verify", "ben", "ben_friend")}
 
@@ -68,8 +75,10 @@ def test_stubs_and_missing_parts_match_nothing(detector):
 
 def test_a_short_shared_snippet_is_not_a_copy(detector):
     hang = "import time\nwhile True:\n    time.sleep(1)\n"
-    students = {"a": {"draft": handins.answer("draft", [hang])},
-                "b": {"draft": handins.answer("draft", [hang + "x = 1\n"])}}
+    students = {
+        "a": {"draft": handins.answer("draft", [hang])},
+        "b": {"draft": handins.answer("draft", [hang + "x = 1\n"])},
+    }
     assert detector.compare(students) == []
 
 

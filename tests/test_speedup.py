@@ -1,4 +1,5 @@
 """The honest speedup: medians, the spread over interleaved rounds, and the warnings people see."""
+
 import pytest
 
 from specdec_helpers.measure.speedup import in_words, pooled_speedup, speedup

@@ -5,6 +5,7 @@ As root with bubblewrap it once exited 2 with "No module named 'specdec_helpers.
 sandbox's view of the kit imported the release tool, which the student kit leaves out. The kit is released
 once into a folder other users can read, with the instructor's answers filled in (tests/test_course.py).
 """
+
 from __future__ import annotations
 
 import ast
@@ -16,7 +17,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import sandbox_required
 
 from specdec_helpers.assignment.authoring import release
 from specdec_helpers.assignment.grading import isolation
@@ -69,8 +69,15 @@ def check(kit: Path, python: str, user=None, **env) -> subprocess.CompletedProce
     environ |= {"PYTHONPATH": str(kit), "HOME": str(home), "TMPDIR": str(home), "OMP_NUM_THREADS": "1", **env}
     switch = dict(user=user.pw_uid, group=user.pw_gid, extra_groups=[]) if user is not None else {}
     try:
-        return subprocess.run([python, "-m", "specdec_helpers", "check"], cwd=kit, env=environ, capture_output=True,
-                              text=True, timeout=900, **switch)
+        return subprocess.run(
+            [python, "-m", "specdec_helpers", "check"],
+            cwd=kit,
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            **switch,
+        )
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
@@ -105,14 +112,23 @@ def test_the_student_kit_imports_no_instructor_module_anywhere(tmp_path):
     grading, the mistake catalog): no path of the student edition, lazy ones included, can need it."""
     out = tmp_path / "students"
     release.release(out, release.ROOT, URL)
-    left_out = [p.removesuffix(".py").replace("/", ".") for p in release.INSTRUCTOR_ONLY if p.startswith("specdec_helpers")]
+    left_out = [
+        p.removesuffix(".py").replace("/", ".") for p in release.INSTRUCTOR_ONLY if p.startswith("specdec_helpers")
+    ]
     found = []
     for path in (out / "specdec_helpers").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                     [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
-                     if isinstance(node, ast.ImportFrom) else [])
-            found += [f"{path.relative_to(out)}:{node.lineno} {n}" for n in names
-                      if any(n == m or n.startswith(m + ".") for m in left_out)]
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            found += [
+                f"{path.relative_to(out)}:{node.lineno} {n}"
+                for n in names
+                if any(n == m or n.startswith(m + ".") for m in left_out)
+            ]
     allowed = ("specdec_helpers/cli/",)  # the commands' guarded imports: "an instructor command" in the kit
     assert [f for f in found if not f.startswith(allowed)] == [], found

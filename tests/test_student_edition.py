@@ -5,6 +5,7 @@ code (the instructor edition's INSTRUCTOR ONLY regions and the reference solutio
 package is run in a subprocess: greedy speculative decoding refuses with a message that points to the
 student's own decoder, sampling still works, and every stand-in names the notebook to finish first.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,7 +31,7 @@ GRADED_LINES = [
     "standin_verify_tokens_cached",
     "standin_generate_draft_tokens",
     "_kit_decode",
-    "accept_greedy(_verify.score_draft(",
+    "_verify.score_draft(self.target_model, input_ids, draft_tokens), draft_tokens.reshape(-1)",
     "inspect.getsource(ModelDrafter",
 ]
 
@@ -64,17 +65,24 @@ def test_the_release_scan_finds_no_scoring_pass(kit, tmp_path):
     """Issue 34: the kit holds no implementation of notebook 03's off-by-one scoring pass (the target's logits cut to
     the k + 1 rows that judge a draft), under any name or alias. The scan finds the instructor's own (`score_draft`)
     and one planted under another name, so it looks for something real."""
-    found = [place for path in sorted((kit / "specdec_helpers").rglob("*.py"))
-             for place in release.scoring_passes(path.read_text(), path.relative_to(kit).as_posix())]
+    found = [
+        place
+        for path in sorted((kit / "specdec_helpers").rglob("*.py"))
+        for place in release.scoring_passes(path.read_text(), path.relative_to(kit).as_posix())
+    ]
     assert not found, found
     instructor = release.scoring_passes((release.ROOT / "specdec_helpers/core/reference_parts.py").read_text(), "x.py")
     assert instructor and "-(k + 1)" in instructor[0]
     planted = tmp_path / "kit" / "specdec_helpers" / "measure" / "helpers.py"
     planted.parent.mkdir(parents=True)
-    planted.write_text("def rows_for(model, ids, draft):\n"
-                       "    n = ids.shape[1]\n"
-                       "    return model(ids).logits[0][n - 1 : n + draft.numel()]\n")
-    with pytest.raises(release.ReleaseError, match="a scoring pass is in the kit: specdec_helpers/measure/helpers.py:3"):
+    planted.write_text(
+        "def rows_for(model, ids, draft):\n"
+        "    n = ids.shape[1]\n"
+        "    return model(ids).logits[0][n - 1 : n + draft.numel()]\n"
+    )
+    with pytest.raises(
+        release.ReleaseError, match="a scoring pass is in the kit: specdec_helpers/measure/helpers.py:3"
+    ):
         release.verify(tmp_path / "kit", {})
 
 
@@ -92,8 +100,11 @@ def test_core_holds_no_marker_and_each_swapped_module_has_its_student_edition():
     def public(path):
         tree = ast.parse(path.read_text())
         names = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
-        declared = [node.value for node in tree.body if isinstance(node, ast.Assign)
-                    and [getattr(t, "id", "") for t in node.targets] == ["__all__"]]
+        declared = [
+            node.value
+            for node in tree.body
+            if isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["__all__"]
+        ]
         return {n for n in names if not n.startswith("_")}, set(ast.literal_eval(declared[0])) if declared else None
 
     assert editions.SWAPS
@@ -102,8 +113,11 @@ def test_core_holds_no_marker_and_each_swapped_module_has_its_student_edition():
         (mine, mine_all), (theirs, theirs_all) = public(package / instructor), public(package / student)
         assert mine == theirs == mine_all == theirs_all, (instructor, mine ^ theirs)
         module = "specdec_helpers." + student.removesuffix(".py").replace("/", ".")
-        importers = [p.name for p in package.rglob("*.py") if module in p.read_text() or
-                     f"import {Path(student).stem}" in p.read_text()]
+        importers = [
+            p.name
+            for p in package.rglob("*.py")
+            if module in p.read_text() or f"import {Path(student).stem}" in p.read_text()
+        ]
         assert not importers, f"{module} is imported where it lies: {importers}"
 
 
@@ -144,13 +158,16 @@ def test_every_instructor_only_region_is_gone(kit):
 
 def run_in_kit(kit, code: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(kit), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=kit, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=kit, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.mark.slow  # a Python subprocess on the released kit (torch imported again)
 def test_the_released_package_refuses_greedy_and_names_the_notebook(kit):
-    result = run_in_kit(kit, """
+    result = run_in_kit(
+        kit,
+        """
         import torch, specdec_helpers as sd
         assert sd.__file__.startswith(%r), sd.__file__
         from transformers import GPT2Config, GPT2LMHeadModel
@@ -211,7 +228,9 @@ def test_the_released_package_refuses_greedy_and_names_the_notebook(kit):
             except PartMissing as error:
                 assert f"finish notebook {notebook}'s `{name}` first" in str(error), error
         print("student edition ok")
-    """ % str(kit))
+    """
+        % str(kit),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "student edition ok" in result.stdout
 
@@ -234,14 +253,17 @@ def test_an_instructor_only_region_needs_a_student_part():
     source = "def f():\n    ### BEGIN INSTRUCTOR ONLY\n    return 1\n    ### END INSTRUCTOR ONLY\n"
     with pytest.raises(release.ReleaseError, match="without '### STUDENT EDITION'"):
         release.strip(source, where="f.py")
-    source = ("def f():\n    ### BEGIN INSTRUCTOR ONLY\n    return 1\n    ### STUDENT EDITION\n"
-              "    # raise ValueError('no')\n    ### END INSTRUCTOR ONLY\n")
+    source = (
+        "def f():\n    ### BEGIN INSTRUCTOR ONLY\n    return 1\n    ### STUDENT EDITION\n"
+        "    # raise ValueError('no')\n    ### END INSTRUCTOR ONLY\n"
+    )
     assert release.strip(source) == "def f():\n    raise ValueError('no')\n"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["01_model_init", "02_draft_generation", "03_vectorized_verification",
-                                  "04_kv_cached_verification"])
+@pytest.mark.parametrize(
+    "name", ["01_model_init", "02_draft_generation", "03_vectorized_verification", "04_kv_cached_verification"]
+)
 def test_no_check_passes_a_released_stub(kit, name):
     """The released notebooks run top to bottom (errors allowed) with every exercise still a stub, in the
     student kit: no check cell prints ✅, and a cell that needs an earlier part names its notebook."""
@@ -254,16 +276,23 @@ def test_no_check_passes_a_released_stub(kit, name):
     old = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
     try:
-        NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        NotebookClient(
+            nb,
+            timeout=300,
+            kernel_name="python3",
+            allow_errors=True,
+            resources={"metadata": {"path": str(path.parent)}},
+        ).execute()
     finally:
         for key, value in old.items():
             os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
     texts = {}
     for cell in nb.cells:
         if cell.cell_type == "code":
-            texts[cell.id] = "\n".join(str(o.get("text", "")) + str(o.get("evalue", "")) +
-                                       "\n".join(o.get("traceback", [])) for o in cell.outputs)
+            texts[cell.id] = "\n".join(
+                str(o.get("text", "")) + str(o.get("evalue", "")) + "\n".join(o.get("traceback", []))
+                for o in cell.outputs
+            )
     passed = [cid for cid, text in texts.items() if "✅" in text]
     assert not passed, f"{name}: checks passed on stubs: {passed}"
     if name != "01_model_init":
@@ -282,17 +311,22 @@ def test_notebooks_import_through_sd_and_nb_and_label_every_exercise(name):
     import nbformat
 
     nb = nbformat.read(str(release.ROOT / "notebooks" / f"{name}.ipynb"), as_version=4)
-    allowed = {"import specdec_helpers", "import specdec_helpers as sd",
-               "from specdec_helpers.assignment.student import notebook as nb"}
+    allowed = {
+        "import specdec_helpers",
+        "import specdec_helpers as sd",
+        "from specdec_helpers.assignment.student import notebook as nb",
+    }
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             assert "**Exercise" not in cell.source, f"{name} {cell.id}: say 'Practice exercise' or 'Graded exercise'"
         elif not cell.metadata.get("nbgrader", {}).get("solution"):
-            imports = {line.strip() for line in cell.source.splitlines()
-                       if re.match(r"\s*(from|import) specdec_helpers", line)}
+            imports = {
+                line.strip() for line in cell.source.splitlines() if re.match(r"\s*(from|import) specdec_helpers", line)
+            }
             assert imports <= allowed, f"{name} {cell.id}: {sorted(imports - allowed)}"
-            assert not re.search(r"ModelDrafter|accept_greedy|score_draft|speculative_decode\(|getsource", cell.source), \
-                f"{name} {cell.id} runs the kit's own graded code"
+            assert not re.search(
+                r"ModelDrafter|accept_greedy|score_draft|speculative_decode\(|getsource", cell.source
+            ), f"{name} {cell.id} runs the kit's own graded code"
     labels = " ".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert "Graded exercise" in labels
 
@@ -310,7 +344,9 @@ def test_the_kit_has_the_students_readmes(kit):
 def test_the_released_measures_leave_out_what_the_kit_refuses(kit):
     """Without the student's decoder, the student kit's tree-vs-chain table and batch sweep leave out the rows
     that need greedy speculative decoding of one prompt, and say so (notebooks 07 and 08 pass a decoder)."""
-    result = run_in_kit(kit, """
+    result = run_in_kit(
+        kit,
+        """
         import torch, specdec_helpers as sd
         from transformers import GPT2Config, GPT2LMHeadModel
         torch.manual_seed(0)
@@ -323,15 +359,25 @@ def test_the_released_measures_leave_out_what_the_kit_refuses(kit):
         sweep = sd.batch_sweep(target, draft, [ids[0]], batch_sizes=(1, 2), num_speculative_tokens=2,
                                max_new_tokens=4, repeats=1, show=False)
         assert [r["batch"] for r in sweep] == [2] and sweep[0]["same"], sweep
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "chain k=2 left out" in result.stdout and "chain k=3 left out" in result.stdout, result.stdout
     assert "batch size 1 left out" in result.stdout, result.stdout
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["02_draft_generation", "03_vectorized_verification", "04_kv_cached_verification",
-                                  "06_speculative_sampling", "07_tree_speculation", "08_serving_batches_and_trees"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "02_draft_generation",
+        "03_vectorized_verification",
+        "04_kv_cached_verification",
+        "06_speculative_sampling",
+        "07_tree_speculation",
+        "08_serving_batches_and_trees",
+    ],
+)
 def test_released_notebooks_run_on_the_students_decoder(kit, name, tmp_path):
     """A student who finished notebooks 01-04 (here: the instructor's copies) and this notebook's exercises
     runs the released notebook top to bottom without an error: its checks pass in the student kit (which
@@ -360,8 +406,11 @@ def test_released_notebooks_run_on_the_students_decoder(kit, name, tmp_path):
         for key, value in old.items():
             os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
     text = "\n".join(str(o.get("text", "")) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-    assert "❌" not in text and "StudentEditionError" not in text and "left out: the student edition of the kit has no " \
-        "scoring pass" not in text, text[-3000:]
+    assert (
+        "❌" not in text
+        and "StudentEditionError" not in text
+        and "left out: the student edition of the kit has no scoring pass" not in text
+    ), text[-3000:]
     if name < "07":
         return
     assert "decode  (04): yours" in text and "chain k=5 " in text and "chain k=9 " in text, text[-3000:]

@@ -12,6 +12,7 @@ Not counted: implicit synchronisations of data-dependent shapes (boolean-mask in
 round uses none. On a GPU, ``torch.cuda.set_sync_debug_mode("warn")`` reports every kind
 (benchmarks/pythia_random_timing.py, a part of benchmarks/gpu/run.sh, runs it).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,6 +33,7 @@ def counting(monkeypatch):
         def counted(self, *args, **kwargs):
             counts["n"] += 1
             return original(self, *args, **kwargs)
+
         return counted
 
     with monkeypatch.context() as m:
@@ -74,8 +76,12 @@ def test_greedy_speculative_round_reads_the_device_once(monkeypatch):
     the accepted count, the appended tokens, the drafted tokens."""
     target, draft = _pair()
     prompt = torch.arange(1, 9).view(1, -1)
-    reads = per_round(monkeypatch, lambda n: sd.speculative_decode(target, draft, prompt, max_new_tokens=n,
-                                                                   num_speculative_tokens=4, eos_token_id=[]))
+    reads = per_round(
+        monkeypatch,
+        lambda n: sd.speculative_decode(
+            target, draft, prompt, max_new_tokens=n, num_speculative_tokens=4, eos_token_id=[]
+        ),
+    )
     assert reads == 1, reads
 
 
@@ -94,7 +100,17 @@ def test_sampled_round_reads_the_device_once(monkeypatch):
     target, draft = _pair()
     prompt = torch.arange(1, 9).view(1, -1)
     g = torch.Generator().manual_seed(0)
-    reads = per_round(monkeypatch, lambda n: sd.speculative_decode(
-        target, draft, prompt, max_new_tokens=n, num_speculative_tokens=4, eos_token_id=[], temperature=1.0,
-        generator=g))
+    reads = per_round(
+        monkeypatch,
+        lambda n: sd.speculative_decode(
+            target,
+            draft,
+            prompt,
+            max_new_tokens=n,
+            num_speculative_tokens=4,
+            eos_token_id=[],
+            temperature=1.0,
+            generator=g,
+        ),
+    )
     assert reads == 1, reads

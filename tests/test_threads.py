@@ -1,5 +1,6 @@
 """One drafter, two threads: a drafter keeps a KV cache, so a second decode using it at the same time
 gets a clear error instead of corrupting the first (it once failed with a size mismatch)."""
+
 import threading
 
 import pytest

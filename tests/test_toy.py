@@ -97,8 +97,13 @@ def test_shipped_toy_is_the_one_in_its_manifest():
     """The package's files are the recorded ones (sha256), so every machine loads the same pair."""
     with resources.as_file(toy.shipped_toy()) as folder:
         sums = json.loads((folder / "manifest.json").read_text())
-        assert {"target/model.safetensors", "draft/model.safetensors", "tokenizer/tokenizer.json",
-                "tokenizer/tokenizer_config.json", "toy.json"} <= set(sums)
+        assert {
+            "target/model.safetensors",
+            "draft/model.safetensors",
+            "tokenizer/tokenizer.json",
+            "tokenizer/tokenizer_config.json",
+            "toy.json",
+        } <= set(sums)
         assert store.folder_problem(folder) is None
         info = json.loads((folder / "toy.json").read_text())
     assert info["version"] == toy.TOY_VERSION and info["steps"] == toy.TRAIN_STEPS and info["seed"] == 0
@@ -121,10 +126,13 @@ def test_shipped_toy_loads_as_fp32_and_decodes_deterministically(toy_pair):
     assert runs[0].shape[1] == ids.shape[1] + 24
 
 
-@pytest.mark.parametrize("rel, problem", [
-    ("target/model.safetensors", "is damaged"),  # truncated
-    ("tokenizer/tokenizer_config.json", "is missing"),  # once reported as "trained with another tokenizer"
-])
+@pytest.mark.parametrize(
+    "rel, problem",
+    [
+        ("target/model.safetensors", "is damaged"),  # truncated
+        ("tokenizer/tokenizer_config.json", "is missing"),  # once reported as "trained with another tokenizer"
+    ],
+)
 def test_broken_shipped_toy_names_the_file_and_the_fix(tmp_path, monkeypatch, rel, problem):
     import shutil
 

@@ -1,5 +1,6 @@
 """Token trees: the masked pass equals chain passes, the cache gather equals a fresh prefill, and tree
 decoding is lossless (== target.generate greedy) across families, shapes, budgets, EOS and limits."""
+
 from __future__ import annotations
 
 import pytest
@@ -148,7 +149,7 @@ def test_length_limit_never_overshot(max_new):
 def test_stops_at_eos_like_generate(family):
     target, draft = pair(family)
     ids = prompt(5)
-    plain = hf_greedy(target, ids, 25)[0, ids.shape[1]:].tolist()
+    plain = hf_greedy(target, ids, 25)[0, ids.shape[1] :].tolist()
     eos = plain[6]  # a token greedy emits mid-way: generation must stop at its first occurrence
     expected = hf_greedy(target, ids, 25, eos_token_id=eos)
     out = tree_speculative_decode(target, draft, ids, max_new_tokens=25, tree=(3, 2, 2, 1), eos_token_id=eos)
@@ -216,8 +217,15 @@ def test_sliding_window_cache_gets_a_clear_error():
     from transformers import MistralConfig, MistralForCausalLM
 
     torch.manual_seed(0)
-    cfg = MistralConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                        num_key_value_heads=2, intermediate_size=64, sliding_window=4)
+    cfg = MistralConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        sliding_window=4,
+    )
     with pytest.raises(TreeUnsupportedError, match="full attention"):
         check_tree_support(MistralForCausalLM(cfg).eval())
 

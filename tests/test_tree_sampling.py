@@ -12,6 +12,7 @@ Deliberately wrong rules must FAIL the very same checks: accepting with ``p`` in
 residual left unnormalised, children drawn without replacement but verified as if drawn with
 (``q`` never updated), and the reverse.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,6 +39,7 @@ def one_thread():
 
 # ----------------------------------------------------------------------------- wrong rules (controls)
 
+
 def accept_with_p(p, draws, tokens, rule, sampler, residual=residual_distribution):
     """WRONG: accept a child with probability p(x) instead of min(1, p(x) / q(x))."""
     for node, q in draws:
@@ -56,8 +58,18 @@ def unnormalised(p, q):
     return residual if residual.sum() > 0 else p
 
 
-def node_run(draw_rule, verify_rule, children, setting, runs=3000, seed=0, draft="far", lookup=None,
-             accept=accept_at_node, residual=residual_distribution):
+def node_run(
+    draw_rule,
+    verify_rule,
+    children,
+    setting,
+    runs=3000,
+    seed=0,
+    draft="far",
+    lookup=None,
+    accept=accept_at_node,
+    residual=residual_distribution,
+):
     """Distribution of the token one tree node emits: ``children`` drawn from ``q`` by ``draw_rule``
     (after a deterministic n-gram child ``lookup``, if given), verified by ``verify_rule``."""
     temperature, top_k, top_p = setting
@@ -144,8 +156,9 @@ def models():
     """Target and two drafts over a 6-token vocabulary (1 layer: each pass is cheap)."""
     if not _MODELS:
         target = tiny_model("llama", vocab=V, layers=1).requires_grad_(False)
-        _MODELS.update(target=target, close=perturbed_copy(target, scale=0.5), far=tiny_model("llama", seed=3, vocab=V,
-                                                                                              layers=1))
+        _MODELS.update(
+            target=target, close=perturbed_copy(target, scale=0.5), far=tiny_model("llama", seed=3, vocab=V, layers=1)
+        )
     return _MODELS
 
 
@@ -183,9 +196,18 @@ def decode_run(rule, shape, setting, draft_kind, runs, steps=3, seed=0):
     counts = np.zeros((V,) * steps)
     accepted = 0
     for _ in range(runs):
-        out = tree_speculative_decode(target, draft, torch.tensor([PROMPT]), max_new_tokens=steps, tree=shape,
-                                      temperature=temperature, top_k=top_k, top_p=top_p, generator=g,
-                                      tree_sampling=rule)
+        out = tree_speculative_decode(
+            target,
+            draft,
+            torch.tensor([PROMPT]),
+            max_new_tokens=steps,
+            tree=shape,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            generator=g,
+            tree_sampling=rule,
+        )
         counts[tuple(out.new_tokens.tolist())] += 1
         accepted += out.stats.accepted
     exact = exact_joint(target, PROMPT, Sampler(temperature, top_k, top_p), steps)
@@ -242,8 +264,7 @@ def test_wrong_rules_fail_the_joint_check(monkeypatch, label, rule, patch):
         monkeypatch.setattr(tree_module, name, wrong)
     elif name == "residual_distribution":
         real = tree_sampling.accept_at_node
-        monkeypatch.setattr(tree_sampling, "accept_at_node",
-                            lambda *args: real(*args, residual=wrong))
+        monkeypatch.setattr(tree_sampling, "accept_at_node", lambda *args: real(*args, residual=wrong))
     else:
         monkeypatch.setattr(tree_sampling, name, wrong)
     result, _ = decode_run(rule, (3, 2, 1), (1.0, None, None), "far", runs=1500)
@@ -252,15 +273,30 @@ def test_wrong_rules_fail_the_joint_check(monkeypatch, label, rule, patch):
 
 # ----------------------------------------------------------------------------- greedy, seeds, errors
 
-@pytest.mark.parametrize("family,rule", [("gpt_neox", "specinfer"), ("llama", "sequoia"),
-                                         pytest.param("gpt2", "sequoia", marks=slow),
-                                         pytest.param("opt", "specinfer", marks=slow)])
+
+@pytest.mark.parametrize(
+    "family,rule",
+    [
+        ("gpt_neox", "specinfer"),
+        ("llama", "sequoia"),
+        pytest.param("gpt2", "sequoia", marks=slow),
+        pytest.param("opt", "specinfer", marks=slow),
+    ],
+)
 def test_tiny_temperature_equals_greedy(family, rule):
     target = tiny_model(family)
     draft = perturbed_copy(target, scale=0.3)
     ids = torch.tensor([[3, 17, 42, 5]])
-    out = tree_speculative_decode(target, draft, ids, max_new_tokens=16, tree=(3, 2, 1), temperature=1e-6,
-                                  tree_sampling=rule, generator=torch.Generator().manual_seed(0))
+    out = tree_speculative_decode(
+        target,
+        draft,
+        ids,
+        max_new_tokens=16,
+        tree=(3, 2, 1),
+        temperature=1e-6,
+        tree_sampling=rule,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert torch.equal(out.sequences, hf_greedy(target, ids, 16)), family
 
 
@@ -278,8 +314,16 @@ def test_same_seed_same_output_and_stats_add_up():
     target, draft = models()["target"], models()["close"]
 
     def run(seed, rule="sequoia"):
-        return tree_speculative_decode(target, draft, torch.tensor([PROMPT]), max_new_tokens=30, tree=(3, 2, 1),
-                                       temperature=1.0, tree_sampling=rule, generator=torch.Generator().manual_seed(seed))
+        return tree_speculative_decode(
+            target,
+            draft,
+            torch.tensor([PROMPT]),
+            max_new_tokens=30,
+            tree=(3, 2, 1),
+            temperature=1.0,
+            tree_sampling=rule,
+            generator=torch.Generator().manual_seed(seed),
+        )
 
     a, b, c = run(1), run(1), run(2)
     assert torch.equal(a.sequences, b.sequences) and a.stats.accepted_per_step == b.stats.accepted_per_step
@@ -293,6 +337,7 @@ def test_same_seed_same_output_and_stats_add_up():
 
 # ----------------------------------------------------------------------------- notebook 07's exercise check
 
+
 def swapped(p, q):
     """WRONG: what q has and p lacks."""
     r = (q - p).clamp_min(0)
@@ -304,8 +349,15 @@ def unclamped(p, q):
     return (p - q) / (p - q).sum()
 
 
-@pytest.mark.parametrize("wrong", [unnormalised, pytest.param(swapped, marks=slow),
-                                   pytest.param(unclamped, marks=slow), pytest.param(lambda p, q: p, marks=slow)])
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        unnormalised,
+        pytest.param(swapped, marks=slow),
+        pytest.param(unclamped, marks=slow),
+        pytest.param(lambda p, q: p, marks=slow),
+    ],
+)
 def test_notebook_check_fails_a_wrong_residual(wrong):
     from specdec_helpers.present.tree_lesson import check_tree_residual
 
@@ -348,8 +400,15 @@ def test_draft_vocab_narrower_or_wider_than_target(draft_vocab):
     ids = torch.tensor([[1, 2, 3]])
     seen = set()
     for seed, rule in enumerate(["specinfer", "sequoia"] * 2):
-        out = tree_speculative_decode(target, draft, ids, max_new_tokens=30, temperature=3.0, tree_sampling=rule,
-                                      generator=torch.Generator().manual_seed(seed))
+        out = tree_speculative_decode(
+            target,
+            draft,
+            ids,
+            max_new_tokens=30,
+            temperature=3.0,
+            tree_sampling=rule,
+            generator=torch.Generator().manual_seed(seed),
+        )
         seen |= set(out.sequences[0].tolist())
     assert max(seen) < 16 and (draft_vocab > 16 or max(seen) >= draft_vocab)  # the target's extra ids did occur
     out = tree_speculative_decode(target, draft, ids, max_new_tokens=20, tree=(2, 2))

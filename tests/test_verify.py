@@ -1,4 +1,5 @@
 """Verification in isolation: the off-by-one, correction and bonus tokens."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """The token renderer, the explorer widget and the notebook helpers, on tiny in-memory models."""
+
 from __future__ import annotations
 
 import copy
@@ -100,11 +101,20 @@ def test_html_without_tokenizer_shows_ids(models):
 def test_eos_cut_and_bad_prompt_length():
     # A hand-made trace: round 0 accepted 2 of 3 then a correction; round 1 stopped at EOS (id 3)
     # inside the accepted draft, so no target token was emitted.
-    out = DecodeOutput(torch.tensor([[1, 2, 10, 11, 12, 13, 3]]), DecodeStats(new_tokens=5, target_calls=2),
-                       [Step([10, 11, 20], 2, [10, 11, 12]), Step([13, 3, 14], 3, [13, 3])])
+    out = DecodeOutput(
+        torch.tensor([[1, 2, 10, 11, 12, 13, 3]]),
+        DecodeStats(new_tokens=5, target_calls=2),
+        [Step([10, 11, 20], 2, [10, 11, 12]), Step([13, 3, 14], 3, [13, 3])],
+    )
     spans = token_spans(out, None, 2)
     assert [(s.token, s.kind) for s in spans[1:]] == [
-        (10, "accepted"), (11, "accepted"), (20, "rejected"), (12, "correction"), (13, "accepted"), (3, "accepted")]
+        (10, "accepted"),
+        (11, "accepted"),
+        (20, "rejected"),
+        (12, "correction"),
+        (13, "accepted"),
+        (3, "accepted"),
+    ]
     with pytest.raises(ValueError, match="prompt_length"):
         token_spans(out, None, 0)
 

@@ -7,6 +7,7 @@ verdict where its numbers would be. Plain Python (no torch): it runs in a fracti
 
     python benchmarks/gpu/summary.py LOGS [--final]   # --final: a part with no verdict is "not finished"
 """
+
 from __future__ import annotations
 
 import json
@@ -15,10 +16,13 @@ import sys
 from pathlib import Path
 
 #: #42's goals, in the order graphs_goals.py prints them, with a short label each
-GOALS = {"target_step_ms": "target step (ms)", "c": "c = draft step / target step",
-         "all_accepted_vs_eager_greedy": "all accepted vs our eager greedy",
-         "vs_hf_assisted_all_accepted": "ours vs HF assisted, all accepted",
-         "vs_hf_assisted_all_rejected": "ours vs HF assisted, all rejected"}
+GOALS = {
+    "target_step_ms": "target step (ms)",
+    "c": "c = draft step / target step",
+    "all_accepted_vs_eager_greedy": "all accepted vs our eager greedy",
+    "vs_hf_assisted_all_accepted": "ours vs HF assisted, all accepted",
+    "vs_hf_assisted_all_rejected": "ours vs HF assisted, all rejected",
+}
 
 
 def read_json(folder: Path, name: str) -> dict | None:
@@ -77,6 +81,7 @@ def nbval_row(folder: Path, parts: list[str]) -> tuple[bool, str]:
 
 def check_lines(folder: Path, parts: dict[str, tuple[str, str]]) -> list[tuple[str, str, str]]:
     """``(check, verdict, detail)`` for issue #33's checks; a part that did not pass gives its own verdict."""
+
     def from_parts(label, names, judge):
         names = [n for n in names if n in parts]
         off = [n for n in names if parts[n][0] != "passed"]
@@ -91,13 +96,24 @@ def check_lines(folder: Path, parts: dict[str, tuple[str, str]]) -> list[tuple[s
     nbval = sorted(n for n in parts if n.startswith("nbval-"))
     lines = [from_parts("nbval of the notebooks", nbval, lambda names: nbval_row(folder, names))]
     for dtype in ("fp16", "fp32"):
-        lines.append(from_parts(f"grader: reference, {dtype}", [f"grader-{dtype}"],
-                                lambda names: grader_row(read_json(folder, names[0]))))
+        lines.append(
+            from_parts(
+                f"grader: reference, {dtype}",
+                [f"grader-{dtype}"],
+                lambda names: grader_row(read_json(folder, names[0])),
+            )
+        )
     for dtype in ("fp16", "bf16"):
-        lines.append(from_parts(f"selfcheck {dtype}: greedy/sampling/tree", [f"selfcheck-{dtype}"],
-                                lambda names: selfcheck_row(read_json(folder, names[0]))))
-    lines.append(from_parts("graphs vs eager vs HF", ["graphs-agree"],
-                            lambda names: agree_row(read_json(folder, names[0]))))
+        lines.append(
+            from_parts(
+                f"selfcheck {dtype}: greedy/sampling/tree",
+                [f"selfcheck-{dtype}"],
+                lambda names: selfcheck_row(read_json(folder, names[0])),
+            )
+        )
+    lines.append(
+        from_parts("graphs vs eager vs HF", ["graphs-agree"], lambda names: agree_row(read_json(folder, names[0])))
+    )
     return [line for line in lines if line]
 
 
@@ -109,22 +125,32 @@ def goal_lines(folder: Path, parts: dict[str, tuple[str, str]]) -> list[str]:
     if data is None:
         return [f"  no numbers: graphs-goals {verdict}"]
     env = data.get("environment", {})
-    out = [(f"  ({env.get('gpu') or env.get('device')}, {env.get('dtype')}, scale {data.get('scale')}, "
-            f"k={data.get('k')}, {data.get('max_new_tokens')} tokens)")]
+    out = [
+        (
+            f"  ({env.get('gpu') or env.get('device')}, {env.get('dtype')}, scale {data.get('scale')}, "
+            f"k={data.get('k')}, {data.get('max_new_tokens')} tokens)"
+        )
+    ]
     for name, label in GOALS.items():
         row = data.get("goals", {}).get(name)
         if row:
-            out.append(f"  {label:36s} {row['value']:8.3f}  goal {row['goal']:7s} "
-                       f"{'reached' if row['reached'] else 'NOT reached'}")
+            out.append(
+                f"  {label:36s} {row['value']:8.3f}  goal {row['goal']:7s} "
+                f"{'reached' if row['reached'] else 'NOT reached'}"
+            )
     steps = data.get("steps_ms", {})
     if steps:
-        out.append(f"  steps (ms) eager/graphed: target {steps.get('target_eager')}/{steps.get('target_graphed')}, "
-                   f"verify {steps.get('verify_eager')}/{steps.get('verify_graphed')}, "
-                   f"draft {steps.get('draft_eager')}/{steps.get('draft_graphed')}")
+        out.append(
+            f"  steps (ms) eager/graphed: target {steps.get('target_eager')}/{steps.get('target_graphed')}, "
+            f"verify {steps.get('verify_eager')}/{steps.get('verify_graphed')}, "
+            f"draft {steps.get('draft_eager')}/{steps.get('draft_graphed')}"
+        )
     same = data.get("identical_to_greedy", {})
     differ = [name for name, ok in same.items() if not ok]
-    out.append(f"  every method's tokens equal greedy: {'yes' if not differ else 'NO: ' + ', '.join(differ)}; "
-               f"first graphed call {data.get('first_graphed_call_s')} s ({data.get('graphs_captured')} captures)")
+    out.append(
+        f"  every method's tokens equal greedy: {'yes' if not differ else 'NO: ' + ', '.join(differ)}; "
+        f"first graphed call {data.get('first_graphed_call_s')} s ({data.get('graphs_captured')} captures)"
+    )
     return out
 
 
@@ -132,10 +158,16 @@ def summary(folder: Path, final: bool = False) -> str:
     parts = verdicts(folder, final)
     env = (folder / "env.txt").read_text().strip() if (folder / "env.txt").exists() else "environment unknown"
     run = [n for n in parts if n != "install"]
-    count = {key: sum(parts[n][0].startswith(key) for n in run)
-             for key in ("passed", "FAILED", "TIMED OUT", "not run", "skipped")}
-    lines = [f"GPU check: {env}", f"parts: {len(run)} planned; " + ", ".join(f"{v} {k}" for k, v in count.items() if v)
-             + ("" if final else " (still running)")]
+    count = {
+        key: sum(parts[n][0].startswith(key) for n in run)
+        for key in ("passed", "FAILED", "TIMED OUT", "not run", "skipped")
+    }
+    lines = [
+        f"GPU check: {env}",
+        f"parts: {len(run)} planned; "
+        + ", ".join(f"{v} {k}" for k, v in count.items() if v)
+        + ("" if final else " (still running)"),
+    ]
     checks = check_lines(folder, parts)
     if checks:
         lines.append("issue #33's checks:")

@@ -6,6 +6,7 @@ present, assignment); library modules never import it. `run` holds the commands 
 those that train models, `course` the ones a submission goes through (check, handin, grade), `instructor` the
 instructor's authoring commands, `machine_check` selfcheck, `args` their shared argparse types.
 """
+
 from __future__ import annotations
 
 import sys
@@ -17,8 +18,23 @@ from specdec_helpers.cli.run import bench, demo, perf, report
 from specdec_helpers.cli.train import distill, train_toy
 from specdec_helpers.cli.machine_check import selfcheck
 
-__all__ = ["COMMANDS", "main", "autograder", "bench", "check", "demo", "distill", "grade", "handin", "mistakes",
-           "perf", "release", "report", "selfcheck", "train_toy"]
+__all__ = [
+    "COMMANDS",
+    "main",
+    "autograder",
+    "bench",
+    "check",
+    "demo",
+    "distill",
+    "grade",
+    "handin",
+    "mistakes",
+    "perf",
+    "release",
+    "report",
+    "selfcheck",
+    "train_toy",
+]
 
 
 COMMANDS = {
@@ -32,7 +48,10 @@ COMMANDS = {
     "grade": (grade, "instructor: grade a submission (results.json) or a class folder (gradebook, similarity report)"),
     "autograder": (autograder, "instructor: a Gradescope autograder (setup.sh, run_autograder, the kit, the toy pair)"),
     "mistakes": (mistakes, "instructor: the known-mistake catalog, each graded (exit 1 if one goes uncaught)"),
-    "selfcheck": (selfcheck, "instructor: check the kit on this machine's GPU/CPU and dtype before a course; writes a JSON"),
+    "selfcheck": (
+        selfcheck,
+        "instructor: check the kit on this machine's GPU/CPU and dtype before a course; writes a JSON",
+    ),
     "check": (check, "student: run the visible tests on your exercises"),
     "handin": (handin, "student: bundle notebooks and report/ into a zip; refuses unfinished work (--force)"),
 }
@@ -52,4 +71,3 @@ def main(argv: list[str] | None = None) -> int:
         # json and toml decode errors are ValueErrors; argparse errors exit 2 before this.
         print(f"{argv[0]}: {error}", file=sys.stderr)
         return 2
-

@@ -1,4 +1,5 @@
 """argparse types and checks shared by the commands: counts, devices, output folders, threads."""
+
 from __future__ import annotations
 
 import argparse
@@ -58,4 +59,3 @@ def set_threads(requested: int | None, presets: str) -> None:
     toy = {p.strip().lower() for p in presets.split(",")} == {"toy"}
     free = (os.cpu_count() or 1) - (os.getloadavg()[0] if hasattr(os, "getloadavg") else 0)
     torch.set_num_threads(requested or (1 if toy else max(1, min(torch.get_num_threads(), round(free)))))
-

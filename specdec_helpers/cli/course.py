@@ -1,5 +1,6 @@
 """The commands a submission goes through: check (the visible tests, the student's), handin (the zip),
 grade (one submission, or a class: the instructor's). The instructor's authoring commands are `instructor`'s."""
+
 from __future__ import annotations
 
 import argparse
@@ -45,39 +46,70 @@ except ModuleNotFoundError as error:
 
 
 def grade(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specdec_helpers grade", description=grader_module.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("submission", help="a folder or a zip of notebooks (or one .ipynb); or a class: a folder "
-                                           "holding one zip or folder per student")
+    parser = argparse.ArgumentParser(
+        prog="python -m specdec_helpers grade",
+        description=grader_module.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "submission",
+        help="a folder or a zip of notebooks (or one .ipynb); or a class: a folder "
+        "holding one zip or folder per student",
+    )
     parser.add_argument("--config", help="points/thresholds/performance settings (.toml or .json)")
     parser.add_argument("--points", action="append", metavar="ITEM=N", help=f"override points ({', '.join(LABELS)})")
-    parser.add_argument("--threshold", action="append", metavar="NAME=X",
-                        help="override thresholds (relative_speed, relative_acceptance; GPU: speedup, acceptance, "
-                             "bonus_speedup, bonus_acceptance)")
+    parser.add_argument(
+        "--threshold",
+        action="append",
+        metavar="NAME=X",
+        help="override thresholds (relative_speed, relative_acceptance; GPU: speedup, acceptance, "
+        "bonus_speedup, bonus_acceptance)",
+    )
     parser.add_argument("--preset", type=preset_names, help="pair for the performance items (default: toy)")
     parser.add_argument("--no-perf", action="store_true", help="skip the performance items")
     parser.add_argument("--no-nbval", action="store_true", help="do not run the notebooks under nbval")
     parser.add_argument("--visible-only", action="store_true", help="skip the hidden tests")
     parser.add_argument("--no-similarity", action="store_true", help="do not look for copied graded cells")
-    parser.add_argument("--seed", type=int, help="the hidden tests' world, to repeat a grading (its log and "
-                                                 "results.json's extra_data name the one drawn; default: "
-                                                 "$SPECDEC_GRADE_SEED, else drawn per grading)")
-    parser.add_argument("--results", help="where to write Gradescope's results.json (default: results.json); "
-                                          "means one submission: a folder is then never taken for a class")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        help="the hidden tests' world, to repeat a grading (its log and "
+        "results.json's extra_data name the one drawn; default: "
+        "$SPECDEC_GRADE_SEED, else drawn per grading)",
+    )
+    parser.add_argument(
+        "--results",
+        help="where to write Gradescope's results.json (default: results.json); "
+        "means one submission: a folder is then never taken for a class",
+    )
     group = parser.add_argument_group("a class at once (a folder of hand-ins; detected, or forced with --class)")
-    group.add_argument("--class", dest="is_class", action="store_true",
-                       help="SUBMISSION is a class folder even if it does not look like one (e.g. one student)")
-    group.add_argument("--out", help="folder for the gradebook, histogram, similarity report and each student's "
-                                     "results.json (default: CLASS_FOLDER-grades beside it)")
+    group.add_argument(
+        "--class",
+        dest="is_class",
+        action="store_true",
+        help="SUBMISSION is a class folder even if it does not look like one (e.g. one student)",
+    )
+    group.add_argument(
+        "--out",
+        help="folder for the gradebook, histogram, similarity report and each student's "
+        "results.json (default: CLASS_FOLDER-grades beside it)",
+    )
     group.add_argument("--jobs", type=positive_int, help="students graded at once (default: the machine's cores)")
-    group.add_argument("--timeout", type=positive_int, default=1200,
-                       help="seconds one student's grading may take before it is stopped with 0 points (default 1200)")
+    group.add_argument(
+        "--timeout",
+        type=positive_int,
+        default=1200,
+        help="seconds one student's grading may take before it is stopped with 0 points (default 1200)",
+    )
     args = parser.parse_args(argv)
 
     missing = [name for name in GRADE_EXTRA if importlib.util.find_spec(name) is None]
     if missing:
-        print(f"grade: the grader's packages are not installed (missing: {', '.join(missing)}); install them with "
-              "pip install -e '.[grade]' (or pip install -r requirements.txt)", file=sys.stderr)
+        print(
+            f"grade: the grader's packages are not installed (missing: {', '.join(missing)}); install them with "
+            "pip install -e '.[grade]' (or pip install -r requirements.txt)",
+            file=sys.stderr,
+        )
         return 2
     quiet()
     try:  # a bad $SPECDEC_GRADE_SEED stops here, before minutes of nbval (and before a class's every student)
@@ -92,8 +124,11 @@ def grade(argv=None) -> int:
     # --results (as Gradescope's run_autograder passes it) means one submission, whatever the folder holds
     one_class = classroom is not None and (args.is_class or (not args.results and classroom.is_class(args.submission)))
     if args.results and not one_class and classroom is not None and classroom.is_class(args.submission):
-        print(f"note: {args.submission} looks like a class, but --results grades it as ONE submission (as Gradescope "
-              "does); to grade each student, leave out --results and give --out DIR", file=sys.stderr)
+        print(
+            f"note: {args.submission} looks like a class, but --results grades it as ONE submission (as Gradescope "
+            "does); to grade each student, leave out --results and give --out DIR",
+            file=sys.stderr,
+        )
     args.results = args.results or "results.json"
     results_path = Path(args.results)
     if not one_class:
@@ -101,11 +136,15 @@ def grade(argv=None) -> int:
             results_path.parent.mkdir(parents=True, exist_ok=True)
             results_path.unlink(missing_ok=True)  # a stale results.json must never pass for this grading's
         except OSError as error:
-            print(f"grade: --results {args.results}: cannot write there ({error}); name a file in a folder you can "
-                  "write", file=sys.stderr)
+            print(
+                f"grade: --results {args.results}: cannot write there ({error}); name a file in a folder you can write",
+                file=sys.stderr,
+            )
             return 2
     try:
-        config = load_config(args.config, _pairs(args.points, "points"), _pairs(args.threshold, "threshold"), args.preset)
+        config = load_config(
+            args.config, _pairs(args.points, "points"), _pairs(args.threshold, "threshold"), args.preset
+        )
     except (OSError, ValueError) as error:  # a missing or invalid --config: one line, no traceback
         print(f"grade: --config {args.config}: {error}".replace("\n", " "), file=sys.stderr)
         return 2
@@ -115,8 +154,9 @@ def grade(argv=None) -> int:
         paths, unreadable = readable(notebooks_in(args.submission))
     except SubmissionError as error:
         report = Report([Result("load", "submission loads", 0.0, 0.0, "error", str(error))], args.submission)
-        results_path.write_text(json.dumps({**report.gradescope(), "max_score": _max_score(config),
-                                            "output": str(error)}, indent=2))
+        results_path.write_text(
+            json.dumps({**report.gradescope(), "max_score": _max_score(config), "output": str(error)}, indent=2)
+        )
         print(f"❌ {error}", file=sys.stderr)
         return 1
     print(f"grading {len(paths)} notebook(s) from {args.submission} ...", flush=True)
@@ -130,10 +170,21 @@ def grade(argv=None) -> int:
         with privilege.student() as jail:  # every process of the student's is gone on the way out, before results.json
             if not args.no_nbval:  # (the graded cells' child checks this too, but after nbval's minutes)
                 packages.verify(jail)
-            checks = unreadable + copies + ([] if args.no_nbval else run_nbval(paths, preset=config["performance"]["preset"]))
-            report = grade_sources(sources, config, reference_sources=reference_sources(),
-                                   measure_fn=None if args.no_perf else measure_speed, hidden=not args.visible_only,
-                                   source=str(args.submission), checks=checks, seed=seed)
+            checks = (
+                unreadable
+                + copies
+                + ([] if args.no_nbval else run_nbval(paths, preset=config["performance"]["preset"]))
+            )
+            report = grade_sources(
+                sources,
+                config,
+                reference_sources=reference_sources(),
+                measure_fn=None if args.no_perf else measure_speed,
+                hidden=not args.visible_only,
+                source=str(args.submission),
+                checks=checks,
+                seed=seed,
+            )
     except packages.PackagesDiffer as error:  # the grader's setup, not the student's code: grade nothing
         print(f"grade: not graded: {error}", file=sys.stderr)
         return 2
@@ -159,8 +210,10 @@ def _flag_copies(sources: dict, results_path: Path) -> list[str]:
     results' output, which students see), kept in results.json's extra_data, shown in an HTML report."""
     matches = similarity.Detector(reference_sources()).compare({"this submission": sources}, cross=False)
     for m in matches:
-        print(f"⚑ similarity: the {m.part} cell is {m.similarity:.0%} like {m.other_label} (a flag for the "
-              "instructor; no points taken)")
+        print(
+            f"⚑ similarity: the {m.part} cell is {m.similarity:.0%} like {m.other_label} (a flag for the "
+            "instructor; no points taken)"
+        )
     if matches:
         report = similarity.write_report(matches, results_path.with_name("similarity.html"))
         print(f"⚑ side by side: {report}")
@@ -181,20 +234,36 @@ def _grade_class(args, config: dict) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "students").mkdir(exist_ok=True)
     except OSError as error:
-        print(f"grade: --out {out}: cannot make the class's output folder there ({error}); name a folder you can "
-              "write", file=sys.stderr)
+        print(
+            f"grade: --out {out}: cannot make the class's output folder there ({error}); name a folder you can write",
+            file=sys.stderr,
+        )
         return 2
-    passed = [flag for flag, on in (("--no-perf", args.no_perf), ("--no-nbval", args.no_nbval),
-                                    ("--visible-only", args.visible_only)) if on]
+    passed = [
+        flag
+        for flag, on in (
+            ("--no-perf", args.no_perf),
+            ("--no-nbval", args.no_nbval),
+            ("--visible-only", args.visible_only),
+        )
+        if on
+    ]
     passed += ["--config", str(Path(args.config).resolve())] if args.config else []
     passed += ["--preset", args.preset] if args.preset else []
     passed += ["--seed", str(args.seed)] if args.seed is not None else []  # else each student's own draw
     passed += [x for p in args.points or [] for x in ("--points", p)]
     passed += [x for t in args.threshold or [] for x in ("--threshold", t)]
     try:
-        students = classroom.grade_class(folder, out, passed, worker=WORKER, jobs=args.jobs, timeout=args.timeout,
-                                         reference=None if args.no_similarity else reference_sources(),
-                                         max_score=_max_score(config))
+        students = classroom.grade_class(
+            folder,
+            out,
+            passed,
+            worker=WORKER,
+            jobs=args.jobs,
+            timeout=args.timeout,
+            reference=None if args.no_similarity else reference_sources(),
+            max_score=_max_score(config),
+        )
     except ValueError as error:
         print(f"grade: {error}", file=sys.stderr)
         return 2
@@ -202,8 +271,10 @@ def _grade_class(args, config: dict) -> int:
     for s in students:
         statuses[s.status] = statuses.get(s.status, 0) + 1
     flagged = sum(bool(s.flags) for s in students)
-    print(f"graded {len(students)} students ({', '.join(f'{n} {k}' for k, n in sorted(statuses.items()))}); "
-          f"{flagged} with similarity flags")
+    print(
+        f"graded {len(students)} students ({', '.join(f'{n} {k}' for k, n in sorted(statuses.items()))}); "
+        f"{flagged} with similarity flags"
+    )
     for name in ("gradebook.csv", "histogram.png", "similarity.html", "students/"):
         if (out / name).exists():
             print(f"  {out / name}")
@@ -211,9 +282,14 @@ def _grade_class(args, config: dict) -> int:
 
 
 def check(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specdec_helpers check", description=check_module.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("path", nargs="?", help="folder of your notebooks (default: notebooks/, else the current folder)")
+    parser = argparse.ArgumentParser(
+        prog="python -m specdec_helpers check",
+        description=check_module.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "path", nargs="?", help="folder of your notebooks (default: notebooks/, else the current folder)"
+    )
     args = parser.parse_args(argv)
 
     quiet()
@@ -221,8 +297,11 @@ def check(argv=None) -> int:
 
 
 def handin(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specdec_helpers handin", description=handin_module.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m specdec_helpers handin",
+        description=handin_module.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--out", default="handin.zip", help="zip to write (default: handin.zip)")
     parser.add_argument("--root", default=".", help="the kit's top folder (default: the current folder)")
     parser.add_argument("--force", action="store_true", help="write the zip even if the hand-in is not finished")
@@ -231,14 +310,21 @@ def handin(argv=None) -> int:
     try:
         out, problems = write_handin(args.root, args.out, force=args.force)
     except handin_module.HandinError as error:
-        print(f"❌ not ready to hand in ({len(error.problems)} problem(s)):", *error.problems, sep="\n  - ", file=sys.stderr)
+        print(
+            f"❌ not ready to hand in ({len(error.problems)} problem(s)):",
+            *error.problems,
+            sep="\n  - ",
+            file=sys.stderr,
+        )
         print("Fix these (or hand in as it is with --force).", file=sys.stderr)
         return 1
     except (ValueError, FileNotFoundError) as error:
         print(f"handin: {error}", file=sys.stderr)
         return 2
     if problems:
-        print(f"⚠️  handing in anyway (--force) with {len(problems)} problem(s):", *problems, sep="\n  - ", file=sys.stderr)
+        print(
+            f"⚠️  handing in anyway (--force) with {len(problems)} problem(s):", *problems, sep="\n  - ", file=sys.stderr
+        )
     with zipfile.ZipFile(out) as archive:
         names = archive.namelist()
     print(f"wrote {out} ({out.stat().st_size / 1e3:.0f} kB, {len(names)} files):")

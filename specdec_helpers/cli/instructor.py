@@ -1,6 +1,7 @@
 """The instructor's commands: release (the student repository), autograder (the Gradescope bundle), mistakes
 (the known-mistake catalog, graded). The student kit leaves their modules out (release.INSTRUCTOR_ONLY); each
 command says so there, and so does `grade --class`."""
+
 from __future__ import annotations
 
 import argparse
@@ -38,17 +39,31 @@ def instructor_only(command: str) -> int:
 def release(argv=None) -> int:
     if release_module is None:
         return instructor_only("release")
-    parser = argparse.ArgumentParser(prog="python -m specdec_helpers release", description=release_module.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", help="folder for the student repository (empty, absent, or with --force a clone of it)")
-    parser.add_argument("--repo-url", help="the STUDENT repository, https://github.com/OWNER/NAME: Colab badges open and "
-                                           "install cells install from it (never the instructor's: it holds the solutions)")
+    parser = argparse.ArgumentParser(
+        prog="python -m specdec_helpers release",
+        description=release_module.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--out", help="folder for the student repository (empty, absent, or with --force a clone of it)"
+    )
+    parser.add_argument(
+        "--repo-url",
+        help="the STUDENT repository, https://github.com/OWNER/NAME: Colab badges open and "
+        "install cells install from it (never the instructor's: it holds the solutions)",
+    )
     parser.add_argument("--branch", help=f"branch the badges and install cells use (default: {REPO_BRANCH})")
     parser.add_argument("--root", help="instructor repository (default: this checkout)")
-    parser.add_argument("--instructor-url", help="the instructor repository's URL, refused as --repo-url "
-                                                 "(its git remotes are refused anyway)")
-    parser.add_argument("--config", help="TOML file with out, repo_url, branch, root, instructor_url (flags override it)")
-    parser.add_argument("--force", action="store_true", help="replace the files of a non-empty --out (its .git is kept)")
+    parser.add_argument(
+        "--instructor-url",
+        help="the instructor repository's URL, refused as --repo-url (its git remotes are refused anyway)",
+    )
+    parser.add_argument(
+        "--config", help="TOML file with out, repo_url, branch, root, instructor_url (flags override it)"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="replace the files of a non-empty --out (its .git is kept)"
+    )
     args = parser.parse_args(argv)
     try:
         settings = release_module.load_settings(args.config) if args.config else {}
@@ -59,15 +74,23 @@ def release(argv=None) -> int:
         print(f"release: {error}", file=sys.stderr)
         return 2
     except release_module.ReleaseError as error:
-        print("=" * 70 + "\nRELEASE FAILED: the kit would leak solutions or hidden tests; nothing was written.\n"
-              + str(error) + "\n" + "=" * 70, file=sys.stderr)
+        print(
+            "=" * 70
+            + "\nRELEASE FAILED: the kit would leak solutions or hidden tests; nothing was written.\n"
+            + str(error)
+            + "\n"
+            + "=" * 70,
+            file=sys.stderr,
+        )
         return 1
     out = Path(settings["out"])
     stubs = sum(len(STUB_LINE.findall(source)) for rel in written for source in _code(out / rel))
     for problem in notebook_sync.check(out / "notebooks", settings["repo_url"], settings["branch"]):
         print(f"warning: {problem}", file=sys.stderr)
-    print(f"student repository: {len(written)} files in {out} ({stubs} exercise stubs); no solution or hidden test "
-          f"left; badges and install cells point at {settings['repo_url']} ({settings['branch']})")
+    print(
+        f"student repository: {len(written)} files in {out} ({stubs} exercise stubs); no solution or hidden test "
+        f"left; badges and install cells point at {settings['repo_url']} ({settings['branch']})"
+    )
     return 0
 
 
@@ -85,8 +108,11 @@ def _code(path: Path) -> list[str]:
 def autograder(argv=None) -> int:
     if autograder_module is None:
         return instructor_only("autograder")
-    parser = argparse.ArgumentParser(prog="python -m specdec_helpers autograder", description=autograder_module.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m specdec_helpers autograder",
+        description=autograder_module.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--out", required=True, help="folder to write (empty or absent); the zip goes beside it")
     parser.add_argument("--config", help="grading config (default: the defaults, see points.example.toml)")
     parser.add_argument("--root", default=str(ROOT), help="instructor repository (default: this checkout)")
@@ -99,8 +125,10 @@ def autograder(argv=None) -> int:
         print(f"autograder: {error}", file=sys.stderr)
         return 2
     out = Path(args.out)
-    print(f"autograder: {len(files)} files in {out}; upload {out.with_name(out.name + '.zip')} to Gradescope "
-          "(Configure Autograder > Zip file upload)")
+    print(
+        f"autograder: {len(files)} files in {out}; upload {out.with_name(out.name + '.zip')} to Gradescope "
+        "(Configure Autograder > Zip file upload)"
+    )
     return 0
 
 

@@ -1,5 +1,6 @@
 """The commands that train models: distill (a draft of a preset, once, then cached) and train-toy (the toy pair
 the package ships)."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,20 +21,37 @@ from specdec_helpers.models.toy import retrain_toy
 
 
 def distill(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specdec_helpers distill",
-                                     description="Train (once, then cached) a draft of a preset from its target's own text; "
-                                                 "prints what it cost.")
-    parser.add_argument("--preset", type=preset_names, default="smollm2-135m", help="a preset whose target is LLaMA-style (default: smollm2-135m)")
-    parser.add_argument("--draft", choices=("eagle", "distilled"), default="eagle",
-                        help=f"eagle (default): {DRAFTS['eagle'].help}; distilled: {DRAFTS['distilled'].help}")
+    parser = argparse.ArgumentParser(
+        prog="python -m specdec_helpers distill",
+        description="Train (once, then cached) a draft of a preset from its target's own text; prints what it cost.",
+    )
+    parser.add_argument(
+        "--preset",
+        type=preset_names,
+        default="smollm2-135m",
+        help="a preset whose target is LLaMA-style (default: smollm2-135m)",
+    )
+    parser.add_argument(
+        "--draft",
+        choices=("eagle", "distilled"),
+        default="eagle",
+        help=f"eagle (default): {DRAFTS['eagle'].help}; distilled: {DRAFTS['distilled'].help}",
+    )
     parser.add_argument("--force", action="store_true", help="train again even if a cached draft exists")
-    parser.add_argument("--corpus", action="store_true",
-                        help="eagle only: train teacher-forced on the kit's corpus of existing text and the target's own "
-                             "answers (written once, ~5 minutes), unrolled over 2 drafting steps, and write the shipped "
-                             "fp16 copy under specdec_helpers/data/ (the shipped draft: --corpus --epochs 2; ~25 minutes "
-                             "on 2 cores, the target's features then cached)")
-    parser.add_argument("--max-chunks", type=int, default=None, help="with --corpus: train on about N chunks, evenly spread")
-    parser.add_argument("--epochs", type=int, default=None, help="with --corpus: training epochs (default: EagleRecipe's)")
+    parser.add_argument(
+        "--corpus",
+        action="store_true",
+        help="eagle only: train teacher-forced on the kit's corpus of existing text and the target's own "
+        "answers (written once, ~5 minutes), unrolled over 2 drafting steps, and write the shipped "
+        "fp16 copy under specdec_helpers/data/ (the shipped draft: --corpus --epochs 2; ~25 minutes "
+        "on 2 cores, the target's features then cached)",
+    )
+    parser.add_argument(
+        "--max-chunks", type=int, default=None, help="with --corpus: train on about N chunks, evenly spread"
+    )
+    parser.add_argument(
+        "--epochs", type=int, default=None, help="with --corpus: training epochs (default: EagleRecipe's)"
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (the result depends on it)")
     args = parser.parse_args(argv)
     if args.threads:
@@ -43,8 +61,11 @@ def distill(argv=None) -> int:
     name = _model_name(pair.target)
     if args.corpus and args.draft != "eagle":
         raise ValueError("--corpus trains the eagle draft: write --draft eagle --corpus")
-    folder, train = ((eagle.eagle_dir(name), eagle_train.train_eagle) if args.draft == "eagle"
-                     else (distilled_dir(name), distill_draft))
+    folder, train = (
+        (eagle.eagle_dir(name), eagle_train.train_eagle)
+        if args.draft == "eagle"
+        else (distilled_dir(name), distill_draft)
+    )
     if args.corpus:
         folder = eagle.shipped_dir(name)
         recipe = eagle.EagleRecipe(**({"epochs": args.epochs} if args.epochs else {}))

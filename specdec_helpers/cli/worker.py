@@ -1,5 +1,6 @@
 """``python -m specdec_helpers.cli.worker``: a class's grading worker (`assignment.grading.grade_worker`) that
 grades each student by running the ``grade`` command in a process forked from it (`course.WORKER` starts it)."""
+
 from __future__ import annotations
 
 import sys

@@ -9,6 +9,7 @@ Changing k from round to round keeps both guarantees: greedy output is still the
 under sampling each round's block length is fixed before its tokens are drawn, so rejection sampling
 stays exact. (For early stopping *within* a round, see ``ModelDrafter(confidence_threshold=...)``.)
 """
+
 from __future__ import annotations
 
 from specdec_helpers.core.checks import check_positive_int

@@ -13,6 +13,7 @@ Every backend speaks one protocol: ``forward(input_ids=..., cache=..., logits_to
 
 The edition modules (``core/reference_*.py`` and the students' editions) hold no part of this.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -83,8 +84,17 @@ def decode_forward(model):
 
 
 @contextlib.contextmanager
-def backend(target, drafter, input_ids, max_new_tokens: int, largest_k: int | None, use_cache: bool = True,
-            compile: bool = False, graphs: bool | None = None, score=None):
+def backend(
+    target,
+    drafter,
+    input_ids,
+    max_new_tokens: int,
+    largest_k: int | None,
+    use_cache: bool = True,
+    compile: bool = False,
+    graphs: bool | None = None,
+    score=None,
+):
     """The `Backend` a decode runs on, set up before its timing starts (graphs: the step of every pass a round of up to
     ``largest_k`` draft tokens can verify, captured now; None: any k, capped at `graphs.MAX_K`), and its static caches
     given back after."""

@@ -31,6 +31,7 @@ Sampling is exact row by row: each row is Leviathan et al.'s rejection sampling 
 Self-contained (its own greedy speculative loop): an edition that must not ship a decode loop can drop
 this module and `batch_rows.py` together.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -73,16 +74,18 @@ class BatchDecodeOutput:
         ``pad_token_id``, as HF ``generate`` returns a padded batch."""
         width_n = max(n.numel() for n in self.new_tokens)
         if self.input_ids is not None:
-            out = torch.full((len(self.prompts), width_n), self.pad_token_id, dtype=torch.long,
-                             device=self.input_ids.device)
+            out = torch.full(
+                (len(self.prompts), width_n), self.pad_token_id, dtype=torch.long, device=self.input_ids.device
+            )
             for b, n in enumerate(self.new_tokens):
                 out[b, : n.numel()] = n
             return torch.cat([self.input_ids, out], dim=1)
         width_p = max(p.numel() for p in self.prompts)
-        out = torch.full((len(self.prompts), width_p + width_n), self.pad_token_id, dtype=torch.long,
-                         device=self.prompts[0].device)
+        out = torch.full(
+            (len(self.prompts), width_p + width_n), self.pad_token_id, dtype=torch.long, device=self.prompts[0].device
+        )
         for b, (p, n) in enumerate(zip(self.prompts, self.new_tokens)):
-            out[b, width_p - p.numel(): width_p + n.numel()] = torch.cat([p, n])
+            out[b, width_p - p.numel() : width_p + n.numel()] = torch.cat([p, n])
         return out
 
 
@@ -96,8 +99,10 @@ def _prompts(target, input_ids, attention_mask) -> list[torch.Tensor]:
             attention_mask = torch.ones_like(input_ids)
         attention_mask = torch.as_tensor(attention_mask)
         if attention_mask.shape != input_ids.shape:
-            raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)} but input_ids has "
-                             f"{tuple(input_ids.shape)}; pass the mask the tokenizer returned with the ids")
+            raise ValueError(
+                f"attention_mask has shape {tuple(attention_mask.shape)} but input_ids has "
+                f"{tuple(input_ids.shape)}; pass the mask the tokenizer returned with the ids"
+            )
         rows = [ids[m.bool().to(ids.device)] for ids, m in zip(input_ids, attention_mask)]
     elif isinstance(input_ids, (list, tuple)) and input_ids:
         if attention_mask is not None:
@@ -105,10 +110,14 @@ def _prompts(target, input_ids, attention_mask) -> list[torch.Tensor]:
         rows = list(input_ids)
         empty = [b for b, row in enumerate(rows) if hasattr(row, "__len__") and len(row) == 0]
         if empty:
-            raise ValueError(f"prompt {empty[0]} of the {len(rows)} is empty; give each prompt at least one token "
-                             "(e.g. the tokenizer's BOS token)")
+            raise ValueError(
+                f"prompt {empty[0]} of the {len(rows)} is empty; give each prompt at least one token "
+                "(e.g. the tokenizer's BOS token)"
+            )
     else:
-        raise TypeError(f"input_ids must be a [batch, length] tensor or a list of prompts, got {type(input_ids).__name__}")
+        raise TypeError(
+            f"input_ids must be a [batch, length] tensor or a list of prompts, got {type(input_ids).__name__}"
+        )
     return [checks.check_input_ids(target, row)[0] for row in rows]  # each: ids checked, on the target's device
 
 
@@ -118,8 +127,10 @@ def _budgets(max_new_tokens, batch: int) -> list[int]:
         max_new_tokens = max_new_tokens.tolist()
     if isinstance(max_new_tokens, (list, tuple)):
         if len(max_new_tokens) != batch:
-            raise ValueError(f"max_new_tokens has {len(max_new_tokens)} entries for a batch of {batch} prompts; "
-                             "give one int for all rows or one per row")
+            raise ValueError(
+                f"max_new_tokens has {len(max_new_tokens)} entries for a batch of {batch} prompts; "
+                "give one int for all rows or one per row"
+            )
         return [checks.check_positive_int(m, "max_new_tokens", 0) for m in max_new_tokens]
     return [checks.check_positive_int(max_new_tokens, "max_new_tokens", 0)] * batch
 
@@ -134,10 +145,22 @@ def _samplers(temperature, top_k, top_p, generator, batch: int) -> list[Sampler]
 
 
 @torch.inference_mode()
-def batch_speculative_decode(target, draft, input_ids, attention_mask=None, *, max_new_tokens=100,
-                             num_speculative_tokens: int = 5, temperature: float = 0.0, top_k: int | None = None,
-                             top_p: float | None = None, eos_token_id=None, use_cache: bool = True,
-                             generator=None, compile: bool = False) -> BatchDecodeOutput:
+def batch_speculative_decode(
+    target,
+    draft,
+    input_ids,
+    attention_mask=None,
+    *,
+    max_new_tokens=100,
+    num_speculative_tokens: int = 5,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    eos_token_id=None,
+    use_cache: bool = True,
+    generator=None,
+    compile: bool = False,
+) -> BatchDecodeOutput:
     """Speculative decoding of a batch of prompts (``draft=None``: batched greedy decoding).
 
     ``input_ids``: ``[B, L]`` with ``attention_mask`` (padding masked out), or a list of prompts.
@@ -147,11 +170,15 @@ def batch_speculative_decode(target, draft, input_ids, attention_mask=None, *, m
     """
     checks.check_model(target, "target")
     if not use_cache or compile:
-        raise ValueError("batched speculative decoding runs with use_cache=True and compile=False only; "
-                         "decode the prompts one at a time for the uncached or compiled loops")
+        raise ValueError(
+            "batched speculative decoding runs with use_cache=True and compile=False only; "
+            "decode the prompts one at a time for the uncached or compiled loops"
+        )
     if isinstance(num_speculative_tokens, bool) or not isinstance(num_speculative_tokens, Integral):
-        raise TypeError(f"batched speculative decoding needs an int num_speculative_tokens (no 'auto' schedule), "
-                        f"got {num_speculative_tokens!r}")
+        raise TypeError(
+            f"batched speculative decoding needs an int num_speculative_tokens (no 'auto' schedule), "
+            f"got {num_speculative_tokens!r}"
+        )
     k = checks.check_positive_int(num_speculative_tokens, "num_speculative_tokens", 0)
     prompts = _prompts(target, input_ids, attention_mask)
     budgets = _budgets(max_new_tokens, len(prompts))
@@ -190,7 +217,7 @@ def _loop(target, drafts, prompts, budgets, k, samplers, eos) -> BatchDecodeOutp
         ks = [min(k, end[b] - length[b] - 1) for b in active]
         calls = drafts.calls
         proposals = drafts.propose(texts, ks, [samplers[b] for b in active])
-        unseen = [t[int(s):] for t, s in zip(texts, targets.seen.tolist())]
+        unseen = [t[int(s) :] for t, s in zip(texts, targets.seen.tolist())]
         tokens, valid, width_k = block(unseen, [p.tokens for p in proposals], device)
         logits = targets.forward(tokens, valid, width_k + 1)  # [B, K + 1, V]: row b's draft j judged at j
         if samplers[active[0]].greedy:
@@ -206,7 +233,7 @@ def _loop(target, drafts, prompts, budgets, k, samplers, eos) -> BatchDecodeOutp
         for i, (b, (n, new)) in enumerate(zip(active, kept)):
             cache_keep.append(length[b] + n)  # the old text plus the accepted draft; the new last token is fed next
             emitted = cut_at_eos(new, eos)[: end[b] - length[b]]
-            buffer[b, length[b]: length[b] + len(emitted)] = torch.tensor(emitted, device=device)
+            buffer[b, length[b] : length[b] + len(emitted)] = torch.tensor(emitted, device=device)
             length[b] += len(emitted)
             row_stats[b].record_round(proposals[i].tokens.numel(), n, drafts.calls - calls)
             row_proposed[b].append(proposals[i].tokens.numel())
@@ -220,7 +247,7 @@ def _loop(target, drafts, prompts, budgets, k, samplers, eos) -> BatchDecodeOutp
             active = [active[i] for i in still]
     sync_device(device)
     stats.wall_time_s = time.perf_counter() - start
-    new = [buffer[b, p.numel(): length[b]].clone() for b, p in enumerate(prompts)]
+    new = [buffer[b, p.numel() : length[b]].clone() for b, p in enumerate(prompts)]
     for s, n in zip(row_stats, new):
         s.new_tokens, s.wall_time_s = n.numel(), stats.wall_time_s
     stats.new_tokens = sum(n.numel() for n in new)

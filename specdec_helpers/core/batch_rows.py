@@ -8,6 +8,7 @@ half the cache each row's live positions are packed together (one gather; rare).
 from the mask (a row's next position is the number of columns it reads), never from the column index,
 so left padding, pads between tokens and holes shift nothing.
 """
+
 from __future__ import annotations
 
 import torch
@@ -40,8 +41,14 @@ class RowCache:
         last ``keep`` columns ``[B, keep, V]``."""
         positions = (self.seen[:, None] + valid.long().cumsum(1) - 1).clamp_min(0)
         self.mask = torch.cat([self.mask, valid], dim=1)
-        out = self.model(input_ids=tokens, attention_mask=self.mask.long(), position_ids=positions,
-                         **cache_kwargs(self.model, self.cache), use_cache=True, logits_to_keep=keep)
+        out = self.model(
+            input_ids=tokens,
+            attention_mask=self.mask.long(),
+            position_ids=positions,
+            **cache_kwargs(self.model, self.cache),
+            use_cache=True,
+            logits_to_keep=keep,
+        )
         if not self.passes:
             check_plain_layers(self.cache, "batched speculative decoding")
         self.passes += 1
@@ -66,7 +73,7 @@ class RowCache:
         run when holes make up over half the columns, so the cache stays within twice the longest row."""
         width = int(self.seen.max())
         # A stable sort puts each row's dead columns first and its live ones last, both in column order.
-        index = torch.sort(self.mask.long(), dim=1, stable=True).indices[:, self.mask.shape[1] - width:]
+        index = torch.sort(self.mask.long(), dim=1, stable=True).indices[:, self.mask.shape[1] - width :]
         rollback(self.cache, index)
         self.mask = torch.arange(width, device=self.mask.device) >= (width - self.seen)[:, None]
 
@@ -87,8 +94,8 @@ def block(first: list[torch.Tensor], second: list[torch.Tensor], device) -> tupl
     tokens = torch.full((batch, width_u + width_k), PAD, dtype=torch.long, device=device)
     valid = torch.zeros(batch, width_u + width_k, dtype=torch.bool, device=device)
     for b, (u, d) in enumerate(zip(first, second)):
-        tokens[b, width_u - u.numel(): width_u + d.numel()] = torch.cat([u, d.to(device)])
-        valid[b, width_u - u.numel(): width_u + d.numel()] = True
+        tokens[b, width_u - u.numel() : width_u + d.numel()] = torch.cat([u, d.to(device)])
+        valid[b, width_u - u.numel() : width_u + d.numel()] = True
     return tokens, valid, width_k
 
 
@@ -140,7 +147,7 @@ class ModelRows(NoRows):
         device = texts[0].device
         # The last text token is always fed (its logits give the first draft token): keep all but it.
         self.rows.keep(torch.tensor([t.numel() - 1 for t in texts], device=device))
-        unseen = [t[int(s):] for t, s in zip(texts, self.rows.seen.tolist())]
+        unseen = [t[int(s) :] for t, s in zip(texts, self.rows.seen.tolist())]
         tokens, valid, _ = block(unseen, [t.new_empty(0) for t in texts], device)
         logits = self._forward(tokens, valid)
         drafted, probs = [[] for _ in texts], [[] for _ in texts]
@@ -148,12 +155,12 @@ class ModelRows(NoRows):
             chosen = logits.argmax(-1)
             for b, sampler in enumerate(samplers):
                 if step < ks[b] and not sampler.greedy:  # each row draws from its own sampler, in row order
-                    token, prob = sampler.choose(logits[b: b + 1])
+                    token, prob = sampler.choose(logits[b : b + 1])
                     chosen[b] = token[0]
                     probs[b].append(prob)
             for b in range(len(texts)):
                 if step < ks[b]:
-                    drafted[b].append(chosen[b: b + 1])
+                    drafted[b].append(chosen[b : b + 1])
             if step + 1 < most:
                 # Rows past their own k still feed a token; the next `keep` drops it with the rejected ones.
                 logits = self._forward(chosen.view(-1, 1), torch.ones_like(chosen, dtype=torch.bool).view(-1, 1))
@@ -171,8 +178,10 @@ def row_drafter(drafter, batch: int, device):
         return LookupRows(drafter)
     if type(drafter) is ModelDrafter:
         if drafter.confidence_threshold is not None:
-            raise ValueError("batched speculative decoding does not support a ModelDrafter's confidence_threshold; "
-                             "use confidence_threshold=None, or decode the prompts one at a time")
+            raise ValueError(
+                "batched speculative decoding does not support a ModelDrafter's confidence_threshold; "
+                "use confidence_threshold=None, or decode the prompts one at a time"
+            )
         return ModelRows(drafter, batch, device)
     raise TypeError(
         f"batched speculative decoding supports a Hugging Face draft model, a ModelDrafter or a "

@@ -5,6 +5,7 @@ to drop; 4.x took the length to keep; 5.24 renamed the forward's ``past_key_valu
 version-sensitive about caches lives here, so the loops speak only of lengths. (Two other modules write into cache
 tensors they own: the batch loop's columns, `batch_rows`, and the lean forward's rows of a `StaticKV`, `lean`.)
 """
+
 from __future__ import annotations
 
 import functools
@@ -16,7 +17,9 @@ from transformers import DynamicCache, StaticCache
 from transformers.cache_utils import DynamicLayer, StaticLayer
 
 
-BLOCK = 256  # static cache capacities are multiples of this, so texts of different lengths share one cache (and its steps)
+BLOCK = (
+    256  # static cache capacities are multiples of this, so texts of different lengths share one cache (and its steps)
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -56,7 +59,7 @@ def plain_static_layers(model) -> bool:
     the layers a position can roll back. (Building the cache allocates nothing: its layers allocate on first use.)"""
     try:
         return all(type(layer) is StaticLayer for layer in new_static_cache(model, 1).layers)
-    except Exception:  # a model transformers cannot give a static cache
+    except Exception:  # noqa: BLE001 - any model transformers cannot give a static cache: no static layers
         return False
 
 
@@ -74,8 +77,10 @@ class StaticKV:
     def __init__(self, model, capacity: int):
         self.cache = new_static_cache(model, capacity)
         if any(type(layer) is not StaticLayer for layer in self.cache.layers):
-            raise NotImplementedError(f"{type(model).__name__} has sliding-window or recurrent cache layers: a "
-                                      "static cache rolls back plain full-attention layers only; use graphs=False")
+            raise NotImplementedError(
+                f"{type(model).__name__} has sliding-window or recurrent cache layers: a "
+                "static cache rolls back plain full-attention layers only; use graphs=False"
+            )
         self.capacity, self.position, self.in_use = capacity, 0, False
         self.lengths = torch.zeros(len(self.cache.layers), dtype=torch.long, device=model.device)
         for i, layer in enumerate(self.cache.layers):
@@ -141,8 +146,9 @@ def rollback(cache, kept) -> None:
     elif isinstance(cache, DynamicCache):
         _dynamic_keep(cache, kept)
     else:
-        raise TypeError(f"rollback knows a DynamicCache, a StaticCache and the kit's StaticKV, not "
-                        f"{type(cache).__name__}")
+        raise TypeError(
+            f"rollback knows a DynamicCache, a StaticCache and the kit's StaticKV, not {type(cache).__name__}"
+        )
 
 
 def crop_cache(cache: DynamicCache | StaticCache, length: int) -> None:
@@ -154,30 +160,37 @@ def crop_cache(cache: DynamicCache | StaticCache, length: int) -> None:
 def _as_kept(kept) -> int | torch.Tensor:
     """``kept`` as an int or a LongTensor of positions (1-D or [B, C']), or the error that says what to pass."""
     if isinstance(kept, bool) or not isinstance(kept, (Integral, list, tuple, torch.Tensor)):
-        raise TypeError(f"rollback keeps an int (the first n positions), a list or 1-D LongTensor of positions, or a "
-                        f"[B, C'] LongTensor of positions per row; got {type(kept).__name__}")
+        raise TypeError(
+            f"rollback keeps an int (the first n positions), a list or 1-D LongTensor of positions, or a "
+            f"[B, C'] LongTensor of positions per row; got {type(kept).__name__}"
+        )
     if isinstance(kept, torch.Tensor) and kept.dim() == 0:
         return int(kept)
     if isinstance(kept, Integral):
         return int(kept)
     index = torch.as_tensor(kept, dtype=torch.long)
     if index.dim() not in (1, 2):
-        raise ValueError(f"rollback got positions shaped {list(index.shape)}: pass [C'] positions for every row, or "
-                         "[B, C'] (one list of positions per batch row)")
+        raise ValueError(
+            f"rollback got positions shaped {list(index.shape)}: pass [C'] positions for every row, or "
+            "[B, C'] (one list of positions per batch row)"
+        )
     return index
 
 
 def _check_prefix(held: int, length: int) -> None:
     if not 0 <= length <= held:
-        raise ValueError(f"cannot crop a cache of {held} positions to {length}: a rollback keeps between 0 and the "
-                         f"{held} positions it holds (count the kept text, prompt included)")
+        raise ValueError(
+            f"cannot crop a cache of {held} positions to {length}: a rollback keeps between 0 and the "
+            f"{held} positions it holds (count the kept text, prompt included)"
+        )
 
 
 def _static_kv_keep(cache: StaticKV, kept) -> None:
     """The kit's static cache: a position moves (scattered positions would need a copy: trees use dynamic caches)."""
     if not isinstance(kept, int):
-        raise NotImplementedError("a static cache keeps the first n positions only; token trees and batches roll "
-                                  "back dynamic caches")
+        raise NotImplementedError(
+            "a static cache keeps the first n positions only; token trees and batches roll back dynamic caches"
+        )
     cache.keep(kept)
 
 
@@ -185,8 +198,9 @@ def _static_cache_keep(cache: StaticCache, kept) -> None:
     """transformers' static cache: each layer writes at its ``cumulative_length`` counter, and the causal mask hides
     whatever lies beyond the query, so moving every counter back is the whole rollback."""
     if not isinstance(kept, int):
-        raise NotImplementedError("a static cache keeps the first n positions only; token trees and batches roll "
-                                  "back dynamic caches")
+        raise NotImplementedError(
+            "a static cache keeps the first n positions only; token trees and batches roll back dynamic caches"
+        )
     _check_prefix(cache_length(cache), kept)
     if any(type(layer) is not StaticLayer for layer in cache.layers):
         raise NotImplementedError("only plain full-attention static caches can be rolled back (no sliding window)")
@@ -208,19 +222,23 @@ def _dynamic_keep(cache: DynamicCache, kept) -> None:
         return
     if kept.dim() == 1:
         if kept.numel() and (int(kept.min()) < 0 or int(kept.max()) >= held):
-            raise ValueError(f"positions {kept.tolist()} outside a cache of {held} positions: keep positions "
-                             f"0 .. {held - 1}")
+            raise ValueError(
+                f"positions {kept.tolist()} outside a cache of {held} positions: keep positions 0 .. {held - 1}"
+            )
         check_plain_layers(cache, "keeping scattered positions (token trees)")
-        gather = lambda keys, rows: keys.index_select(-2, rows)  # noqa: E731 - one line per kind of index
+        gather = lambda keys, rows: keys.index_select(-2, rows)
     else:
         check_plain_layers(cache, "packing a batched cache")
         for layer in cache.layers:
             if layer.is_initialized and layer.keys.numel() and kept.shape[0] != layer.keys.shape[0]:
-                raise ValueError(f"rollback got positions for {kept.shape[0]} rows, but the cache holds "
-                                 f"{layer.keys.shape[0]}: pass one row of positions per batch row ([B, C'])")
+                raise ValueError(
+                    f"rollback got positions for {kept.shape[0]} rows, but the cache holds "
+                    f"{layer.keys.shape[0]}: pass one row of positions per batch row ([B, C'])"
+                )
 
         def gather(keys, rows):
             return keys.gather(2, rows[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[-1]))
+
     for layer in cache.layers:
         if layer.is_initialized and layer.keys.numel():
             rows = kept.to(layer.keys.device)
@@ -238,8 +256,9 @@ def check_plain_layers(cache: DynamicCache, what: str) -> None:
     quantized): cropping and masking positions per row would silently corrupt them."""
     layers = getattr(cache, "layers", None)
     if layers is None:
-        raise NotImplementedError(f"{type(cache).__name__} has no per-layer list (transformers < 5?); {what} needs "
-                                  "transformers 5.x")
+        raise NotImplementedError(
+            f"{type(cache).__name__} has no per-layer list (transformers < 5?); {what} needs transformers 5.x"
+        )
     for layer in layers:
         if type(layer) is not DynamicLayer:
             raise NotImplementedError(

@@ -19,6 +19,7 @@ operators (``torch.from_numpy``) count as device tensors; code that picks its pa
 `rehearse_step` runs a model's n-token step as `graphs.StaticForward` captures it. `HOST_READING_FAMILIES` (kept true
 by tests/test_capture_rehearsal.py) are the families whose step reads the host: the kit runs them eagerly by rule.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,19 @@ _PATCH = threading.Lock()  # `host_reads` patches torch.cuda.is_current_stream_c
 # Operators by name (their overload packet's), as a mode sees them: under ``torch.inference_mode`` it sees composites
 # (``item``, ``is_nonzero``, ``where``) before they decompose, elsewhere their parts (``_local_scalar_dense``).
 _READS = {"_local_scalar_dense", "item", "is_nonzero", "equal", "allclose"}  # the value comes to the host
-_SHAPED_BY_DATA = {"nonzero", "nonzero_numpy", "argwhere", "masked_select", "unique", "_unique", "_unique2",
-                   "unique_dim", "unique_consecutive", "unique_dim_consecutive", "bincount"}  # sized by the data
+_SHAPED_BY_DATA = {
+    "nonzero",
+    "nonzero_numpy",
+    "argwhere",
+    "masked_select",
+    "unique",
+    "_unique",
+    "_unique2",
+    "unique_dim",
+    "unique_consecutive",
+    "unique_dim_consecutive",
+    "bincount",
+}  # sized by the data
 _MASKED = {"index", "index_put", "index_put_", "_index_put_impl_"}  # data-dependent with a boolean mask
 _HOST_METHODS = {"tolist": "host read", "numpy": "host read", "cpu": "host copy"}  # seen at the Python level
 _SKIP = (os.path.dirname(torch.__file__) + os.sep, os.path.abspath(__file__))
@@ -59,7 +71,7 @@ def _where() -> str:
         path = os.path.relpath(path)
     for marker in (os.sep + "transformers" + os.sep, os.sep + "site-packages" + os.sep):
         if marker in path:  # transformers/models/opt/modeling_opt.py, not the whole environment's path
-            path = path[path.rindex(marker) + 1:]
+            path = path[path.rindex(marker) + 1 :]
             break
     return f"{path}:{frame.f_lineno} ({frame.f_code.co_name})"
 
@@ -100,8 +112,14 @@ class _Ops(TorchDispatchMode):
         self.spy.accelerator |= any(t.device.type != "cpu" for t in inputs)
         if name in _READS:
             self.spy.flag("host read", f"aten.{name}", inputs)
-        elif (name in _SHAPED_BY_DATA or name == "where" and func._overloadname == "default"  # where(condition)
-              or name == "repeat_interleave" and func._overloadname != "self_int" and kwargs.get("output_size") is None):
+        elif (
+            name in _SHAPED_BY_DATA
+            or name == "where"
+            and func._overloadname == "default"  # where(condition)
+            or name == "repeat_interleave"
+            and func._overloadname != "self_int"
+            and kwargs.get("output_size") is None
+        ):
             self.spy.flag("data-dependent shape", f"aten.{name}", inputs)
         elif name in _MASKED and any(t.dtype in (torch.bool, torch.uint8) for t in _tensors(args[1])):
             self.spy.flag("data-dependent shape", f"aten.{name} with a boolean mask", inputs)
@@ -130,10 +148,15 @@ class _Calls(TorchFunctionMode):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         this = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        flagged = this is not None and (name in _HOST_METHODS or name == "to" and any(
-            isinstance(a, str) and a.startswith("cpu") for a in (*args[1:], kwargs.get("device"))))
+        flagged = this is not None and (
+            name in _HOST_METHODS
+            or name == "to"
+            and any(isinstance(a, str) and a.startswith("cpu") for a in (*args[1:], kwargs.get("device")))
+        )
         if flagged:
-            self.spy.flag(_HOST_METHODS.get(name, "host copy"), f"Tensor.{name}" + ("(cpu)" if name == "to" else ""), [this])
+            self.spy.flag(
+                _HOST_METHODS.get(name, "host copy"), f"Tensor.{name}" + ("(cpu)" if name == "to" else ""), [this]
+            )
         quiet, self.spy.quiet = self.spy.quiet, self.spy.quiet or flagged
         try:
             out = func(*args, **kwargs)

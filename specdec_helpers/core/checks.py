@@ -1,4 +1,5 @@
 """Input validation: bad input gets a ValueError/TypeError that names the problem and the fix."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -123,8 +124,10 @@ def check_compilable(use_cache: bool, drafter, what: str = "compile=True") -> No
     if not use_cache:
         raise ValueError(f"{what} needs use_cache=True (it runs the forward over a static KV cache)")
     if drafter.needs_target_features:
-        raise ValueError(f"a draft that reads the target's hidden states (eagle) cannot run with {what}: "
-                         f"the static-cache forward returns logits only; use {off}")
+        raise ValueError(
+            f"a draft that reads the target's hidden states (eagle) cannot run with {what}: "
+            f"the static-cache forward returns logits only; use {off}"
+        )
 
 
 def decode_args(target, input_ids, max_new_tokens, eos_token_id) -> tuple[torch.Tensor, int, list[int]]:
@@ -168,8 +171,9 @@ NEAR_TIE = {torch.float32: 1e-4, torch.float16: 0.05, torch.bfloat16: 0.4}
 
 
 @torch.inference_mode()
-def greedy_divergence(target, prompt_ids: torch.Tensor, new_tokens, want=None, tolerance: float | None = None,
-                      max_ties: int = 8) -> tuple[bool, str]:
+def greedy_divergence(
+    target, prompt_ids: torch.Tensor, new_tokens, want=None, tolerance: float | None = None, max_ties: int = 8
+) -> tuple[bool, str]:
     """Is ``new_tokens`` the target's greedy continuation of ``prompt_ids``, up to numerical near-ties?
 
     Token for token equality, except where the target's top-2 logits are within ``tolerance`` (default
@@ -186,9 +190,16 @@ def greedy_divergence(target, prompt_ids: torch.Tensor, new_tokens, want=None, t
         if n <= 0:
             return []
         ids = torch.cat([prompt, torch.tensor([prefix], dtype=prompt.dtype, device=prompt.device)], dim=1)
-        out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
-                              min_new_tokens=n, eos_token_id=None, pad_token_id=0)
-        return out[0, ids.shape[1]:].tolist()
+        out = target.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=n,
+            min_new_tokens=n,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
+        return out[0, ids.shape[1] :].tolist()
 
     want = list(want) if want is not None else greedy([], len(got))
     notes = []
@@ -203,12 +214,13 @@ def greedy_divergence(target, prompt_ids: torch.Tensor, new_tokens, want=None, t
         top = logits.topk(2)
         gap = float(top.values[0] - top.values[1])
         if got[i] not in top.indices.tolist() or gap > tolerance:
-            return False, (f"differs from greedy decoding at new token {i} (got {got[i]}, expected {want[i]}); the "
-                           f"target's top-2 logit gap there is {gap:.3g}, not a near-tie (<= {tolerance:g})")
+            return False, (
+                f"differs from greedy decoding at new token {i} (got {got[i]}, expected {want[i]}); the "
+                f"target's top-2 logit gap there is {gap:.3g}, not a near-tie (<= {tolerance:g})"
+            )
         notes.append(f"new token {i}: a near-tie (top-2 logit gap {gap:.3g} <= {tolerance:g}), either token is greedy")
         want = got[: i + 1] + greedy(got[: i + 1], len(got) - i - 1)
     return False, f"more than {max_ties} near-ties: " + "; ".join(notes)
-
 
 
 def is_batch(input_ids, attention_mask=None) -> bool:
@@ -234,5 +246,6 @@ def student_edition(what: str, notebook: str, method: str) -> StudentEditionErro
     return StudentEditionError(
         f"{what} is not in the student edition of the kit: it is what you write in notebook {notebook} "
         f"(`{method}`). Use your own SpeculativeDecoder from notebooks 02-04 instead: in a notebook next to "
-        "them, `decoder = nb.your_decoder(\"05\", pair)` (nb: specdec_helpers.assignment.student.notebook), "
-        "then `decoder.generate_ids(input_ids, max_tokens, k)`.")
+        'them, `decoder = nb.your_decoder("05", pair)` (nb: specdec_helpers.assignment.student.notebook), '
+        "then `decoder.generate_ids(input_ids, max_tokens, k)`."
+    )

@@ -9,6 +9,7 @@ verify less efficiently than eager oneDNN linears (`cpu_kernels`), so speculativ
 nothing (benchmarks/RESULTS.md has what ``perf --compile`` measured here). On a GPU it is worth
 measuring. Logits differ from eager in the last bits (fused kernels), as with any kernel change.
 """
+
 from __future__ import annotations
 
 import copy
@@ -38,8 +39,13 @@ class CompiledForward:
 
         def logits(input_ids, cache, cache_position):
             # All fed positions' logits: one graph for every draft length (slicing happens outside).
-            return source(input_ids=input_ids, **cache_kwargs(source, cache), use_cache=True,
-                          cache_position=cache_position, logits_to_keep=0).logits
+            return source(
+                input_ids=input_ids,
+                **cache_kwargs(source, cache),
+                use_cache=True,
+                cache_position=cache_position,
+                logits_to_keep=0,
+            ).logits
 
         options = {"freezing": True} if self.device.type == "cpu" else None
         self._logits = torch.compile(logits, dynamic=True, options=options)
@@ -52,18 +58,25 @@ class CompiledForward:
         return StaticKV(self.model, -(-max(int(max_length), 1) // BLOCK) * BLOCK)
 
     @torch.inference_mode()
-    def __call__(self, input_ids, cache: StaticKV, use_cache=True, logits_to_keep: int = 0,
-                 output_hidden_states: bool = False):
+    def __call__(
+        self, input_ids, cache: StaticKV, use_cache=True, logits_to_keep: int = 0, output_hidden_states: bool = False
+    ):
         if output_hidden_states:
-            raise ValueError("a compiled target does not return hidden states: drafts that read the target's "
-                             "features (eagle) need compile=False")
+            raise ValueError(
+                "a compiled target does not return hidden states: drafts that read the target's "
+                "features (eagle) need compile=False"
+            )
         start, n = cache.position, input_ids.shape[1]
         try:
             if start == 0:
                 # The prefill runs eagerly: it allocates the cache once, and the graphs then only ever see a
                 # ready cache (one graph for a single token, one for several, instead of a third for the prefill).
-                logits = self.model(input_ids=input_ids, **cache_kwargs(self.model, cache), use_cache=True,
-                                    logits_to_keep=logits_to_keep).logits
+                logits = self.model(
+                    input_ids=input_ids,
+                    **cache_kwargs(self.model, cache),
+                    use_cache=True,
+                    logits_to_keep=logits_to_keep,
+                ).logits
             else:
                 positions = torch.arange(start, start + n, device=input_ids.device)
                 # A fresh inference tensor with standard strides: other strides, or a tensor made outside inference

@@ -11,6 +11,7 @@ This relies on two private PyTorch operators (``torch.ops.mkldnn._reorder_linear
 ``_linear_pointwise``); they are used here only, and `use_onednn_linears` leaves a model alone when
 they are missing, so a new PyTorch can cost speed but never correctness.
 """
+
 from __future__ import annotations
 
 import copy

@@ -1,6 +1,7 @@
 """The chain loop: speculative decoding of one text (`_rounds`), and plain greedy decoding as the same loop with a
 drafter that proposes nothing (`_NoDraft`). Trees (`tree`) and batches (`batch`) have loops of their own; which
 forward runs the models is `backends`' choice."""
+
 from __future__ import annotations
 
 import time
@@ -82,13 +83,25 @@ def speculative_decode(
     """
     if is_batch(input_ids, attention_mask):
         if score is not None or graphs:
-            raise ValueError(f"{'score= (a scoring pass of your own)' if score is not None else 'graphs=True'} decodes "
-                             "one prompt at a time; pass one [1, L] prompt, or leave it out for a batch")
+            raise ValueError(
+                f"{'score= (a scoring pass of your own)' if score is not None else 'graphs=True'} decodes "
+                "one prompt at a time; pass one [1, L] prompt, or leave it out for a batch"
+            )
         return batch_speculative_decode(
-            target, None if isinstance(draft, _NoDraft) else draft, input_ids, attention_mask,
-            max_new_tokens=max_new_tokens, num_speculative_tokens=num_speculative_tokens, temperature=temperature,
-            top_k=top_k, top_p=top_p, eos_token_id=eos_token_id, use_cache=use_cache, generator=generator,
-            compile=compile)
+            target,
+            None if isinstance(draft, _NoDraft) else draft,
+            input_ids,
+            attention_mask,
+            max_new_tokens=max_new_tokens,
+            num_speculative_tokens=num_speculative_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            eos_token_id=eos_token_id,
+            use_cache=use_cache,
+            generator=generator,
+            compile=compile,
+        )
     input_ids, max_new_tokens, eos = checks.decode_args(target, input_ids, max_new_tokens, eos_token_id)
     schedule = as_schedule(num_speculative_tokens)
     sampler = Sampler(temperature, top_k, top_p, generator)
@@ -100,22 +113,43 @@ def speculative_decode(
     if compile and graphs:
         raise ValueError("compile=True and graphs=True are two ways to a static-cache forward: choose one")
     if score is not None and (compile or graphs or drafter.needs_target_features or not callable(score)):
-        raise ValueError("score= must be a function score(target, input_ids, draft_tokens) -> logits [k + 1, vocab]; it "
-                         "reads no cache and returns no target features, so use it without compile=True or graphs=True "
-                         "and with a draft that needs none (not 'eagle')")
+        raise ValueError(
+            "score= must be a function score(target, input_ids, draft_tokens) -> logits [k + 1, vocab]; it "
+            "reads no cache and returns no target features, so use it without compile=True or graphs=True "
+            "and with a draft that needs none (not 'eagle')"
+        )
     with exclusive(draft if isinstance(draft, Drafter) else drafter):  # stateful: one decode at a time per drafter
         largest_k = 0 if isinstance(drafter, _NoDraft) else schedule.largest
-        with backend(target, drafter, input_ids, max_new_tokens, largest_k, use_cache, compile, graphs,
-                     score) as run:  # set up (graphs captured) before the rounds' timing starts
+        with backend(
+            target, drafter, input_ids, max_new_tokens, largest_k, use_cache, compile, graphs, score
+        ) as run:  # set up (graphs captured) before the rounds' timing starts
             return _rounds(run, input_ids, max_new_tokens, schedule, sampler, eos, score)
 
 
-def greedy_decode(target, input_ids, *, max_new_tokens: int = 100, eos_token_id=None, use_cache: bool = True,
-                  compile: bool = False, attention_mask=None, graphs: bool | None = None):
+def greedy_decode(
+    target,
+    input_ids,
+    *,
+    max_new_tokens: int = 100,
+    eos_token_id=None,
+    use_cache: bool = True,
+    compile: bool = False,
+    attention_mask=None,
+    graphs: bool | None = None,
+):
     """Plain greedy decoding (one target pass per token), the baseline speculative decoding must match."""
-    return reference_loop.greedy_baseline(speculative_decode, _NoDraft(), target, input_ids,
-                                          max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, use_cache=use_cache,
-                                          compile=compile, attention_mask=attention_mask, graphs=graphs)
+    return reference_loop.greedy_baseline(
+        speculative_decode,
+        _NoDraft(),
+        target,
+        input_ids,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=eos_token_id,
+        use_cache=use_cache,
+        compile=compile,
+        attention_mask=attention_mask,
+        graphs=graphs,
+    )
 
 
 def _rounds(run: Backend, input_ids, max_new_tokens, schedule: KSchedule, sampler, eos, score=None) -> DecodeOutput:
@@ -131,9 +165,11 @@ def _rounds(run: Backend, input_ids, max_new_tokens, schedule: KSchedule, sample
         with record_function("specdec::draft"):
             proposal = drafter.propose(context, k, sampler)
             if proposal.tokens.numel() > k:
-                raise ValueError(f"{type(drafter).__name__}.propose returned {proposal.tokens.numel()} tokens when "
-                                 f"asked for at most {k}: a drafter proposes at most k tokens (the loop sized the "
-                                 "round, the cache and its steps for k)")
+                raise ValueError(
+                    f"{type(drafter).__name__}.propose returned {proposal.tokens.numel()} tokens when "
+                    f"asked for at most {k}: a drafter proposes at most k tokens (the loop sized the "
+                    "round, the cache and its steps for k)"
+                )
         with record_function("specdec::target_forward"):  # the positions the cache lacks, then the draft
             if score is not None:  # the caller's own scoring pass (the student's: written in 03, used in 06)
                 logits, features = score(target, context, proposal.tokens), None
@@ -152,7 +188,6 @@ def _rounds(run: Backend, input_ids, max_new_tokens, schedule: KSchedule, sample
                 features = features[:, : features.shape[1] - (result.num_proposed - result.num_accepted)]
             drafter.update(kept, features)  # the drafter rolls its own state back
         schedule.update(result.num_accepted, result.num_proposed)
-        text.record(Step(proposal.tokens, result.num_accepted, emitted), result.num_proposed,
-                    proposal.forward_calls)
+        text.record(Step(proposal.tokens, result.num_accepted, emitted), result.num_proposed, proposal.forward_calls)
     sync_device(input_ids.device)
     return text.finish(time.perf_counter() - start, backend=str(run))

@@ -3,6 +3,7 @@
 One small interface (like HF's candidate generators) so a model, an n-gram lookup or a mix can all
 feed the same decode loop.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -115,17 +116,21 @@ class ModelDrafter(Drafter):
         # first draft token. `update` left the cache at the kept text, which is shorter than this one.
         cached = cache_length(self.cache)
         if cached >= input_ids.shape[1]:
-            raise ValueError(f"the draft's cache holds {cached} positions but the text has only {input_ids.shape[1]}: "
-                             "propose was called again without update in between (or update's n_kept counted more "
-                             "than the kept text); call drafter.update(n_kept) after each round (update(0) for a "
-                             "new text)")
+            raise ValueError(
+                f"the draft's cache holds {cached} positions but the text has only {input_ids.shape[1]}: "
+                "propose was called again without update in between (or update's n_kept counted more "
+                "than the kept text); call drafter.update(n_kept) after each round (update(0) for a "
+                "new text)"
+            )
         fed = input_ids[:, cached:]
         # A token the draft cannot read (one of the target's padding ids, sampled) is read as id 0: the
         # guesses get worse, but q is still what the draft tokens were drawn from, so nothing else changes.
         fed = torch.where(fed < self.input_vocab, fed, 0)
         tokens, probs = [], []
         for _ in range(k):
-            out = self.forward(input_ids=fed, **cache_kwargs(self.forward, self.cache), use_cache=True, logits_to_keep=1)
+            out = self.forward(
+                input_ids=fed, **cache_kwargs(self.forward, self.cache), use_cache=True, logits_to_keep=1
+            )
             logits = out.logits[0, -1:, : self.vocab_limit]
             token, prob = sampler.choose(logits)
             tokens.append(token)
@@ -171,7 +176,7 @@ class PromptLookupDrafter(Drafter):
         for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
             # Windows that start early enough to have at least one token after them.
             windows = ids[: length - 1].unfold(0, n, 1)
-            hits = (windows == ids[length - n:]).all(dim=1).nonzero()
+            hits = (windows == ids[length - n :]).all(dim=1).nonzero()
             if hits.numel():
                 start = int(hits[-1]) + n
                 if self.grow_with_match:
@@ -202,9 +207,11 @@ def exclusive(drafter):
     own drafter (``copy.deepcopy(drafter)``, or ``pair.with_draft(...)`` per thread)."""
     with _busy_lock:
         if id(drafter) in _busy:
-            raise RuntimeError(f"this {type(drafter).__name__} is already decoding (in another thread): a drafter "
-                               "keeps a KV cache between rounds, so one decode at a time may use it; give each thread "
-                               "its own, e.g. copy.deepcopy(drafter)")
+            raise RuntimeError(
+                f"this {type(drafter).__name__} is already decoding (in another thread): a drafter "
+                "keeps a KV cache between rounds, so one decode at a time may use it; give each thread "
+                "its own, e.g. copy.deepcopy(drafter)"
+            )
         _busy.add(id(drafter))
     try:
         yield drafter
@@ -256,14 +263,22 @@ class HybridDrafter(Drafter):
     raises a clear RuntimeError (`exclusive`); give each thread its own.
     """
 
-    def __init__(self, model, max_ngram: int = 3, min_ngram: int = 2, vocab_limit: int | None = None,
-                 model_tokens: int | None = None):
+    def __init__(
+        self,
+        model,
+        max_ngram: int = 3,
+        min_ngram: int = 2,
+        vocab_limit: int | None = None,
+        model_tokens: int | None = None,
+    ):
         # A model is wrapped in a ModelDrafter; a drafter (e.g. a `FeatureDrafter`) is used as is.
         if isinstance(model, torch.nn.Module) and hasattr(model, "get_output_embeddings"):
             model = ModelDrafter(model, vocab_limit)
         elif not isinstance(model, Drafter):
-            raise TypeError(f"HybridDrafter needs a causal LM or a Drafter to ask when no n-gram matches, "
-                            f"got {type(model).__name__}")
+            raise TypeError(
+                f"HybridDrafter needs a causal LM or a Drafter to ask when no n-gram matches, "
+                f"got {type(model).__name__}"
+            )
         self.model_drafter = model
         self.model_tokens = None if model_tokens is None else check_positive_int(model_tokens, "model_tokens", 1)
         self.lookup = PromptLookupDrafter(max_ngram, min_ngram, grow_with_match=True)
@@ -291,4 +306,6 @@ class HybridDrafter(Drafter):
             self.last_source = "ngram"
             return found
         self.last_source = "model"
-        return self.model_drafter.propose(input_ids, k if self.model_tokens is None else min(k, self.model_tokens), sampler)
+        return self.model_drafter.propose(
+            input_ids, k if self.model_tokens is None else min(k, self.model_tokens), sampler
+        )

@@ -20,6 +20,7 @@ random call raised):
   model runs eagerly, with a warning that names it;
 - a capture that fails anyway restores the stream and the random state and drops the graphs and their pool.
 """
+
 from __future__ import annotations
 
 import threading
@@ -61,8 +62,11 @@ class StaticForward:
         self.eager_reason = None  # why this model's steps run eagerly although graphs were asked for
         family = getattr(model.config, "model_type", None)
         if graphs and family in HOST_READING_FAMILIES:
-            self._go_eager(f"{family}'s step reads the device on the host (capture_rehearsal.HOST_READING_FAMILIES), "
-                           "which a CUDA graph cannot record", warn=False)
+            self._go_eager(
+                f"{family}'s step reads the device on the host (capture_rehearsal.HOST_READING_FAMILIES), "
+                "which a CUDA graph cannot record",
+                warn=False,
+            )
 
     @property
     def model(self):
@@ -123,19 +127,28 @@ class StaticForward:
         kv.move_to(0)
 
     def _eager(self, input_ids, kv: StaticKV):
-        return self.model(input_ids=input_ids, **cache_kwargs(self.model, kv), use_cache=True,
-                          logits_to_keep=0).logits
+        return self.model(input_ids=input_ids, **cache_kwargs(self.model, kv), use_cache=True, logits_to_keep=0).logits
 
     @torch.inference_mode()
-    def __call__(self, input_ids, cache: StaticKV, use_cache: bool = True, logits_to_keep: int = 0,
-                 output_hidden_states: bool = False):
+    def __call__(
+        self,
+        input_ids,
+        cache: StaticKV,
+        use_cache: bool = True,
+        logits_to_keep: int = 0,
+        output_hidden_states: bool = False,
+    ):
         if output_hidden_states:
-            raise ValueError("a static-cache forward returns logits only: drafts that read the target's features "
-                             "(eagle) need graphs=False")
+            raise ValueError(
+                "a static-cache forward returns logits only: drafts that read the target's features "
+                "(eagle) need graphs=False"
+            )
         n, held = input_ids.shape[1], cache.position
         if held + n > cache.capacity:
-            raise ValueError(f"{n} more tokens overflow a static cache of {cache.capacity} positions "
-                             f"({held} held); make it with new_cache(max_length) large enough")
+            raise ValueError(
+                f"{n} more tokens overflow a static cache of {cache.capacity} positions "
+                f"({held} held); make it with new_cache(max_length) large enough"
+            )
         try:
             if held == 0 or n > GRAPH_TOKENS:  # the prefill: once per text, any length
                 logits = self._eager(input_ids, cache)
@@ -200,7 +213,7 @@ class StaticForward:
         kv.move_to(0)
         self._eager(ids[:, :CHECK_PREFILL], kv)
         for n in sizes:
-            chunk = ids[:, CHECK_PREFILL:CHECK_PREFILL + n]
+            chunk = ids[:, CHECK_PREFILL : CHECK_PREFILL + n]
             kv.move_to(CHECK_PREFILL)
             expected = self._eager(chunk, kv).clone()
             kv.move_to(CHECK_PREFILL)
@@ -219,8 +232,9 @@ class StaticForward:
             kv.pool = None
         name = getattr(self.model, "name_or_path", None) or type(self.model).__name__
         if warn:
-            warnings.warn(f"CUDA graphs are off for {name}: {reason}; it runs eagerly over its static cache",
-                          stacklevel=4)
+            warnings.warn(
+                f"CUDA graphs are off for {name}: {reason}; it runs eagerly over its static cache", stacklevel=4
+            )
 
 
 def _addresses(model) -> tuple:
@@ -296,8 +310,11 @@ def _restore_rng(device, saved) -> None:
         else:
             default.set_state(saved.get_state())
     except RuntimeError as error:
-        warnings.warn(f"after a failed CUDA graph capture the random state could not be restored ({error}); "
-                      "restart the kernel if a random call raises", stacklevel=4)
+        warnings.warn(
+            f"after a failed CUDA graph capture the random state could not be restored ({error}); "
+            "restart the kernel if a random call raises",
+            stacklevel=4,
+        )
 
 
 def static_forward(model, graphs: bool = True) -> StaticForward:

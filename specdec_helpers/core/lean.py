@@ -10,6 +10,7 @@ differ (a newer transformers, another architecture). q/k/v and gate/up run as on
 while their layers keep the weights they were packed from. Its cache is the kit's one static cache
 (`cache.StaticKV`): a rollback moves a position, and attention reads only the rows before it.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -36,9 +37,15 @@ def supported(model) -> str | None:
         return "not an inference model on the CPU"
     rope = getattr(config, "rope_parameters", None) or {}
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    if (config.hidden_act != "silu" or config.attention_bias or getattr(config, "mlp_bias", False)
-            or rope.get("rope_type", "default") != "default" or getattr(config, "pretraining_tp", 1) > 1
-            or config._attn_implementation != "sdpa" or head_dim > 256):
+    if (
+        config.hidden_act != "silu"
+        or config.attention_bias
+        or getattr(config, "mlp_bias", False)
+        or rope.get("rope_type", "default") != "default"
+        or getattr(config, "pretraining_tp", 1) > 1
+        or config._attn_implementation != "sdpa"
+        or head_dim > 256
+    ):
         return "a Llama variant this forward does not mirror"
     if _hooked(model):
         return "hooks on its modules (they see the passes of its own forward)"
@@ -70,8 +77,14 @@ class LeanForward:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         # Per layer, q/k/v and gate/up as one product each where oneDNN packs them (fewer, larger products; the
         # check in `lean_forward` says whether the results stay bitwise the same, and builds one without if not).
-        self.fused = [(_fused(layer.self_attn, "q_proj", "k_proj", "v_proj"), _fused(layer.mlp, "gate_proj", "up_proj"))
-                      for layer in model.model.layers] if fuse else None
+        self.fused = (
+            [
+                (_fused(layer.self_attn, "q_proj", "k_proj", "v_proj"), _fused(layer.mlp, "gate_proj", "up_proj"))
+                for layer in model.model.layers
+            ]
+            if fuse
+            else None
+        )
 
     def get_input_embeddings(self):
         return self._model().get_input_embeddings()
@@ -85,14 +98,22 @@ class LeanForward:
         return kv
 
     @torch.inference_mode()
-    def __call__(self, input_ids, cache: StaticKV, use_cache: bool = True, logits_to_keep: int = 0,
-                 output_hidden_states: bool = False):
+    def __call__(
+        self,
+        input_ids,
+        cache: StaticKV,
+        use_cache: bool = True,
+        logits_to_keep: int = 0,
+        output_hidden_states: bool = False,
+    ):
         n, past = input_ids.shape[1], cache.position
         if input_ids.shape[0] != 1:
             raise ValueError(f"the lean forward decodes one text; got a batch of {input_ids.shape[0]}")
         if past + n > cache.capacity:
-            raise ValueError(f"{n} more tokens overflow a cache of {cache.capacity} positions ({past} held); make it "
-                             "with new_cache(max_length) large enough")
+            raise ValueError(
+                f"{n} more tokens overflow a cache of {cache.capacity} positions ({past} held); make it "
+                "with new_cache(max_length) large enough"
+            )
         model = self._model()
         body = model.model
         positions = torch.arange(past, past + n, device=input_ids.device)
@@ -104,8 +125,18 @@ class LeanForward:
             mask = (torch.arange(past + n, device=input_ids.device)[None, :] <= positions[:, None])[None, None]
         for i, layer in enumerate(body.layers):
             qkv, gate_up = self.fused[i] if self.fused else (None, None)
-            x = x + self._attention(layer.self_attn, _current(qkv, layer.self_attn), layer.input_layernorm(x), cos,
-                                    sin, cache, i, past, n, mask)
+            x = x + self._attention(
+                layer.self_attn,
+                _current(qkv, layer.self_attn),
+                layer.input_layernorm(x),
+                cos,
+                sin,
+                cache,
+                i,
+                past,
+                n,
+                mask,
+            )
             h, mlp = layer.post_attention_layernorm(x), layer.mlp
             gate_up = _current(gate_up, mlp)
             if gate_up is not None:
@@ -121,7 +152,9 @@ class LeanForward:
 
     def _attention(self, attention, qkv, h, cos, sin, cache: StaticKV, i: int, past: int, n: int, mask):
         if qkv is not None:
-            q, k, v = packed_linear(h, qkv).split([self.heads * self.head_dim, *2 * [self.kv_heads * self.head_dim]], dim=-1)
+            q, k, v = packed_linear(h, qkv).split(
+                [self.heads * self.head_dim, *2 * [self.kv_heads * self.head_dim]], dim=-1
+            )
         else:
             q, k, v = attention.q_proj(h), attention.k_proj(h), attention.v_proj(h)
         q = q.view(1, n, self.heads, self.head_dim).transpose(1, 2)
@@ -129,9 +162,9 @@ class LeanForward:
         v = v.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         layer = cache.layer(i, k)
-        layer.keys[:, :, past:past + n] = k
-        layer.values[:, :, past:past + n] = v
-        k, v = layer.keys[:, :, :past + n], layer.values[:, :, :past + n]
+        layer.keys[:, :, past : past + n] = k
+        layer.values[:, :, past : past + n] = v
+        k, v = layer.keys[:, :, : past + n], layer.values[:, :, : past + n]
         groups = self.heads // self.kv_heads
         if mask is None:  # one query, or a prefill (causal): the kernel handles grouped heads itself
             options = {"enable_gqa": True} if groups > 1 else {}
@@ -147,8 +180,10 @@ def _fused(module, *names):
     """One oneDNN-packed weight for ``module``'s Linear layers ``names`` (they read the same input) and the packed
     weights it was made from, or None unless all of them are packed and have no bias."""
     linears = [getattr(module, name) for name in names]
-    if not all(isinstance(linear, OneDNNLinear) and linear.packed_weight is not None and linear.bias is None
-               for linear in linears):
+    if not all(
+        isinstance(linear, OneDNNLinear) and linear.packed_weight is not None and linear.bias is None
+        for linear in linears
+    ):
         return None
     with torch.no_grad():
         packed = pack_weight(torch.cat([linear.weight for linear in linears]))
@@ -190,11 +225,12 @@ def _agrees(model, lean: LeanForward) -> bool:
     theirs, ours = DynamicCache(config=model.config), lean.new_cache(ids.shape[1])
     start = 0
     for n in (PREFILL, *CHECK_SIZES):
-        chunk = ids[:, start:start + n]
+        chunk = ids[:, start : start + n]
         expected = model(input_ids=chunk, **cache_kwargs(model, theirs), use_cache=True, output_hidden_states=True)
         got = lean(chunk, ours, output_hidden_states=True)
-        if not (torch.equal(got.logits, expected.logits) and torch.equal(got.hidden_states[-1],
-                                                                         expected.hidden_states[-1])):
+        if not (
+            torch.equal(got.logits, expected.logits) and torch.equal(got.hidden_states[-1], expected.hidden_states[-1])
+        ):
             return False
         start += n
     return True

@@ -8,6 +8,7 @@ student kit's `check` all swap in ``assignment/student/edition_loop.py``): there
 one prompt is refused (it is the students' work), the target's cache is theirs to roll back, and the greedy baseline is
 Hugging Face's ``generate``.
 """
+
 from __future__ import annotations
 
 from specdec_helpers.core.cache import rollback

@@ -14,6 +14,7 @@ token against the target's guess for the *next* token, and acceptance collapses 
 students saw ~1/k). In the chain loops `score_draft` is the only function that does this indexing (the tree and
 batch loops, `core/token_tree.py` and `core/batch.py`, index their own layouts).
 """
+
 from __future__ import annotations
 
 import torch
@@ -36,13 +37,18 @@ def score_draft(target, input_ids: torch.Tensor, draft_tokens: torch.Tensor, cac
     fed position ``[1, fed, H]`` (the last ``fed`` positions of text + draft), for drafts that read them.
     """
     k = draft_tokens.numel()
-    fed = input_ids[:, cache_length(cache):]
+    fed = input_ids[:, cache_length(cache) :]
     if k:
         fed = torch.cat([fed, draft_tokens.view(1, -1).to(fed.device)], dim=1)
     # The last k + 1 positions are start - 1 .. start + k - 1: exactly the off-by-one shift.
-    out = target(input_ids=fed, **cache_kwargs(target, cache), use_cache=cache is not None, logits_to_keep=k + 1,
-                 output_hidden_states=features)
-    logits = out.logits[0, -(k + 1):]
+    out = target(
+        input_ids=fed,
+        **cache_kwargs(target, cache),
+        use_cache=cache is not None,
+        logits_to_keep=k + 1,
+        output_hidden_states=features,
+    )
+    logits = out.logits[0, -(k + 1) :]
     return (logits, last_hidden(out)) if features else logits
 
 

@@ -1,5 +1,6 @@
 """What every decode loop (chain or tree) does with a round's result: append the kept tokens, cut at EOS
 and at max_new_tokens, count and trace (`Text`). Each loop writes its own rounds out around it."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,7 +19,9 @@ class VerifyResult:
     tokens: torch.Tensor  # LongTensor [num_accepted + 1]
     num_accepted: int
     num_proposed: int
-    token_list: list[int] | None = field(default=None, repr=False, compare=False)  # ``tokens`` on the host, when already read
+    token_list: list[int] | None = field(
+        default=None, repr=False, compare=False
+    )  # ``tokens`` on the host, when already read
 
     # PA3 returned (accepted_tokens, accepted_position); keep that spelling available.
     @property
@@ -40,7 +43,7 @@ class Step:
 
     @property
     def rejected(self) -> list[int]:
-        return self.draft[self.accepted:]
+        return self.draft[self.accepted :]
 
     @property
     def target_token_kind(self) -> str:
@@ -94,8 +97,18 @@ class DecodeStats:
         self.accepted_per_step.append(accepted)
 
     def as_dict(self) -> dict:
-        names = ["new_tokens", "proposed", "accepted", "acceptance_rate", "mean_accepted_length",
-                 "target_calls", "draft_calls", "accepted_per_step", "wall_time_s", "tokens_per_s"]
+        names = [
+            "new_tokens",
+            "proposed",
+            "accepted",
+            "acceptance_rate",
+            "mean_accepted_length",
+            "target_calls",
+            "draft_calls",
+            "accepted_per_step",
+            "wall_time_s",
+            "tokens_per_s",
+        ]
         return {name: getattr(self, name) for name in names}
 
 
@@ -108,7 +121,7 @@ class DecodeOutput:
 
     @property
     def new_tokens(self) -> torch.Tensor:
-        return self.sequences[0, self.sequences.shape[1] - self.stats.new_tokens:]
+        return self.sequences[0, self.sequences.shape[1] - self.stats.new_tokens :]
 
 
 def cut_at_eos(tokens: list[int], eos: set[int]) -> list[int]:

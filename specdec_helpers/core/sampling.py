@@ -4,6 +4,7 @@ Draft and target must be warped *identically* for speculative sampling to be los
 through one `Sampler`, which uses transformers' own logits warpers in the order `generate` applies
 them (temperature, then top-k, then top-p).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

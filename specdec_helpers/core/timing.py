@@ -1,4 +1,5 @@
 """Timing primitives shared by everything that measures: device sync, one timed call, a robust spread."""
+
 from __future__ import annotations
 
 import statistics

@@ -3,6 +3,7 @@
 Every tree node sees the verified prefix and its own ancestors only, and its position id is its
 depth, so each node's logits are exactly what a separate chain pass along its branch would give.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -138,8 +139,16 @@ def tree_attention_mask(tree: TokenTree, prefix_length: int, cached: int, first:
     return mask.masked_fill_(~allow, torch.finfo(dtype).min)
 
 
-def tree_forward(model, cache, context: torch.Tensor, tree: TokenTree, first: int = 0, last: int | None = None,
-                 logits_to_keep: int = 0, features: bool = False):
+def tree_forward(
+    model,
+    cache,
+    context: torch.Tensor,
+    tree: TokenTree,
+    first: int = 0,
+    last: int | None = None,
+    logits_to_keep: int = 0,
+    features: bool = False,
+):
     """One pass feeding the uncached tail of ``context`` (``[1, L]``) and nodes ``first:last``.
 
     Position ids: text at its index, node at ``L - 1 + depth``. Returns the last ``logits_to_keep``

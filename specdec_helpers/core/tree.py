@@ -16,6 +16,7 @@ Both KV caches then hold the prefix plus every node; `cache.rollback` gathers th
 and the kept branch, which is exactly the cache a chain over the kept text would have. A drafter that
 keeps its own cache (a feature draft) rolls itself back in ``update``, as in the chain loop.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -96,8 +97,10 @@ def check_tree_support(model, role: str = "target", exact: bool = True) -> None:
 @torch.inference_mode()
 def _probe(model) -> tuple[str, str, bool] | None:
     """None if fine, else (what went wrong, how to fix it, whether it failed outright)."""
-    attention_fix = ("Load it with attn_implementation='sdpa' or 'eager' (from_pretrained(..., "
-                     "attn_implementation='sdpa') or model.set_attn_implementation('sdpa'))")
+    attention_fix = (
+        "Load it with attn_implementation='sdpa' or 'eager' (from_pretrained(..., "
+        "attn_implementation='sdpa') or model.set_attn_implementation('sdpa'))"
+    )
     cache_fix = "Use a model with full attention in every layer"
     vocab = checks.vocab_size(model)
     a, b, c, d = (t % vocab for t in (1, 2, 3, 4))
@@ -119,7 +122,9 @@ def _probe(model) -> tuple[str, str, bool] | None:
             reason = "a custom 4D attention mask (with position_ids) changed nothing or the wrong thing"
             return reason, attention_fix, False
         rollback(cache, [0, 2])
-        got = model(input_ids=torch.tensor([[d]], device=device), **cache_kwargs(model, cache), use_cache=True).logits[0, -1]
+        got = model(input_ids=torch.tensor([[d]], device=device), **cache_kwargs(model, cache), use_cache=True).logits[
+            0, -1
+        ]
         ref = model(input_ids=torch.tensor([[a, c, d]], device=device)).logits[0, -1]
         if not close(got, ref):
             reason = "its KV cache gathered to one branch does not match a fresh pass over that branch"
@@ -189,7 +194,7 @@ def draft_tree(model, cache, context: torch.Tensor, widths, vocab_limit: int | N
     for width in widths:
         logits = tree_forward(model, cache, context, tree, first, len(tree), logits_to_keep=len(frontier))
         first = len(tree)
-        frontier, scores = grow_level(tree, frontier, scores, logits[-len(frontier):, :vocab_limit], width)
+        frontier, scores = grow_level(tree, frontier, scores, logits[-len(frontier) :, :vocab_limit], width)
     return tree, first, len(widths)
 
 
@@ -234,8 +239,9 @@ def tree_speculative_decode(
     rule = check_rule(tree_sampling)
     parts = _draft_parts(draft, target)
     reference_loop.check_tree(sampler, parts.model, widths)  # (the student edition: a greedy chain is theirs)
-    lookup_tokens = checks.check_positive_int(len(widths) if lookup_tokens is None else lookup_tokens,
-                                              "lookup_tokens", 1)
+    lookup_tokens = checks.check_positive_int(
+        len(widths) if lookup_tokens is None else lookup_tokens, "lookup_tokens", 1
+    )
     check_tree_support(target, "target")
     if parts.model is not None:
         checks.check_draft_model(parts.model, input_ids, max_new_tokens)
@@ -260,8 +266,9 @@ def _tree_loop(target, parts: _DraftParts, input_ids, max_new_tokens, widths, lo
             drafter.update(0)  # a new text
         while not text.done:
             context, length = text.context, text.length
-            tree, sampled, in_draft_cache, calls = _draft(parts, draft_cache, context, text.room, widths,
-                                                          lookup_tokens, sampler, rule)
+            tree, sampled, in_draft_cache, calls = _draft(
+                parts, draft_cache, context, text.room, widths, lookup_tokens, sampler, rule
+            )
 
             # One target pass: row 0 judges depth-1 nodes, row 1 + i judges node i's children.
             logits = tree_forward(target, target_cache, context, tree, logits_to_keep=len(tree) + 1, features=features)
@@ -306,8 +313,9 @@ def _draft(parts: _DraftParts, draft_cache, context, room, widths, lookup_tokens
         return _draft_sampled(parts, draft_cache, context, room, widths, lookup_tokens, sampler, rule)
     tree, in_cache, calls = TokenTree(), 0, 0
     if parts.model is not None:
-        tree, in_cache, calls = draft_tree(parts.model, draft_cache, parts.draft_context(context), widths[:room],
-                                           parts.vocab_limit)
+        tree, in_cache, calls = draft_tree(
+            parts.model, draft_cache, parts.draft_context(context), widths[:room], parts.vocab_limit
+        )
     if parts.lookup is not None:
         tree.add_branch(parts.lookup.propose(context, min(lookup_tokens, room)).tokens.tolist())
     return tree, None, in_cache, calls
@@ -317,8 +325,9 @@ def _draft_sampled(parts: _DraftParts, draft_cache, context, room, widths, looku
     """`_draft` when sampling: children drawn from the draft model, the n-gram branch as one-hot draws."""
     sampled, in_cache, calls = SampledTree(), 0, 0
     if parts.model is not None:
-        sampled, in_cache, calls = draft_sampled_tree(parts.model, draft_cache, parts.draft_context(context),
-                                                      widths[:room], parts.vocab_limit, sampler, rule)
+        sampled, in_cache, calls = draft_sampled_tree(
+            parts.model, draft_cache, parts.draft_context(context), widths[:room], parts.vocab_limit, sampler, rule
+        )
     if parts.lookup is not None:
         add_lookup_branch(sampled, parts.lookup.propose(context, min(lookup_tokens, room)).tokens)
     return sampled.tree, sampled, in_cache, calls

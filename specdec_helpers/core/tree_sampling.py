@@ -25,6 +25,7 @@ What keeps it exact: each draw comes from its ``Q_i`` given everything drawn bef
 are never chosen by value (keeping the best of many draws would be biased), while *how many* a node
 gets may depend on the tree above it. A deterministic draft (n-gram lookup) is a draw from a one-hot q.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -41,8 +42,10 @@ RULES = ("specinfer", "sequoia")
 
 def check_rule(rule) -> str:
     if rule not in RULES:
-        raise ValueError(f"tree_sampling must be one of {RULES} (children drawn with replacement, SpecInfer; or "
-                         f"without, Sequoia), got {rule!r}")
+        raise ValueError(
+            f"tree_sampling must be one of {RULES} (children drawn with replacement, SpecInfer; or "
+            f"without, Sequoia), got {rule!r}"
+        )
     return rule
 
 
@@ -64,8 +67,9 @@ class SampledTree:
 # --------------------------------------------------------------------------- verification
 
 
-def accept_at_node(p: torch.Tensor, draws, tokens, rule: str, sampler: Sampler,
-                   residual=residual_distribution) -> tuple[int, int]:
+def accept_at_node(
+    p: torch.Tensor, draws, tokens, rule: str, sampler: Sampler, residual=residual_distribution
+) -> tuple[int, int]:
     """One node of the walk: ``(accepted child node, its token)``, or ``(-1, token drawn from the residual)``.
 
     ``p`` is the target's warped distribution ``[V]`` at the node; ``draws`` its ``(node, q)`` list;
@@ -150,7 +154,7 @@ def draft_sampled_tree(model, cache, context: torch.Tensor, widths, vocab_limit,
     for width in widths:
         logits = tree_forward(model, cache, context, tree, first, len(tree), logits_to_keep=len(frontier))
         passes += 1
-        q = sampler.probs(logits[-len(frontier):, :vocab_limit])
+        q = sampler.probs(logits[-len(frontier) :, :vocab_limit])
         first, new_scores = len(tree), {}
         for row, n in enumerate(_allocate(width, scores)):
             for x in draw_children(q[row], n, rule, sampler) if n else ():

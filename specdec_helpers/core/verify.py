@@ -7,13 +7,14 @@ module is replaced by one whose parts raise (``release`` also scans the kit for 
 ``nb.your_scoring(decoder)``). They are named here, and the loops look them up here at each call, so the edition in
 place (and a test's patch) is the one that runs.
 """
+
 from __future__ import annotations
 
 import torch
 
 from specdec_helpers.core.cache import last_hidden  # noqa: F401 - re-exported
 from specdec_helpers.core.reference_parts import accept_greedy, score_draft, verify_tokens_vectorized  # noqa: F401
-from specdec_helpers.core.rounds import VerifyResult  # noqa: F401 - re-exported
+from specdec_helpers.core.rounds import VerifyResult
 from specdec_helpers.core.sampling import Sampler
 
 

@@ -23,6 +23,7 @@ tiny model the forward is dominated by per-call overhead instead; the same formu
 ``T`` and ``D`` (`batch_costs`), says where the crossover lies (`predicted_batch_speedup`). A batch also waits
 for its slowest row (rows accept different counts) and pads every row's block to the longest draft.
 """
+
 from __future__ import annotations
 
 import torch
@@ -42,9 +43,19 @@ def _rows(prompts, size: int) -> list[torch.Tensor]:
     return [flat[i % len(flat)] for i in range(size)]
 
 
-def batch_sweep(target, draft, prompts, *, batch_sizes=BATCH_SIZES, num_speculative_tokens: int = 4,
-                max_new_tokens: int = 32, repeats: int = 3, warmup: int = 1, eos_token_id=None,
-                show: bool = True) -> list[dict]:
+def batch_sweep(
+    target,
+    draft,
+    prompts,
+    *,
+    batch_sizes=BATCH_SIZES,
+    num_speculative_tokens: int = 4,
+    max_new_tokens: int = 32,
+    repeats: int = 3,
+    warmup: int = 1,
+    eos_token_id=None,
+    show: bool = True,
+) -> list[dict]:
     """Tokens/s over the whole batch, for greedy (batched, no draft) and speculative, per batch size.
 
     Runs interleave (greedy, speculative, greedy, ...) so that load drifts hit both alike; the ratio of
@@ -56,25 +67,32 @@ def batch_sweep(target, draft, prompts, *, batch_sizes=BATCH_SIZES, num_speculat
     rows = []
     for size in batch_sizes:
         try:
-            rows.append(_sweep_row(target, draft, prompts, size, num_speculative_tokens, max_new_tokens, repeats,
-                                   warmup, eos_token_id))
+            rows.append(
+                _sweep_row(
+                    target, draft, prompts, size, num_speculative_tokens, max_new_tokens, repeats, warmup, eos_token_id
+                )
+            )
         except StudentEditionError:
-            print(f"batch size {size} left out: the student edition of the kit has no greedy speculative decoding of "
-                  "one prompt (that is your decoder from notebooks 02-04; notebook 05 times it).")
+            print(
+                f"batch size {size} left out: the student edition of the kit has no greedy speculative decoding of "
+                "one prompt (that is your decoder from notebooks 02-04; notebook 05 times it)."
+            )
     if show:
         print_sweep(rows)
     return rows
 
 
-def _sweep_row(target, draft, prompts, size, num_speculative_tokens, max_new_tokens, repeats, warmup,
-               eos_token_id) -> dict:
+def _sweep_row(
+    target, draft, prompts, size, num_speculative_tokens, max_new_tokens, repeats, warmup, eos_token_id
+) -> dict:
     """One batch size of `batch_sweep`."""
     batch = _rows(prompts, size)
     kw = dict(max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
     methods = {
         "greedy": lambda: batch_speculative_decode(target, None, batch, num_speculative_tokens=0, **kw),
-        "speculative": lambda: batch_speculative_decode(target, draft, batch,
-                                                        num_speculative_tokens=num_speculative_tokens, **kw),
+        "speculative": lambda: batch_speculative_decode(
+            target, draft, batch, num_speculative_tokens=num_speculative_tokens, **kw
+        ),
     }
     for _ in range(warmup):
         for run in methods.values():
@@ -94,24 +112,41 @@ def _sweep_row(target, draft, prompts, size, num_speculative_tokens, max_new_tok
                 offered += p
     ratios = spread([s / g for s, g in zip(rates["speculative"], rates["greedy"])])
     same = all(torch.equal(a, b) for a, b in zip(outs["greedy"].new_tokens, outs["speculative"].new_tokens))
-    return dict(batch=size, greedy_tok_s=spread(rates["greedy"])["median"],
-                speculative_tok_s=spread(rates["speculative"])["median"], ratio=ratios["median"],
-                ratio_min=ratios["min"], ratio_max=ratios["max"],
-                alpha=estimate_alpha(per_round, offered),
-                acceptance=accepted / proposed if proposed else 0.0, same=same)
+    return dict(
+        batch=size,
+        greedy_tok_s=spread(rates["greedy"])["median"],
+        speculative_tok_s=spread(rates["speculative"])["median"],
+        ratio=ratios["median"],
+        ratio_min=ratios["min"],
+        ratio_max=ratios["max"],
+        alpha=estimate_alpha(per_round, offered),
+        acceptance=accepted / proposed if proposed else 0.0,
+        same=same,
+    )
 
 
 def print_sweep(rows: list[dict]) -> None:
-    print(f"{'batch':>5} {'greedy tok/s':>13} {'spec tok/s':>11} {'spec/greedy':>12} {'(min-max)':>12} "
-          f"{'alpha':>6}  same")
+    print(
+        f"{'batch':>5} {'greedy tok/s':>13} {'spec tok/s':>11} {'spec/greedy':>12} {'(min-max)':>12} {'alpha':>6}  same"
+    )
     for r in rows:
-        print(f"{r['batch']:>5} {r['greedy_tok_s']:>13.1f} {r['speculative_tok_s']:>11.1f} {r['ratio']:>11.2f}x "
-              f"{r['ratio_min']:>5.2f}-{r['ratio_max']:<5.2f}x {r['alpha']:>6.2f}  {r['same']}")
+        print(
+            f"{r['batch']:>5} {r['greedy_tok_s']:>13.1f} {r['speculative_tok_s']:>11.1f} {r['ratio']:>11.2f}x "
+            f"{r['ratio_min']:>5.2f}-{r['ratio_max']:<5.2f}x {r['alpha']:>6.2f}  {r['same']}"
+        )
 
 
 @torch.inference_mode()
-def batch_costs(target, draft, *, batch_sizes=BATCH_SIZES, num_speculative_tokens: int = 4, context: int = 32,
-                repeats: int = 5, warmup: int = 2) -> list[dict]:
+def batch_costs(
+    target,
+    draft,
+    *,
+    batch_sizes=BATCH_SIZES,
+    num_speculative_tokens: int = 4,
+    context: int = 32,
+    repeats: int = 5,
+    warmup: int = 2,
+) -> list[dict]:
     """Median seconds of one target pass over ``[B, 1]`` (a greedy step) and ``[B, k + 1]`` (a verify pass),
     and one draft step over ``[B, 1]``, on top of a cached ``context`` of random tokens, per batch size."""
     k = num_speculative_tokens
@@ -119,7 +154,11 @@ def batch_costs(target, draft, *, batch_sizes=BATCH_SIZES, num_speculative_token
     for size in batch_sizes:
         gen = torch.Generator().manual_seed(size)
         costs = {}
-        for role, model, width in (("target_step_s", target, 1), ("verify_s", target, k + 1), ("draft_step_s", draft, 1)):
+        for role, model, width in (
+            ("target_step_s", target, 1),
+            ("verify_s", target, k + 1),
+            ("draft_step_s", draft, 1),
+        ):
             if model is None:
                 costs[role] = 0.0
                 continue

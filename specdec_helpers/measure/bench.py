@@ -16,6 +16,7 @@ wrote) makes the speculative methods time that decoder instead of the kit's loop
 
 Sweeps over presets, drafts and prompts, with forward costs for the theory, are `sweep`.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -73,9 +74,16 @@ def _method_summary(times, new_tokens, baseline=None) -> dict:
     tps = [n / t if t > 0 else 0.0 for n, t in zip(new_tokens, times)]
     s = spread(times)
     summary = dict(
-        times=times, new_tokens=new_tokens, tokens_per_second=tps,
-        avg_time=statistics.fmean(times), avg_tokens_per_second=statistics.fmean(tps),
-        median_time=s["median"], q1_time=s["q1"], q3_time=s["q3"], min_time=s["min"], max_time=s["max"],
+        times=times,
+        new_tokens=new_tokens,
+        tokens_per_second=tps,
+        avg_time=statistics.fmean(times),
+        avg_tokens_per_second=statistics.fmean(tps),
+        median_time=s["median"],
+        q1_time=s["q1"],
+        q3_time=s["q3"],
+        min_time=s["min"],
+        max_time=s["max"],
         median_tokens_per_second=statistics.median(new_tokens) / s["median"] if s["median"] > 0 else 0.0,
     )
     if baseline and baseline["median_tokens_per_second"]:
@@ -141,15 +149,28 @@ def _assemble(run: dict, keys: dict, skipped: dict, reference, meta: dict, targe
         summary = _method_summary(run["times"][key], run["tokens"][key], base)
         if target is None:
             summary["identical"] = summary["matches_greedy"] = bool(
-                out.sequences.shape == reference.shape and torch.equal(out.sequences.cpu(), reference.cpu()))
+                out.sequences.shape == reference.shape and torch.equal(out.sequences.cpu(), reference.cpu())
+            )
         else:
-            summary["identical"], summary["matches_greedy"], note = _greedy_check(target, prompt, reference, out.sequences)
+            summary["identical"], summary["matches_greedy"], note = _greedy_check(
+                target, prompt, reference, out.sequences
+            )
             if note:
                 summary["greedy_note"] = note
         if out.stats is not None:
-            summary["stats"] = {k: out.stats[k] for k in ("new_tokens", "proposed", "accepted", "acceptance_rate",
-                                                          "mean_accepted_length", "target_calls", "draft_calls",
-                                                          "accepted_per_step")}
+            summary["stats"] = {
+                k: out.stats[k]
+                for k in (
+                    "new_tokens",
+                    "proposed",
+                    "accepted",
+                    "acceptance_rate",
+                    "mean_accepted_length",
+                    "target_calls",
+                    "draft_calls",
+                    "accepted_per_step",
+                )
+            }
         if out.steps is not None:
             lengths = [len(step.draft) for step in out.steps]
             summary["stats"]["draft_lengths"] = lengths
@@ -171,9 +192,20 @@ def _reference(target, input_ids, max_new_tokens, eos_token_id):
 
 
 @torch.inference_mode()
-def benchmark(target, draft, input_ids, *, num_speculative_tokens: int = 5, max_new_tokens: int = 100,
-              repeats: int = 3, warmup: int = 1, methods=METHODS, eos_token_id=None, verbose: bool = False,
-              decoder=None) -> dict:
+def benchmark(
+    target,
+    draft,
+    input_ids,
+    *,
+    num_speculative_tokens: int = 5,
+    max_new_tokens: int = 100,
+    repeats: int = 3,
+    warmup: int = 1,
+    methods=METHODS,
+    eos_token_id=None,
+    verbose: bool = False,
+    decoder=None,
+) -> dict:
     """Time several decoding methods on one prompt, interleaved, and check each against HF greedy.
 
     ``methods``: names from `METHODS`, or a dict ``{name: fn(input_ids, max_new_tokens) -> MethodOutput}``;
@@ -185,15 +217,24 @@ def benchmark(target, draft, input_ids, *, num_speculative_tokens: int = 5, max_
     """
     checks.check_positive_int(repeats, "repeats", 1)
     checks.check_positive_int(warmup, "warmup", 0)
-    fns = dict(methods) if isinstance(methods, dict) else build_methods(
-        target, draft, num_speculative_tokens, methods, eos_token_id, decoder)
+    fns = (
+        dict(methods)
+        if isinstance(methods, dict)
+        else build_methods(target, draft, num_speculative_tokens, methods, eos_token_id, decoder)
+    )
     skipped = {name: str(fn) for name, fn in fns.items() if isinstance(fn, Skip)}
     runnable = {name: fn for name, fn in fns.items() if name not in skipped}
     with _quiet_transformers():
         reference = _reference(target, input_ids, max_new_tokens, eos_token_id)
         run = _run_interleaved(runnable, input_ids, max_new_tokens, repeats, warmup)
-    meta = dict(prompt_length=input_ids.shape[1], num_speculative_tokens=num_speculative_tokens,
-                max_new_tokens=max_new_tokens, repeats=repeats, warmup=warmup, order=run["order"])
+    meta = dict(
+        prompt_length=input_ids.shape[1],
+        num_speculative_tokens=num_speculative_tokens,
+        max_new_tokens=max_new_tokens,
+        repeats=repeats,
+        warmup=warmup,
+        order=run["order"],
+    )
     results = _assemble(run, {name: name for name in runnable}, skipped, reference, meta, target, input_ids)
     if verbose:
         print_pa3(results)
@@ -201,8 +242,21 @@ def benchmark(target, draft, input_ids, *, num_speculative_tokens: int = 5, max_
 
 
 @torch.inference_mode()
-def benchmark_ks(target, draft, input_ids, ks, *, max_new_tokens: int = 100, repeats: int = 3, warmup: int = 1,
-                 methods=METHODS, eos_token_id=None, progress: bool = False, tick=None, decoder=None) -> dict[int, dict]:
+def benchmark_ks(
+    target,
+    draft,
+    input_ids,
+    ks,
+    *,
+    max_new_tokens: int = 100,
+    repeats: int = 3,
+    warmup: int = 1,
+    methods=METHODS,
+    eos_token_id=None,
+    progress: bool = False,
+    tick=None,
+    decoder=None,
+) -> dict[int, dict]:
     """`benchmark` for several k at once: ``{k: result}``. ``tick()`` is called after every run (a
     caller's progress bar over a whole sweep); without it, ``progress`` shows a bar of its own.
 
@@ -223,20 +277,42 @@ def benchmark_ks(target, draft, input_ids, ks, *, max_new_tokens: int = 100, rep
             keys[k][name] = key
     from tqdm.auto import tqdm
 
-    with _quiet_transformers(), tqdm(total=len(jobs) * (warmup + repeats), desc="runs", unit="run", leave=False,
-                                     disable=not progress or tick is not None) as bar:
+    with (
+        _quiet_transformers(),
+        tqdm(
+            total=len(jobs) * (warmup + repeats),
+            desc="runs",
+            unit="run",
+            leave=False,
+            disable=not progress or tick is not None,
+        ) as bar,
+    ):
         reference = _reference(target, input_ids, max_new_tokens, eos_token_id)
         run = _run_interleaved(jobs, input_ids, max_new_tokens, repeats, warmup, tick=tick or bar.update)
-    meta = dict(prompt_length=input_ids.shape[1], max_new_tokens=max_new_tokens, repeats=repeats, warmup=warmup,
-                order=run["order"])
-    return {k: _assemble(run, keys[k], skipped[k], reference, dict(meta, num_speculative_tokens=k), target, input_ids)
-            for k in ks}
+    meta = dict(
+        prompt_length=input_ids.shape[1],
+        max_new_tokens=max_new_tokens,
+        repeats=repeats,
+        warmup=warmup,
+        order=run["order"],
+    )
+    return {
+        k: _assemble(run, keys[k], skipped[k], reference, dict(meta, num_speculative_tokens=k), target, input_ids)
+        for k in ks
+    }
 
 
 def _add_pa3_keys(results: dict, baseline: str | None) -> None:
     """PA3's result shape: results['speculative'|'baseline'] and the headline numbers."""
-    keys = ("times", "tokens_per_second", "avg_time", "avg_tokens_per_second", "median_time", "median_tokens_per_second",
-            "new_tokens")
+    keys = (
+        "times",
+        "tokens_per_second",
+        "avg_time",
+        "avg_tokens_per_second",
+        "median_time",
+        "median_tokens_per_second",
+        "new_tokens",
+    )
     methods = results["methods"]
     speculative = next((m for m in (SPECULATIVE, "spec_vectorized") if "times" in methods.get(m, {})), None)
     results["speculative"] = {key: methods[speculative][key] for key in keys} if speculative else None
@@ -261,11 +337,15 @@ def print_pa3(results: dict, file=None) -> None:
         m = results.get(role)
         if m:
             rates[role] = m["median_tokens_per_second"]
-            say(f"{role.capitalize()} decoding: median time {m['median_time']:.2f} seconds over {len(m['times'])} runs, "
-                f"{rates[role]:.2f} tokens per second (new tokens / median time)")
+            say(
+                f"{role.capitalize()} decoding: median time {m['median_time']:.2f} seconds over {len(m['times'])} runs, "
+                f"{rates[role]:.2f} tokens per second (new tokens / median time)"
+            )
     if "speedup" in results and len(rates) == 2:
-        say(f"Speedup: {rates['speculative']:.2f} / {rates['baseline']:.2f} tokens per second = {results['speedup']:.2f}x; "
-            + ratio_words(results["baseline"]["times"], results["speculative"]["times"], results["speedup"]))
+        say(
+            f"Speedup: {rates['speculative']:.2f} / {rates['baseline']:.2f} tokens per second = {results['speedup']:.2f}x; "
+            + ratio_words(results["baseline"]["times"], results["speculative"]["times"], results["speedup"])
+        )
         say(f"Latency reduction: {results['latency_reduction']:.2f}%")
     if "acceptance_rate" in results:
         say(f"Draft token acceptance rate: {results['acceptance_rate']:.2%}")

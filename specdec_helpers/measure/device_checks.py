@@ -6,6 +6,7 @@ difference passes only at a numerical near-tie of the target (`core.checks.greed
 says so ("near-tie"): a bug shows as a difference where the target was sure. Sampling is checked with a
 chi-square test against the target's own distribution, with a control the test must reject.
 """
+
 from __future__ import annotations
 
 import time
@@ -46,7 +47,7 @@ class Row:
 
 
 def _new(out, prompt) -> list[int]:
-    return out[0, prompt.shape[1]:].tolist()
+    return out[0, prompt.shape[1] :].tolist()
 
 
 def _verdict(target, prompt, got: list[int], want: list[int]) -> tuple[str, str]:
@@ -58,8 +59,15 @@ def _verdict(target, prompt, got: list[int], want: list[int]) -> tuple[str, str]
 
 
 def _hf_greedy(target, prompt, n: int) -> list[int]:
-    out = target.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=n,
-                          min_new_tokens=n, eos_token_id=None, pad_token_id=0)
+    out = target.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        do_sample=False,
+        max_new_tokens=n,
+        min_new_tokens=n,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
     return _new(out, prompt)
 
 
@@ -78,14 +86,25 @@ def greedy_rows(pair, prompts, max_new_tokens: int = 32, ks=(1, 4, 8)) -> list[R
     """Ours (cached and uncached, several k; plain greedy) against HF greedy, on every prompt."""
     ids = [pair.encode(p) for p in prompts]
     wants = [_hf_greedy(pair.target, x, max_new_tokens) for x in ids]
-    variants = {"greedy_decode": lambda x: greedy_decode(pair.target, x, max_new_tokens=max_new_tokens, eos_token_id=[])}
+    variants = {
+        "greedy_decode": lambda x: greedy_decode(pair.target, x, max_new_tokens=max_new_tokens, eos_token_id=[])
+    }
     for k in ks:
         for cache in (True, False):
-            variants[f"speculative k={k}{'' if cache else ' no cache'}"] = (
-                lambda x, k=k, cache=cache: speculative_decode(pair.target, pair.draft, x, max_new_tokens=max_new_tokens,
-                                                               num_speculative_tokens=k, use_cache=cache, eos_token_id=[]))
+            variants[f"speculative k={k}{'' if cache else ' no cache'}"] = lambda x, k=k, cache=cache: (
+                speculative_decode(
+                    pair.target,
+                    pair.draft,
+                    x,
+                    max_new_tokens=max_new_tokens,
+                    num_speculative_tokens=k,
+                    use_cache=cache,
+                    eos_token_id=[],
+                )
+            )
     rows = []
     for name, run in variants.items():
+
         def check(run=run):
             statuses, notes, accepted, proposed, calls = [], [], 0, 0, [0, 0]
             for x, want in zip(ids, wants):
@@ -97,9 +116,19 @@ def greedy_rows(pair, prompts, max_new_tokens: int = 32, ks=(1, 4, 8)) -> list[R
                 if status != PASS:
                     notes.append(message)
             status = FAIL if FAIL in statuses else PASS_NEAR_TIE if PASS_NEAR_TIE in statuses else PASS
-            return Row("", "", status, "; ".join(notes) or f"{len(ids)} prompts identical to HF greedy",
-                       values=dict(prompts=len(ids), acceptance=round(accepted / proposed, 4) if proposed else None,
-                                   target_calls=calls[0], draft_calls=calls[1]))
+            return Row(
+                "",
+                "",
+                status,
+                "; ".join(notes) or f"{len(ids)} prompts identical to HF greedy",
+                values=dict(
+                    prompts=len(ids),
+                    acceptance=round(accepted / proposed, 4) if proposed else None,
+                    target_calls=calls[0],
+                    draft_calls=calls[1],
+                ),
+            )
+
         rows.append(_timed_row("greedy", name, check))
     return rows
 
@@ -107,22 +136,32 @@ def greedy_rows(pair, prompts, max_new_tokens: int = 32, ks=(1, 4, 8)) -> list[R
 @torch.inference_mode()
 def tree_rows(pair, prompts, max_new_tokens: int = 32, tree=DEFAULT_TREE) -> list[Row]:
     """Tree speculation against HF greedy (a model draft grows the tree); skipped where the model cannot."""
+
     def check():
         statuses, notes = [], []
         for prompt in prompts:
             x = pair.encode(prompt)
             try:
-                out = tree_speculative_decode(pair.target, pair.draft, x, max_new_tokens=max_new_tokens, tree=tree,
-                                              eos_token_id=[])
+                out = tree_speculative_decode(
+                    pair.target, pair.draft, x, max_new_tokens=max_new_tokens, tree=tree, eos_token_id=[]
+                )
             except TreeUnsupportedError as error:
                 return Row("", "", SKIP, str(error))
-            status, message = _verdict(pair.target, x, _new(out.sequences, x), _hf_greedy(pair.target, x, max_new_tokens))
+            status, message = _verdict(
+                pair.target, x, _new(out.sequences, x), _hf_greedy(pair.target, x, max_new_tokens)
+            )
             statuses.append(status)
             if status != PASS:
                 notes.append(message)
         status = FAIL if FAIL in statuses else PASS_NEAR_TIE if PASS_NEAR_TIE in statuses else PASS
-        return Row("", "", status, "; ".join(notes) or f"{len(prompts)} prompts identical to HF greedy",
-                   values=dict(tree=list(tree)))
+        return Row(
+            "",
+            "",
+            status,
+            "; ".join(notes) or f"{len(prompts)} prompts identical to HF greedy",
+            values=dict(tree=list(tree)),
+        )
+
     return [_timed_row("tree", f"tree {list(tree)}", check)]
 
 
@@ -154,8 +193,15 @@ def _first_token_probs(model, ids, sampler) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def sampling_rows(pair, prompt: str, samples: int = 4000, decodes: int = 300, temperature: float = 1.0,
-                  top_k: int | None = 8, seed: int = 0) -> list[Row]:
+def sampling_rows(
+    pair,
+    prompt: str,
+    samples: int = 4000,
+    decodes: int = 300,
+    temperature: float = 1.0,
+    top_k: int | None = 8,
+    seed: int = 0,
+) -> list[Row]:
     """The first sampled token's distribution against the target's own (chi-square), three ways:
 
     - rejection sampling (`accept_sampled`) on this device and dtype, ``samples`` times, draft token
@@ -187,24 +233,51 @@ def sampling_rows(pair, prompt: str, samples: int = 4000, decodes: int = 300, te
             counts[result.token_list[0] if result.token_list is not None else int(result.tokens[0])] += 1
         pvalue = chi_square_pvalue(counts, p)
         control = chi_square_pvalue(torch.bincount(draw(q, samples), minlength=p.numel()), p)
-        rows.append(Row("sampling", "control: keep every draft token", PASS if control < ALPHA else FAIL,
-                        f"p = {control:.2g}: " + ("rejected, as it must be" if control < ALPHA else
-                                                  "NOT rejected: draft and target too close for this test; raise --samples"),
-                        values=dict(pvalue=control, samples=samples)))
-        return Row("", "", PASS if pvalue >= ALPHA else FAIL,
-                   f"chi-square p = {pvalue:.3g} ({samples} draws, T={temperature}, top_k={top_k})",
-                   values=dict(pvalue=pvalue, samples=samples))
+        rows.append(
+            Row(
+                "sampling",
+                "control: keep every draft token",
+                PASS if control < ALPHA else FAIL,
+                f"p = {control:.2g}: "
+                + (
+                    "rejected, as it must be"
+                    if control < ALPHA
+                    else "NOT rejected: draft and target too close for this test; raise --samples"
+                ),
+                values=dict(pvalue=control, samples=samples),
+            )
+        )
+        return Row(
+            "",
+            "",
+            PASS if pvalue >= ALPHA else FAIL,
+            f"chi-square p = {pvalue:.3g} ({samples} draws, T={temperature}, top_k={top_k})",
+            values=dict(pvalue=pvalue, samples=samples),
+        )
 
     def end_to_end():
         counts = torch.zeros(p.numel(), dtype=torch.long)
         for _ in range(decodes):
-            out = speculative_decode(pair.target, pair.draft, x, max_new_tokens=2, temperature=temperature, top_k=top_k,
-                                     num_speculative_tokens=pair.num_speculative_tokens, generator=generator,
-                                     eos_token_id=[])
+            out = speculative_decode(
+                pair.target,
+                pair.draft,
+                x,
+                max_new_tokens=2,
+                temperature=temperature,
+                top_k=top_k,
+                num_speculative_tokens=pair.num_speculative_tokens,
+                generator=generator,
+                eos_token_id=[],
+            )
             counts[int(out.sequences[0, x.shape[1]])] += 1
         pvalue = chi_square_pvalue(counts, p)
-        return Row("", "", PASS if pvalue >= ALPHA else FAIL, f"chi-square p = {pvalue:.3g} ({decodes} decodes)",
-                   values=dict(pvalue=pvalue, decodes=decodes))
+        return Row(
+            "",
+            "",
+            PASS if pvalue >= ALPHA else FAIL,
+            f"chi-square p = {pvalue:.3g} ({decodes} decodes)",
+            values=dict(pvalue=pvalue, decodes=decodes),
+        )
 
     first = _timed_row("sampling", "rejection sampling, first token", rejection)
     return [first, *rows, _timed_row("sampling", "speculative_decode sampling, first token", end_to_end)]
@@ -226,8 +299,9 @@ def hf_rows(pair, prompts, max_new_tokens: int = 64, repeats: int = 3) -> list[R
     runs after a warm-up, one machine, one run: ratios to read, not to assert.
     """
     k = pair.num_speculative_tokens
-    methods = build_methods(pair.target, pair.draft, k, names=("hf_greedy", "greedy", "spec_cached", "hf_assisted"),
-                            eos_token_id=[])
+    methods = build_methods(
+        pair.target, pair.draft, k, names=("hf_greedy", "greedy", "spec_cached", "hf_assisted"), eos_token_id=[]
+    )
     ids = [pair.encode(p) for p in prompts]
     times = {name: [] for name, fn in methods.items() if not isinstance(fn, Skip)}
     outputs, stats = {name: [] for name in times}, []
@@ -257,13 +331,27 @@ def hf_rows(pair, prompts, max_new_tokens: int = 64, repeats: int = 3) -> list[R
             notes += [message] if status != PASS else []
         status = FAIL if FAIL in statuses else PASS_NEAR_TIE if PASS_NEAR_TIE in statuses else PASS
         ratio = _median(times["hf_greedy"]) / _median(times[name]) if _median(times[name]) else 0.0
-        rows.append(Row("ours vs HF", labels[name], status, f"{ratio:.2f}x HF greedy; " + ("; ".join(notes[:2]) or "same tokens"),
-                        seconds=round(sum(times[name]), 3), values=dict(speedup_vs_hf_greedy=round(ratio, 3),
-                                                                        median_s=round(_median(times[name]), 4))))
+        rows.append(
+            Row(
+                "ours vs HF",
+                labels[name],
+                status,
+                f"{ratio:.2f}x HF greedy; " + ("; ".join(notes[:2]) or "same tokens"),
+                seconds=round(sum(times[name]), 3),
+                values=dict(speedup_vs_hf_greedy=round(ratio, 3), median_s=round(_median(times[name]), 4)),
+            )
+        )
     if "hf_assisted" in times:
         ours_vs = _median(times["hf_assisted"]) / _median(times["spec_cached"])
-        rows.append(Row("ours vs HF", "ours / HF assisted", PASS, f"ours {ours_vs:.2f}x HF assisted's speed (same draft, k)",
-                        values=dict(ours_over_hf_assisted=round(ours_vs, 3))))
+        rows.append(
+            Row(
+                "ours vs HF",
+                "ours / HF assisted",
+                PASS,
+                f"ours {ours_vs:.2f}x HF assisted's speed (same draft, k)",
+                values=dict(ours_over_hf_assisted=round(ours_vs, 3)),
+            )
+        )
     rows.append(_bound_row(pair, ids[0], stats, k, _median(times["spec_cached"]), _median(times["greedy"])))
     return rows
 
@@ -278,9 +366,13 @@ def _bound_row(pair, x, stats, k, spec_s, greedy_s) -> Row:
     c = _step_time(draft, x) / _step_time(pair.target, x)
     bound = expected_speedup(alpha, k, c)
     got = greedy_s / spec_s if spec_s else 0.0
-    return Row("ours vs HF", "Leviathan bound", PASS,
-               f"alpha {alpha:.2f}, c {c:.2f}: bound {bound:.2f}x, ours {got:.2f}x over our greedy",
-               values=dict(alpha=round(alpha, 4), c=round(c, 4), k=k, bound=round(bound, 3), ours=round(got, 3)))
+    return Row(
+        "ours vs HF",
+        "Leviathan bound",
+        PASS,
+        f"alpha {alpha:.2f}, c {c:.2f}: bound {bound:.2f}x, ours {got:.2f}x over our greedy",
+        values=dict(alpha=round(alpha, 4), c=round(c, 4), k=k, bound=round(bound, 3), ours=round(got, 3)),
+    )
 
 
 def _step_time(model, x, repeats: int = 5) -> float:

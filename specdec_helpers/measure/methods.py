@@ -3,6 +3,7 @@ ours (greedy, speculative with and without a cache, compiled), and HF assisted g
 draft at the same constant k, where HF can express that draft. Given a ``decoder`` (an object with PA3's
 ``SpeculativeDecoder`` interface, e.g. the one a student wrote), the speculative methods run it instead of
 the kit's loop (`observed.decoder_method`)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -102,6 +103,7 @@ def build_methods(target, draft, k: int, names=METHODS, eos_token_id=None, decod
         def run(ids, n):
             out = greedy_decode(target, ids, max_new_tokens=n, eos_token_id=eos_token_id, compile=compile)
             return MethodOutput(out.sequences, out.stats.as_dict())
+
         return run
 
     def speculative(use_cache, compile=False):
@@ -113,6 +115,7 @@ def build_methods(target, draft, k: int, names=METHODS, eos_token_id=None, decod
             def run_decoder(ids, n):
                 out = observe(ids, n)
                 return MethodOutput(out.sequences, out.stats.as_dict(), out.steps)
+
             return run_decoder
 
         if isinstance(draft, TreeDraft):
@@ -120,15 +123,32 @@ def build_methods(target, draft, k: int, names=METHODS, eos_token_id=None, decod
                 return Skip("tree decoding runs with the KV cache, eager")
 
             def run_tree(ids, n):
-                out = tree_speculative_decode(target, draft.drafter, ids, max_new_tokens=n, tree=draft.widths,
-                                              lookup_tokens=k, eos_token_id=eos_token_id)
+                out = tree_speculative_decode(
+                    target,
+                    draft.drafter,
+                    ids,
+                    max_new_tokens=n,
+                    tree=draft.widths,
+                    lookup_tokens=k,
+                    eos_token_id=eos_token_id,
+                )
                 return MethodOutput(out.sequences, out.stats.as_dict(), out.steps)
+
             return run_tree
 
         def run(ids, n):
-            out = speculative_decode(target, draft, ids, max_new_tokens=n, num_speculative_tokens=k,
-                                     eos_token_id=eos_token_id, use_cache=use_cache, compile=compile)
+            out = speculative_decode(
+                target,
+                draft,
+                ids,
+                max_new_tokens=n,
+                num_speculative_tokens=k,
+                eos_token_id=eos_token_id,
+                use_cache=use_cache,
+                compile=compile,
+            )
             return MethodOutput(out.sequences, out.stats.as_dict(), out.steps)
+
         return run
 
     def assisted(ids, n):
@@ -140,15 +160,25 @@ def build_methods(target, draft, k: int, names=METHODS, eos_token_id=None, decod
         with _constant_k(assistant, k):
             return MethodOutput(target.generate(ids, assistant_model=assistant, **kwargs))
 
-    available = {"hf_greedy": hf_greedy, "greedy": greedy(False), "spec_vectorized": speculative(False),
-                 "spec_cached": speculative(True), "hf_assisted": assisted,
-                 "greedy_compiled": greedy(True), "spec_compiled": speculative(True, compile=True)}
+    available = {
+        "hf_greedy": hf_greedy,
+        "greedy": greedy(False),
+        "spec_vectorized": speculative(False),
+        "spec_cached": speculative(True),
+        "hf_assisted": assisted,
+        "greedy_compiled": greedy(True),
+        "spec_compiled": speculative(True, compile=True),
+    }
     for name in names:
         if name not in available:
             raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS + COMPILED_METHODS)}")
         if name == "hf_assisted" and not (isinstance(draft, PromptLookupDrafter) or _hf_assistant(draft) is not None):
             methods[name] = Skip(f"HF assisted generation cannot express a {type(draft).__name__}")
-        elif name == "hf_assisted" and isinstance(draft, PromptLookupDrafter) and (draft.min_ngram > 1 or draft.grow_with_match):
+        elif (
+            name == "hf_assisted"
+            and isinstance(draft, PromptLookupDrafter)
+            and (draft.min_ngram > 1 or draft.grow_with_match)
+        ):
             methods[name] = Skip("HF's prompt lookup always falls back to single-token matches and proposes k tokens")
         else:
             methods[name] = available[name]

@@ -7,6 +7,7 @@ one round: the draft it judged, how many it accepted, the tokens it returned) an
 ``generate_draft_tokens`` returned: one draft pass each, as the kit's own loop counts ``draft_calls``.
 Nothing of the decoder's own counters is trusted, and nothing here knows how the decoder is built (duck typing: this layer may not import the assignment layer).
 """
+
 from __future__ import annotations
 
 import copy
@@ -25,10 +26,14 @@ def check_decoder(decoder) -> None:
     """TypeError naming what is missing when ``decoder`` lacks PA3's interface."""
     missing = [name for name in REQUIRED if not callable(getattr(decoder, name, None))]
     if missing or isinstance(decoder, type):
-        what = f"the class {decoder.__name__}" if isinstance(decoder, type) else \
-            f"{type(decoder).__name__} has no {', '.join(missing)}"
-        raise TypeError(f"{what}: pass a SpeculativeDecoder instance (e.g. nb.your_decoder('05', pair)), "
-                        "not the class or a model")
+        what = (
+            f"the class {decoder.__name__}"
+            if isinstance(decoder, type)
+            else f"{type(decoder).__name__} has no {', '.join(missing)}"
+        )
+        raise TypeError(
+            f"{what}: pass a SpeculativeDecoder instance (e.g. nb.your_decoder('05', pair)), not the class or a model"
+        )
 
 
 def _ids(tokens) -> list[int]:
@@ -59,6 +64,7 @@ class _Recorder:
                 tokens, accepted = method(input_ids, draft_tokens, *args, **kwargs)
                 self.rounds.append((draft_tokens, tokens, accepted))
                 return tokens, accepted
+
             return run
 
         def draft(*args, **kwargs):
@@ -77,8 +83,9 @@ class _Recorder:
         return False
 
 
-def observed_decode(decoder, input_ids: torch.Tensor, max_new_tokens: int, num_speculative_tokens: int,
-                    use_cache: bool = True) -> DecodeOutput:
+def observed_decode(
+    decoder, input_ids: torch.Tensor, max_new_tokens: int, num_speculative_tokens: int, use_cache: bool = True
+) -> DecodeOutput:
     """Run ``decoder.generate_ids`` once and return a `DecodeOutput` whose stats and per-round steps
     come from observing its verify calls (the text is the decoder's output, as returned)."""
     check_decoder(decoder)
@@ -88,14 +95,16 @@ def observed_decode(decoder, input_ids: torch.Tensor, max_new_tokens: int, num_s
     sync_device(input_ids.device)
     seconds = time.perf_counter() - start
     if not isinstance(sequences, torch.Tensor) or sequences.dim() != 2:
-        raise TypeError(f"generate_ids returned {type(sequences).__name__}, expected a [1, length] tensor of token ids "
-                        "(notebook 04's exercise)")
+        raise TypeError(
+            f"generate_ids returned {type(sequences).__name__}, expected a [1, length] tensor of token ids "
+            "(notebook 04's exercise)"
+        )
     prompt_length = input_ids.shape[1]
     new = sequences[0, prompt_length:].tolist()
     stats, steps, at = DecodeStats(new_tokens=len(new), draft_calls=seen.draft_calls, wall_time_s=seconds), [], 0
     for draft_tokens, tokens, accepted in seen.rounds:
         draft, accepted = _ids(draft_tokens), int(accepted)
-        emitted = new[at: at + len(_ids(tokens))]  # what made it into the text (cut at EOS or the limit)
+        emitted = new[at : at + len(_ids(tokens))]  # what made it into the text (cut at EOS or the limit)
         at += len(emitted)
         steps.append(Step(draft=draft, accepted=accepted, emitted=emitted))
         stats.target_calls += 1
@@ -111,6 +120,7 @@ def decoder_method(decoder, num_speculative_tokens: int, use_cache: bool = True)
 
     def run(input_ids, max_new_tokens):
         return observed_decode(decoder, input_ids, max_new_tokens, num_speculative_tokens, use_cache)
+
     return run
 
 
@@ -134,9 +144,15 @@ def decoder_scoring(decoder):
         k = draft_tokens.numel()
         rows = seen[0] if len(seen) == 1 else None
         if not isinstance(rows, torch.Tensor) or rows.dim() != 2 or rows.shape[0] != k + 1:
-            got = f"{len(seen)} calls" if len(seen) != 1 else \
-                f"a {type(rows).__name__} of shape {tuple(getattr(rows, 'shape', ()))}"
-            raise ValueError(f"verify_tokens_vectorized must hand accept_draft the k + 1 = {k + 1} rows of logits that "
-                             f"judge the draft, once per call; it gave {got} (notebook 03's exercise)")
+            got = (
+                f"{len(seen)} calls"
+                if len(seen) != 1
+                else f"a {type(rows).__name__} of shape {tuple(getattr(rows, 'shape', ()))}"
+            )
+            raise ValueError(
+                f"verify_tokens_vectorized must hand accept_draft the k + 1 = {k + 1} rows of logits that "
+                f"judge the draft, once per call; it gave {got} (notebook 03's exercise)"
+            )
         return rows
+
     return score

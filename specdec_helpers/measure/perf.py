@@ -20,6 +20,7 @@ Then the geometric means, and where one round's time goes (torch profiler over t
 decode loop labels: draft, target forward, acceptance, cache rollback, the rest).
 Timings are medians of interleaved runs; tests never assert them.
 """
+
 from __future__ import annotations
 
 import math
@@ -61,7 +62,7 @@ def tree_spec(spec: str) -> tuple[tuple[int, ...] | None, str]:
     a spec without ``tree:`` -> ``(None, spec)``."""
     if not spec.startswith("tree:"):
         return None, spec
-    rest = spec[len("tree:"):]
+    rest = spec[len("tree:") :]
     head, _, tail = rest.partition(":")
     if head and all(part.isdigit() and int(part) > 0 for part in head.split("x")):
         shape, rest = tuple(int(part) for part in head.split("x")), tail
@@ -140,22 +141,53 @@ def ratio_rows(results: dict) -> list[dict]:
         alpha = stats["alpha"]
         vs_greedy = greedy / ours if greedy else None
         bound = bound_for_rounds(alpha, stats["draft_lengths"], stats["draft_calls"], cost["c"], cost["target_forward"])
-        row = dict(preset=run["preset"], drafter=drafter, k=k, prompt=run["prompt"],
-                   acceptance=stats["acceptance_rate"], alpha=alpha, tokens_per_call=stats["mean_accepted_length"],
-                   vs_hf_assisted=hf / ours if hf else None, vs_greedy=vs_greedy,
-                   vs_hf_greedy=hf_greedy / ours if hf_greedy else None, bound=bound,
-                   of_bound=vs_greedy / bound if vs_greedy else None, c=cost["c"], v=v,
-                   identical=all(m.get("identical", True) for m in run["methods"].values()))
+        row = dict(
+            preset=run["preset"],
+            drafter=drafter,
+            k=k,
+            prompt=run["prompt"],
+            acceptance=stats["acceptance_rate"],
+            alpha=alpha,
+            tokens_per_call=stats["mean_accepted_length"],
+            vs_hf_assisted=hf / ours if hf else None,
+            vs_greedy=vs_greedy,
+            vs_hf_greedy=hf_greedy / ours if hf_greedy else None,
+            bound=bound,
+            of_bound=vs_greedy / bound if vs_greedy else None,
+            c=cost["c"],
+            v=v,
+            identical=all(m.get("identical", True) for m in run["methods"].values()),
+        )
         rows.append(row)
         groups.setdefault((row["preset"], row["drafter"], k), []).append(row)
     _add_vs_best_hf(rows)
     for (preset, drafter, k), group in groups.items():
-        mean = {key: geometric_mean(r[key] for r in group) for key in
-                ("vs_hf_assisted", "vs_greedy", "vs_hf_greedy", "vs_best_hf", "bound", "of_bound", "tokens_per_call")}
-        rows.append(dict(preset=preset, drafter=drafter, k=k, prompt=f"geometric mean ({len(group)} prompts)",
-                         acceptance=sum(r["acceptance"] for r in group) / len(group),
-                         alpha=sum(r["alpha"] for r in group) / len(group), c=group[0]["c"], v=group[0]["v"],
-                         identical=all(r["identical"] for r in group), **mean))
+        mean = {
+            key: geometric_mean(r[key] for r in group)
+            for key in (
+                "vs_hf_assisted",
+                "vs_greedy",
+                "vs_hf_greedy",
+                "vs_best_hf",
+                "bound",
+                "of_bound",
+                "tokens_per_call",
+            )
+        }
+        rows.append(
+            dict(
+                preset=preset,
+                drafter=drafter,
+                k=k,
+                prompt=f"geometric mean ({len(group)} prompts)",
+                acceptance=sum(r["acceptance"] for r in group) / len(group),
+                alpha=sum(r["alpha"] for r in group) / len(group),
+                c=group[0]["c"],
+                v=group[0]["v"],
+                identical=all(r["identical"] for r in group),
+                **mean,
+            )
+        )
     return rows
 
 
@@ -179,7 +211,6 @@ def profile_decode(target, draft, input_ids, k: int, max_new_tokens: int = 100) 
     """Milliseconds per round in each phase of `speculative_decode` (torch profiler), and the rest."""
     from torch.profiler import ProfilerActivity, profile
 
-
     speculative_decode(target, draft, input_ids, max_new_tokens=max_new_tokens, num_speculative_tokens=k)  # warm up
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         out = speculative_decode(target, draft, input_ids, max_new_tokens=max_new_tokens, num_speculative_tokens=k)
@@ -189,16 +220,23 @@ def profile_decode(target, draft, input_ids, k: int, max_new_tokens: int = 100) 
     wall = out.stats.wall_time_s * 1000 / rounds
     phases["rest"] = max(wall - sum(phases.values()), 0.0)
     draft_calls = out.stats.draft_calls / rounds
-    return dict(ms_per_round=phases, wall_ms_per_round=wall, rounds=rounds, draft_calls_per_round=draft_calls,
-                tokens_per_round=out.stats.mean_accepted_length)
+    return dict(
+        ms_per_round=phases,
+        wall_ms_per_round=wall,
+        rounds=rounds,
+        draft_calls_per_round=draft_calls,
+        tokens_per_round=out.stats.mean_accepted_length,
+    )
 
 
 def compiled_costs(costs: dict, target, input_ids) -> dict:
     """The same costs with the target's forward-cost curve measured again through its compiled forward."""
     first = next(iter(costs.values()))
     curve = measure_forward_cost(compiled_forward(target), input_ids, sizes=first["target_forward"]["sizes"], warmup=1)
-    return {f"{name} compiled": costs_from_curve(curve, cost["draft_step_s"], cost["verify_cost"])
-            for name, cost in costs.items()}
+    return {
+        f"{name} compiled": costs_from_curve(curve, cost["draft_step_s"], cost["verify_cost"])
+        for name, cost in costs.items()
+    }
 
 
 def with_inner_models(cases: list) -> list:
@@ -207,12 +245,9 @@ def with_inner_models(cases: list) -> list:
     the lookup gets no case alone: HF cannot run it, and alone it loses at any k; ask for 'eagle' to see.)"""
     from dataclasses import replace
 
-
     out = []
     for case in cases:
         out.append(case)
         if isinstance(case.draft, HybridDrafter) and case.draft.model is not None:
             out.append(replace(case, drafter=draft_label(case.draft.model), draft=case.draft.model))
     return out
-
-

@@ -1,4 +1,5 @@
 """The results format: what a sweep writes (runs, summary, theory, costs, env), and reading it back."""
+
 from __future__ import annotations
 
 import datetime
@@ -34,18 +35,23 @@ SPECULATIVE_METHODS = ("spec_vectorized", "spec_cached", "hf_assisted", "spec_co
 BASELINE, SPECULATIVE = "hf_greedy", "spec_cached"  # what PA3's "baseline"/"speculative" keys mean here
 
 
-
 def environment(device=None, dtype=None, preset=None) -> dict:
     """What produced a result file: versions, hardware, commit, date."""
     import transformers
 
     env = dict(
-        python=platform.python_version(), torch=torch.__version__, transformers=transformers.__version__,
-        platform=platform.platform(), processor=platform.processor() or platform.machine(),
-        cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(),
-        device=str(device) if device is not None else None, dtype=str(dtype).replace("torch.", "") if dtype else None,
-        preset=preset, git_commit=_git_commit(), date=datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec="seconds"),
+        python=platform.python_version(),
+        torch=torch.__version__,
+        transformers=transformers.__version__,
+        platform=platform.platform(),
+        processor=platform.processor() or platform.machine(),
+        cpu_count=os.cpu_count(),
+        torch_threads=torch.get_num_threads(),
+        device=str(device) if device is not None else None,
+        dtype=str(dtype).replace("torch.", "") if dtype else None,
+        preset=preset,
+        git_commit=_git_commit(),
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     )
     if hasattr(os, "sched_getaffinity"):
         env["cpus_available"] = len(os.sched_getaffinity(0))
@@ -95,8 +101,11 @@ def _spread(group: list[dict], name: str, row: dict) -> dict:
     measured = pooled_speedup(base, [run["methods"][name]["times"] for run in group])
     out = {key: value for key, value in measured.as_dict().items() if key != "speedup"}
     if row.get("speedup_vs_greedy") and row.get("mean_accepted_length"):
-        own = pooled_speedup([run["methods"]["greedy"]["times"] for run in group],
-                             [run["methods"][name]["times"] for run in group], row["mean_accepted_length"])
+        own = pooled_speedup(
+            [run["methods"]["greedy"]["times"] for run in group],
+            [run["methods"][name]["times"] for run in group],
+            row["mean_accepted_length"],
+        )
         out["speedup_warnings"] += [w for w in own.warnings if w.startswith("measurement broken")]
     return out
 
@@ -108,10 +117,15 @@ def _pooled(group: list[dict], name: str) -> dict:
         return dict(skipped=note)
     time_ = sum(e["median_time"] for e in entries)
     tokens = sum(statistics.median(e["new_tokens"]) for e in entries)
-    row = dict(time=time_, q1_time=sum(e["q1_time"] for e in entries), q3_time=sum(e["q3_time"] for e in entries),
-               new_tokens=tokens, tokens_per_second=tokens / time_ if time_ else 0.0,
-               identical=all(e["identical"] for e in entries),
-               matches_greedy=all(e.get("matches_greedy", e["identical"]) for e in entries))
+    row = dict(
+        time=time_,
+        q1_time=sum(e["q1_time"] for e in entries),
+        q3_time=sum(e["q3_time"] for e in entries),
+        new_tokens=tokens,
+        tokens_per_second=tokens / time_ if time_ else 0.0,
+        identical=all(e["identical"] for e in entries),
+        matches_greedy=all(e.get("matches_greedy", e["identical"]) for e in entries),
+    )
     stats = [e["stats"] for e in entries if "stats" in e]
     if stats and len(stats) == len(entries):
         proposed = sum(s["proposed"] for s in stats)
@@ -136,20 +150,35 @@ def theory_rows(results: dict) -> list[dict]:
             continue
         k, alpha, c = row["k"], row["alpha"], cost["c"]
         v = cost["verify_cost"].get(k) or cost["verify_cost"].get(str(k))  # JSON turns int keys into strings
-        rows.append(dict(
-            preset=row["preset"], drafter=row["drafter"], k=k, alpha=alpha, c=c, v=v,
-            expected_tokens_per_step=expected_tokens_per_step(alpha, k),
-            measured_tokens_per_step=row["mean_accepted_length"],
-            predicted_speedup=expected_speedup(alpha, k, c), refined_speedup=refined_speedup(alpha, k, c, v),
-            measured_speedup_vs_greedy=row.get("speedup_vs_greedy"), measured_speedup=row.get("speedup"),
-        ))
+        rows.append(
+            dict(
+                preset=row["preset"],
+                drafter=row["drafter"],
+                k=k,
+                alpha=alpha,
+                c=c,
+                v=v,
+                expected_tokens_per_step=expected_tokens_per_step(alpha, k),
+                measured_tokens_per_step=row["mean_accepted_length"],
+                predicted_speedup=expected_speedup(alpha, k, c),
+                refined_speedup=refined_speedup(alpha, k, c, v),
+                measured_speedup_vs_greedy=row.get("speedup_vs_greedy"),
+                measured_speedup=row.get("speedup"),
+            )
+        )
     return rows
 
 
 def best_k(results: dict, preset=None, drafter=None) -> int | None:
     """The k with the highest measured speedup of the cached speculative decoder."""
-    rows = [r for r in results["summary"] if r["method"] == SPECULATIVE and r.get("speedup")
-            and (preset is None or r["preset"] == preset) and (drafter is None or r["drafter"] == drafter)]
+    rows = [
+        r
+        for r in results["summary"]
+        if r["method"] == SPECULATIVE
+        and r.get("speedup")
+        and (preset is None or r["preset"] == preset)
+        and (drafter is None or r["drafter"] == drafter)
+    ]
     return max(rows, key=lambda r: r["speedup"])["k"] if rows else None
 
 
@@ -168,15 +197,26 @@ def load_results(path) -> dict:
     if path.is_dir():  # `perf` writes perf.json beside the sweeps: it has ratios, not a sweep's summary
         loaded = [r for r in loaded if isinstance(r, dict) and "summary" in r]
     elif not (isinstance(loaded[0], dict) and "summary" in loaded[0]):
-        raise ValueError(f"{path} is not a `bench` results file (it has no 'summary'); give the folder or file "
-                         "that `python -m specdec_helpers bench` wrote")
+        raise ValueError(
+            f"{path} is not a `bench` results file (it has no 'summary'); give the folder or file "
+            "that `python -m specdec_helpers bench` wrote"
+        )
     if not loaded:
-        raise FileNotFoundError(f"no `bench` results JSON in {path}; run notebook 05 to its export (students) or "
-                                "`python -m specdec_helpers bench` (instructors) first")
+        raise FileNotFoundError(
+            f"no `bench` results JSON in {path}; run notebook 05 to its export (students) or "
+            "`python -m specdec_helpers bench` (instructors) first"
+        )
     if len(loaded) == 1:
         return loaded[0]
-    merged = dict(config=loaded[0]["config"], envs=[r["env"] for r in loaded if "env" in r], env=loaded[0].get("env"),
-                  runs=[], summary=[], theory=[], costs={})
+    merged = dict(
+        config=loaded[0]["config"],
+        envs=[r["env"] for r in loaded if "env" in r],
+        env=loaded[0].get("env"),
+        runs=[],
+        summary=[],
+        theory=[],
+        costs={},
+    )
     for r in loaded:
         merged["runs"] += r["runs"]
         merged["summary"] += r["summary"]

@@ -12,6 +12,7 @@ makes ``tokens per target call`` tokens for each target pass, and a verify pass 
 decode step, so it cannot beat its own greedy decoding by more than that: a larger ratio means the
 timings are broken (another process ran during the baseline), not that the method is that good.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -54,8 +55,15 @@ class Speedup:
         return f"{in_words(self.ratio)} (±{self.spread_pct:.0f}%: {self.low:.2f}-{self.high:.2f}x, {self.rounds_words})"
 
     def as_dict(self) -> dict:
-        return dict(speedup=self.ratio, speedup_low=self.low, speedup_high=self.high, speedup_rounds=self.rounds,
-                    speedup_spread_pct=self.spread_pct, speedup_rounds_words=self.rounds_words, speedup_warnings=list(self.warnings))
+        return dict(
+            speedup=self.ratio,
+            speedup_low=self.low,
+            speedup_high=self.high,
+            speedup_rounds=self.rounds,
+            speedup_spread_pct=self.spread_pct,
+            speedup_rounds_words=self.rounds_words,
+            speedup_warnings=list(self.warnings),
+        )
 
 
 def in_words(ratio: float) -> str:
@@ -74,24 +82,30 @@ def speedup(baseline_times, times, tokens_per_call: float | None = None, max_spr
     baseline_times, times = list(baseline_times), list(times)
     if not baseline_times or not times:
         raise ValueError("speedup needs at least one timing of each side")
-    per_round = [b / t for b, t in zip(baseline_times, times)] or [statistics.median(baseline_times) /
-                                                                  statistics.median(times)]
+    per_round = [b / t for b, t in zip(baseline_times, times)] or [
+        statistics.median(baseline_times) / statistics.median(times)
+    ]
     ratio = statistics.median(per_round)
     quartiles = len(per_round) >= QUARTILES_FROM
-    low, high = (statistics.quantiles(per_round, n=4, method="inclusive")[::2] if quartiles
-                 else (min(per_round), max(per_round)))
+    low, high = (
+        statistics.quantiles(per_round, n=4, method="inclusive")[::2] if quartiles else (min(per_round), max(per_round))
+    )
     result = Speedup(ratio, low, high, len(per_round), tokens_per_call, quartiles)
     warn = result.warnings.append
     if len(per_round) < MIN_ROUNDS:
         warn(f"only {len(per_round)} timed round(s): run at least {MIN_ROUNDS} (--repeats) to see the noise")
     if (result.high - result.low) / ratio > max_spread:
-        warn(f"the rounds disagree ({result.low:.2f}x to {result.high:.2f}x{', middle half' if quartiles else ''}): too noisy to trust the ratio; "
-             "another process may be using the CPU. Close it, or run more repeats")
+        warn(
+            f"the rounds disagree ({result.low:.2f}x to {result.high:.2f}x{', middle half' if quartiles else ''}): too noisy to trust the ratio; "
+            "another process may be using the CPU. Close it, or run more repeats"
+        )
     elif result.low < 1 < result.high:
         warn("some rounds were faster and some slower than the baseline: the difference is within the noise")
     if tokens_per_call is not None and ratio > tokens_per_call * BOUND_SLACK:
-        warn(f"measurement broken: {ratio:.2f}x is more than the {tokens_per_call:.2f} tokens per target call allow; "
-             "the baseline was slowed by something else (another process, a first-call cost). Measure again")
+        warn(
+            f"measurement broken: {ratio:.2f}x is more than the {tokens_per_call:.2f} tokens per target call allow; "
+            "the baseline was slowed by something else (another process, a first-call cost). Measure again"
+        )
     return result
 
 
@@ -116,5 +130,8 @@ def pooled_speedup(baseline_runs: list[list[float]], runs: list[list[float]], to
     """`speedup` over several prompts: round r's times summed over the prompts (each prompt's rounds are
     interleaved on their own, so round r of every prompt is one comparison)."""
     rounds = min(len(r) for r in baseline_runs + runs)
-    return speedup([sum(r[i] for r in baseline_runs) for i in range(rounds)],
-                   [sum(r[i] for r in runs) for i in range(rounds)], tokens_per_call)
+    return speedup(
+        [sum(r[i] for r in baseline_runs) for i in range(rounds)],
+        [sum(r[i] for r in runs) for i in range(rounds)],
+        tokens_per_call,
+    )

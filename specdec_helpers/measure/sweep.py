@@ -4,6 +4,7 @@ forward costs that the theory's predictions need; and the cases and prompts the 
 Its own module because a sweep is bookkeeping around the harness (what to run, progress over the whole
 wait, pooling prompts into a summary), while `bench` holds the rules that make one timing fair.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -56,8 +57,17 @@ class Case:
     decoder: object = None  # a PA3-style decoder to time as the speculative methods (None: the kit's loop)
 
 
-def run_sweep(cases: list[Case], ks=DEFAULT_KS, *, max_new_tokens: int = 100, repeats: int = 3, warmup: int = 1,
-              methods=METHODS, cost_repeats: int = 5, progress: bool = True) -> dict:
+def run_sweep(
+    cases: list[Case],
+    ks=DEFAULT_KS,
+    *,
+    max_new_tokens: int = 100,
+    repeats: int = 3,
+    warmup: int = 1,
+    methods=METHODS,
+    cost_repeats: int = 5,
+    progress: bool = True,
+) -> dict:
     """Benchmark every case x k x prompt (tqdm progress), plus forward costs and the theory.
 
     Each prompt runs all k in one interleaved schedule (`benchmark_ks`). Returns a JSON-ready dict:
@@ -77,21 +87,40 @@ def run_sweep(cases: list[Case], ks=DEFAULT_KS, *, max_new_tokens: int = 100, re
     runs = []
     # One bar over every decoding run of the sweep (warm-up and timed), so its estimate covers the whole wait.
     per_prompt = sum(len(ks) if name in SPECULATIVE_METHODS else 1 for name in methods)
-    bar = tqdm(total=len(cells) * per_prompt * (warmup + repeats), desc="benchmark", disable=not progress,
-               unit="run")
+    bar = tqdm(total=len(cells) * per_prompt * (warmup + repeats), desc="benchmark", disable=not progress, unit="run")
     for case, i in cells:
         text, ids = case.prompts[i]
         bar.set_postfix_str(f"{case.preset}/{case.drafter} prompt {i + 1}/{len(case.prompts)}")
-        by_k = benchmark_ks(case.target, case.draft, ids, ks, max_new_tokens=max_new_tokens, repeats=repeats,
-                            warmup=warmup, methods=methods, eos_token_id=case.eos_token_id, progress=progress,
-                            tick=bar.update, decoder=case.decoder)
+        by_k = benchmark_ks(
+            case.target,
+            case.draft,
+            ids,
+            ks,
+            max_new_tokens=max_new_tokens,
+            repeats=repeats,
+            warmup=warmup,
+            methods=methods,
+            eos_token_id=case.eos_token_id,
+            progress=progress,
+            tick=bar.update,
+            decoder=case.decoder,
+        )
         for k, result in by_k.items():
             result.update(preset=case.preset, drafter=case.drafter, k=k, prompt_index=i, prompt=text)
             runs.append(result)
     bar.close()
-    results = dict(config=dict(ks=ks, max_new_tokens=max_new_tokens, repeats=repeats, warmup=warmup,
-                               methods=list(methods), cost_repeats=cost_repeats),
-                   runs=runs, costs=costs)
+    results = dict(
+        config=dict(
+            ks=ks,
+            max_new_tokens=max_new_tokens,
+            repeats=repeats,
+            warmup=warmup,
+            methods=list(methods),
+            cost_repeats=cost_repeats,
+        ),
+        runs=runs,
+        costs=costs,
+    )
     results["summary"] = summarize(runs)
     results["theory"] = theory_rows(results)
     return results
@@ -104,8 +133,9 @@ def measure_costs(target, draft, input_ids, ks, repeats: int = 5, target_curve: 
     # Dense where the curve bends (small n), sparse beyond; always every k + 1 the sweep verifies.
     sizes = sorted({*range(1, 9), 12, 16, 24, 32, *(k + 1 for k in ks)})
     # Timed through the forwards a decode runs (`backends.decode_forward`: graphed on a GPU, lean on a CPU Llama).
-    curve = target_curve or measure_forward_cost(decode_forward(target), input_ids, sizes=sizes,
-                                                 repeats=repeats, warmup=1)
+    curve = target_curve or measure_forward_cost(
+        decode_forward(target), input_ids, sizes=sizes, repeats=repeats, warmup=1
+    )
     drafter = as_drafter(draft, target)
     # What drafts where a hybrid's lookup finds nothing: that is the step worth timing.
     inner = drafter.model_drafter if isinstance(drafter, HybridDrafter) else drafter
@@ -156,12 +186,21 @@ def load_cases(args) -> list[Case]:
         if not prompts:
             raise ValueError("no prompts: give --prompts TEXT ... or @file with one prompt a line")
         encode = getattr(pair, "encode", None) or (
-            lambda text: pair.tokenizer(text, return_tensors="pt").input_ids.to(pair.device))
+            lambda text, pair=pair: pair.tokenizer(text, return_tensors="pt").input_ids.to(pair.device)
+        )
         encoded = [(p, encode(p)) for p in prompts]
         for spec in (args.draft or "default").split(","):
             spec = spec.strip()
             draft = pair.draft if spec == "default" else pair.with_draft(spec, progress=True).draft  # may train once
-            cases.append(Case(preset=pair.preset or preset, drafter=draft_label(draft), target=pair.target,
-                              draft=draft, prompts=encoded, eos_token_id=None,
-                              extra=dict(device=str(pair.device), dtype=str(pair.dtype))))
+            cases.append(
+                Case(
+                    preset=pair.preset or preset,
+                    drafter=draft_label(draft),
+                    target=pair.target,
+                    draft=draft,
+                    prompts=encoded,
+                    eos_token_id=None,
+                    extra=dict(device=str(pair.device), dtype=str(pair.dtype)),
+                )
+            )
     return cases

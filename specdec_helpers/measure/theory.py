@@ -1,4 +1,5 @@
 """Leviathan et al. (2023) theory and the costs it needs: forward-cost curves, c, v, alpha."""
+
 from __future__ import annotations
 
 import torch
@@ -26,8 +27,9 @@ def _random_prefix(model, length: int = 16, seed: int = 0) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def measure_forward_cost(model, input_ids: torch.Tensor | None = None, sizes=range(1, 33), repeats: int = 5,
-                         warmup: int = 2) -> dict:
+def measure_forward_cost(
+    model, input_ids: torch.Tensor | None = None, sizes=range(1, 33), repeats: int = 5, warmup: int = 2
+) -> dict:
     """Time of ONE forward pass over ``n`` new tokens on top of a cached prefix, for each ``n``.
 
     This is the curve speculative decoding lives on: on a GPU (and often a CPU) scoring k + 1
@@ -54,13 +56,18 @@ def measure_forward_cost(model, input_ids: torch.Tensor | None = None, sizes=ran
                 run(n)
         times = {n: [] for n in sizes}
         for n in interleaved_order(sizes, repeats):
-            times[n].append(timed(lambda: run(n), model.device)[1])
+            times[n].append(timed(lambda: run(n), model.device)[1])  # noqa: B023 - called at once, on this n
     finally:
         if hasattr(model, "release"):
             model.release(cache)
     spreads = [spread(times[n]) for n in sizes]
-    return dict(sizes=sizes, median_s=[s["median"] for s in spreads], q1_s=[s["q1"] for s in spreads],
-                q3_s=[s["q3"] for s in spreads], prefix_length=prefix_length)
+    return dict(
+        sizes=sizes,
+        median_s=[s["median"] for s in spreads],
+        q1_s=[s["q1"] for s in spreads],
+        q3_s=[s["q3"] for s in spreads],
+        prefix_length=prefix_length,
+    )
 
 
 def expected_tokens_per_step(alpha: float, k: int) -> float:
@@ -86,5 +93,10 @@ def refined_speedup(alpha: float, k: int, c: float, v: float) -> float:
 def costs_from_curve(curve: dict, draft_step_s: float, ks) -> dict:
     """Step cost, c and the verify cost v at each k, from a target forward-cost curve and a draft step time."""
     step = curve["median_s"][curve["sizes"].index(1)]
-    return dict(target_forward=curve, target_step_s=step, draft_step_s=draft_step_s, c=draft_step_s / step,
-                verify_cost={int(k): curve["median_s"][curve["sizes"].index(int(k) + 1)] / step for k in ks})
+    return dict(
+        target_forward=curve,
+        target_step_s=step,
+        draft_step_s=draft_step_s,
+        c=draft_step_s / step,
+        verify_cost={int(k): curve["median_s"][curve["sizes"].index(int(k) + 1)] / step for k in ks},
+    )

@@ -9,6 +9,7 @@ preset's (what PA3 measured); c and v_k are timed here in a few seconds, as the 
 on the device: an eager GPU is launch-bound (a 12-layer 160m step costs 0.6-0.85 of a 24-layer 1.4b one),
 a graphed or memory-bound one is not.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -42,8 +43,12 @@ def pass_costs(model, sizes, repeats: int = 5, prefix: int = 32) -> dict[int, fl
             for n in sizes:
                 sync_device(device)
                 start = time.perf_counter()
-                runner(input_ids=ids[:, prefix:prefix + n], **cache_kwargs(runner, cache), use_cache=True,
-                       logits_to_keep=1)
+                runner(
+                    input_ids=ids[:, prefix : prefix + n],
+                    **cache_kwargs(runner, cache),
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
                 sync_device(device)
                 if i:
                     times[n].append(time.perf_counter() - start)
@@ -69,10 +74,14 @@ class Choice:
     target_step_s: float
 
     def reason(self, device) -> str:
-        rows = "; ".join(f"{name}: c={row['c']:.2f}, acceptance {row['alpha']:.2f}, best k={row['k']} -> "
-                         f"{row['bound']:.2f}x" for name, row in self.table.items())
-        return (f"measured on {device} (target step {self.target_step_s * 1e3:.2f} ms): {rows}; chose {self.name} "
-                f"with k={self.k}, the highest bound on the speedup")
+        rows = "; ".join(
+            f"{name}: c={row['c']:.2f}, acceptance {row['alpha']:.2f}, best k={row['k']} -> {row['bound']:.2f}x"
+            for name, row in self.table.items()
+        )
+        return (
+            f"measured on {device} (target step {self.target_step_s * 1e3:.2f} ms): {rows}; chose {self.name} "
+            f"with k={self.k}, the highest bound on the speedup"
+        )
 
 
 def choose(target, drafts: dict, ks=KS, repeats: int = 5) -> Choice:

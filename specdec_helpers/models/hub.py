@@ -4,6 +4,7 @@ Its own module because what can go wrong here (no network, a gated repository, a
 unlike the rest of loading a pair: each failure gets an error that says what to do instead of a stack
 of HTTP errors, and names the offline presets that need no network.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,7 +25,9 @@ class GatedModelError(PermissionError):
 
 
 def _offline_hint() -> str:
-    return f"Offline presets that need no network: {', '.join(repr(n) for n in OFFLINE_PRESETS)}, e.g. load_pair('toy')."
+    return (
+        f"Offline presets that need no network: {', '.join(repr(n) for n in OFFLINE_PRESETS)}, e.g. load_pair('toy')."
+    )
 
 
 def hub_reachable(timeout: float = 2.0) -> bool:
@@ -32,7 +35,9 @@ def hub_reachable(timeout: float = 2.0) -> bool:
 
     Runs in a daemon thread so that even a hanging DNS lookup cannot block the caller.
     """
-    if any(os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")):
+    if any(
+        os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    ):
         return False
     endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
     host, port = endpoint.hostname, endpoint.port or (443 if endpoint.scheme == "https" else 80)

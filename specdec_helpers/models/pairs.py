@@ -5,6 +5,7 @@ same vocabulary, the shared tokenizer, and a sensible number of draft tokens per
 device and dtype choice, what ``"auto"`` picks, and turning ``draft=`` (a name, a hub id, a model or a
 Drafter) into a draft. The table of presets is `presets`, hub loading `hub`, the vocabulary check `vocab`.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,15 @@ def default_dtype(device) -> torch.dtype:
 
 
 #: ``$SPECDEC_DTYPE`` spellings -> dtypes.
-DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16, "float16": torch.float16,
-          "half": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+DTYPES = {
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "half": torch.float16,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+}
 
 
 def env_dtype() -> torch.dtype | None:
@@ -54,8 +62,10 @@ def env_dtype() -> torch.dtype | None:
     if not name:
         return None
     if name not in DTYPES:
-        raise ValueError(f"SPECDEC_DTYPE={name!r} is not a dtype the kit knows: use one of fp32, fp16, bf16 "
-                         "(or unset it for the device's default)")
+        raise ValueError(
+            f"SPECDEC_DTYPE={name!r} is not a dtype the kit knows: use one of fp32, fp16, bf16 "
+            "(or unset it for the device's default)"
+        )
     return DTYPES[name]
 
 
@@ -87,7 +97,9 @@ class ModelPair:
         if self.chat if chat is None else chat:
             # return_dict=True: a BatchEncoding in 4.x and 5.x alike (their defaults differ: tensor vs dict).
             ids = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt",
+                [{"role": "user", "content": prompt}],
+                add_generation_prompt=True,
+                return_tensors="pt",
                 return_dict=True,
             )["input_ids"]
         else:
@@ -95,8 +107,10 @@ class ModelPair:
         pad = self.tokenizer.pad_token_id
         if pad is not None and pad != self.tokenizer.eos_token_id and pad in ids[0].tolist():
             # generate(ids) masks pads out; speculative_decode reads every token: the texts would differ.
-            raise ValueError(f"the prompt encodes to the pad token {self.tokenizer.pad_token!r} (id {pad}), which "
-                             "generate() would mask out and speculative decoding reads: remove it from the text")
+            raise ValueError(
+                f"the prompt encodes to the pad token {self.tokenizer.pad_token!r} (id {pad}), which "
+                "generate() would mask out and speculative decoding reads: remove it from the text"
+            )
         return ids.to(self.device)
 
     def decode(self, ids: torch.Tensor, skip_special_tokens: bool = True) -> str:
@@ -106,8 +120,9 @@ class ModelPair:
     def with_draft(self, draft, progress: bool = False) -> "ModelPair":
         """The same target and tokenizer with another draft: a name in `DRAFTS` ('hybrid' wraps this pair's
         draft), a hub id or folder, a model, or a Drafter."""
-        made = _make_draft(draft, self.target, self.tokenizer, self.device, self.dtype, progress=progress,
-                           base=lambda: self.draft)
+        made = _make_draft(
+            draft, self.target, self.tokenizer, self.device, self.dtype, progress=progress, base=lambda: self.draft
+        )
         if isinstance(draft, str) and uses_onednn(self.target):  # the target's kernels; never rewrite a model
             _use_onednn_in_draft(made)  # that the caller passed in
         return replace(self, draft=made)
@@ -119,8 +134,10 @@ class ModelPair:
     def __repr__(self) -> str:
         draft = getattr(getattr(self.draft, "config", None), "_name_or_path", None) or type(self.draft).__name__
         target = getattr(self.target.config, "_name_or_path", "") or type(self.target).__name__
-        return (f"ModelPair(preset={self.preset!r}, target={target!r}, draft={draft!r}, device={str(self.device)!r}, "
-                f"dtype={self.dtype}, k={self.num_speculative_tokens}, chat={self.chat})")
+        return (
+            f"ModelPair(preset={self.preset!r}, target={target!r}, draft={draft!r}, device={str(self.device)!r}, "
+            f"dtype={self.dtype}, k={self.num_speculative_tokens}, chat={self.chat})"
+        )
 
 
 # --------------------------------------------------------------------------- drafts
@@ -154,11 +171,13 @@ def _make_draft(spec, target, tokenizer, device, dtype, gated: bool = False, pro
             check_compatible(tokenizer, spec)
         return spec
     if split_name(spec) is not None:
+
         def load(other):
             return _make_draft(other, target, tokenizer, device, dtype, gated, progress)
 
-        return make_draft(spec, DraftRequest(target, tokenizer, split_name(spec)[1], base, load, _model_name(target),
-                                             progress))
+        return make_draft(
+            spec, DraftRequest(target, tokenizer, split_name(spec)[1], base, load, _model_name(target), progress)
+        )
     _say(progress, f"loading draft {spec} ...")
     draft_tokenizer = load_tokenizer(spec, gated)
     check_compatible(tokenizer, draft_tokenizer)
@@ -194,8 +213,10 @@ def _measured_choice(target, tokenizer, row: Preset, device, dtype, progress: bo
     for other in PRESETS.values():
         if other.target == row.target and other.acceptance is not None:
             try:
-                drafts[other.name] = (_make_draft(other.draft, target, tokenizer, device, dtype, other.gated, progress),
-                                      other.acceptance)
+                drafts[other.name] = (
+                    _make_draft(other.draft, target, tokenizer, device, dtype, other.gated, progress),
+                    other.acceptance,
+                )
             except OSError as error:  # not cached and no hub (HubUnreachableError), gated, ...: not available
                 _say(progress, f"auto: {other.draft} not available ({type(error).__name__})")
     if not drafts:
@@ -249,7 +270,9 @@ def load_pair(
 
     if preset is None:
         if draft is None:
-            raise ValueError("load_pair(target=...) needs draft=... too: a hub id, a folder, a model, or 'prompt-lookup'")
+            raise ValueError(
+                "load_pair(target=...) needs draft=... too: a hub id, a folder, a model, or 'prompt-lookup'"
+            )
         row = Preset("custom", target, "", 5)
     else:
         row = get_preset(preset)
@@ -278,8 +301,16 @@ def load_pair(
         measured = _measured_choice(model, tokenizer, row, device, dtype, progress)
         row, draft_model, reason = measured[0], measured[1], f"{reason}; {measured[3]}"
     else:
-        draft_model = _make_draft(default_draft if draft is None else draft, model, tokenizer, device, dtype,
-                                  gated, progress, base=preset_draft)
+        draft_model = _make_draft(
+            default_draft if draft is None else draft,
+            model,
+            tokenizer,
+            device,
+            dtype,
+            gated,
+            progress,
+            base=preset_draft,
+        )
     if fast_cpu_linears:
         use_onednn_linears(model)
         if draft is None or isinstance(draft, str):  # never rewrite a model the caller passed in

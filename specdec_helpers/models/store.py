@@ -1,5 +1,6 @@
 """The package's cache folder (converted SmolLM2, trained drafts): atomic writes, a sha256 manifest checked on
 load, permissions that follow the umask, a build lock for concurrent first uses, leftovers of killed runs removed."""
+
 from __future__ import annotations
 
 import contextlib
@@ -140,4 +141,3 @@ def cached_folder(folder: Path, build, progress: bool = True) -> Path:
         with atomic_folder(folder) as tmp:
             build(tmp)
     return folder
-

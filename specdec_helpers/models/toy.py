@@ -76,7 +76,6 @@ def shipped_toy():
     return resources.files("specdec_helpers") / "data" / "toy"
 
 
-
 def toy_corpus() -> str:
     """The shipped training text; documents are separated by the EOS marker."""
     data = resources.files("specdec_helpers") / "data" / _CORPUS_FILE
@@ -274,9 +273,11 @@ def load_toy(device="cpu", dtype=torch.float32, progress: bool = True):
     with resources.as_file(shipped_toy()) as folder:
         problem = folder_problem(folder)
         if problem is not None:
-            raise RuntimeError(f"the shipped toy pair is broken: {problem}. Reinstall the package "
-                               "(pip install --force-reinstall --no-deps specdec_helpers, or git checkout "
-                               "specdec_helpers/data/toy in a clone), or rebuild it: specdec train-toy")
+            raise RuntimeError(
+                f"the shipped toy pair is broken: {problem}. Reinstall the package "
+                "(pip install --force-reinstall --no-deps specdec_helpers, or git checkout "
+                "specdec_helpers/data/toy in a clone), or rebuild it: specdec train-toy"
+            )
         tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
         target, draft = (
             AutoModelForCausalLM.from_pretrained(folder / name, dtype=dtype).to(device).eval()

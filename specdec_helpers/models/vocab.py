@@ -3,6 +3,7 @@
 Speculative decoding compares token ids, so a draft from another tokenizer would be compared with the
 target token for token and silently disagree; this check turns that into an error that names the fix.
 """
+
 from __future__ import annotations
 
 import torch

@@ -4,6 +4,7 @@ The notebook benchmarks the ``SpeculativeDecoder`` the student wrote (``nb.your_
 with a ``decoder``, the harness's speculative methods run its ``generate_ids`` and read its rounds
 from the outside (`measure.observed`); without one, the kit's own loop (the instructor's ``bench``).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -59,8 +60,10 @@ def print_methods(result: dict) -> None:
         if "median_time" not in m:
             continue
         same = "identical" if m["identical"] else "equal up to near-ties" if m.get("matches_greedy") else "DIFFERS"
-        print(f"{METHOD_LABELS[name]:28s} median {m['median_time'] * 1e3:8.1f} ms  "
-              f"speedup {m.get('speedup', float('nan')):5.2f}x  vs HF greedy: {same}")
+        print(
+            f"{METHOD_LABELS[name]:28s} median {m['median_time'] * 1e3:8.1f} ms  "
+            f"speedup {m.get('speedup', float('nan')):5.2f}x  vs HF greedy: {same}"
+        )
 
 
 def matches_greedy(target, prompt_ids, sequences, reference) -> tuple[bool, str]:
@@ -78,8 +81,14 @@ def all_match_greedy(result: dict) -> bool:
 def sweep(pair, decoder=None, prompts=None, ks=(2, 4, 8, 16), *, preset: str | None = None, **kwargs) -> dict:
     """`sweep.run_sweep` over ``ks`` on ``prompts`` (``[(text, input_ids), ...]``) for one pair, with the
     environment recorded and ``config["decoder"]`` saying whose speculative decoder was timed."""
-    case = Case(preset=pair.preset or preset or "custom", drafter=draft_label(pair.draft),
-                target=pair.target, draft=pair.draft, prompts=list(prompts), decoder=decoder)
+    case = Case(
+        preset=pair.preset or preset or "custom",
+        drafter=draft_label(pair.draft),
+        target=pair.target,
+        draft=pair.draft,
+        prompts=list(prompts),
+        decoder=decoder,
+    )
     kwargs.setdefault("progress", False)
     results = run_sweep([case], ks, **kwargs)
     results["config"]["decoder"] = _whose(decoder)
@@ -95,13 +104,17 @@ def _whose(decoder) -> str:
 
 def theory_markdown(results: dict, expected_tokens) -> str:
     """The theory-vs-measurement table, with ``expected_tokens(alpha, k)`` (the student's) as E[tokens]."""
-    rows = ["| k | α | c | v | E[tokens] | measured tokens/pass | predicted | refined | measured (vs our greedy) |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| k | α | c | v | E[tokens] | measured tokens/pass | predicted | refined | measured (vs our greedy) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in results["theory"]:
-        rows.append(f"| {r['k']} | {r['alpha']:.2f} | {r['c']:.2f} | {r['v']:.2f} "
-                    f"| {expected_tokens(r['alpha'], r['k']):.2f} | {r['measured_tokens_per_step']:.2f} "
-                    f"| {r['predicted_speedup']:.2f}x | {r['refined_speedup']:.2f}x "
-                    f"| {r['measured_speedup_vs_greedy'] or float('nan'):.2f}x |")
+        rows.append(
+            f"| {r['k']} | {r['alpha']:.2f} | {r['c']:.2f} | {r['v']:.2f} "
+            f"| {expected_tokens(r['alpha'], r['k']):.2f} | {r['measured_tokens_per_step']:.2f} "
+            f"| {r['predicted_speedup']:.2f}x | {r['refined_speedup']:.2f}x "
+            f"| {r['measured_speedup_vs_greedy'] or float('nan'):.2f}x |"
+        )
     return "\n".join(rows)
 
 
@@ -111,5 +124,8 @@ def export(results: dict, folder, name: str) -> dict:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     json_path = results_io.save_results(results, folder / "results" / f"{name.replace('/', '-')}.json")
-    return dict(json=json_path, figures=plots.save_all_figures(results, folder / "figures"),
-                tables=tables.write_tables(results, folder / "tables"))
+    return dict(
+        json=json_path,
+        figures=plots.save_all_figures(results, folder / "figures"),
+        tables=tables.write_tables(results, folder / "tables"),
+    )

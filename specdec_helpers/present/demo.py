@@ -4,6 +4,7 @@ Shows which tokens the draft got right (accepted), where the target overruled it
 where every draft token passed so the target's extra token came free (bonus), then how much faster
 that was than plain greedy decoding, and that the text is identical.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,11 +20,21 @@ from specdec_helpers.models.toy import TOY_PROMPTS
 PA3_PROMPT = "The future of Artificial Intelligence is"
 
 # ANSI styles per span kind (see widgets.KINDS); the plain-text markers are for logs and pipes.
-ANSI = {"prompt": "\033[2m", "accepted": "\033[32m", "rejected": "\033[9;31m", "correction": "\033[33;1m",
-        "bonus": "\033[34;1m", "target": ""}
+ANSI = {
+    "prompt": "\033[2m",
+    "accepted": "\033[32m",
+    "rejected": "\033[9;31m",
+    "correction": "\033[33;1m",
+    "bonus": "\033[34;1m",
+    "target": "",
+}
 MARKERS = {"accepted": "[]", "rejected": "~~", "correction": "{}", "bonus": "<>"}
-LEGEND = {"accepted": "accepted draft tokens", "correction": "correction (target)", "bonus": "bonus (target)",
-          "rejected": "rejected draft tokens"}
+LEGEND = {
+    "accepted": "accepted draft tokens",
+    "correction": "correction (target)",
+    "bonus": "bonus (target)",
+    "rejected": "rejected draft tokens",
+}
 RESET = "\033[0m"
 
 
@@ -128,11 +139,15 @@ def timed_rounds(pair, input_ids, n: int, k: int, rounds=DEMO_ROUNDS):
         timed += greedys[-1].stats.wall_time_s + specs[-1].stats.wall_time_s
     greedy, spec = (sorted(runs, key=lambda r: r.stats.wall_time_s)[len(runs) // 2] for runs in (greedys, specs))
     identical = all(torch.equal(s.sequences, greedy.sequences) for s in specs + greedys)
-    measured = speedup([g.stats.wall_time_s for g in greedys], [s.stats.wall_time_s for s in specs],
-                       tokens_per_call=spec.stats.mean_accepted_length)
+    measured = speedup(
+        [g.stats.wall_time_s for g in greedys],
+        [s.stats.wall_time_s for s in specs],
+        tokens_per_call=spec.stats.mean_accepted_length,
+    )
     if not identical:  # in fp16/bf16 a divergence is right only at a numerical near-tie of the target
         start = input_ids.shape[1]
-        ok, why = greedy_divergence(pair.target, input_ids, spec.sequences[0, start:],
-                                    want=greedy.sequences[0, start:].tolist())
+        ok, why = greedy_divergence(
+            pair.target, input_ids, spec.sequences[0, start:], want=greedy.sequences[0, start:].tolist()
+        )
         identical = f"yes, up to near-ties ({why})" if ok else f"NO: {why}"
     return greedy, spec, identical, measured

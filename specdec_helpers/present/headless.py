@@ -5,6 +5,7 @@ A notebook runs top to bottom in a fresh kernel with ``SPECDEC_PRESET`` set, as 
 made in a scratch folder (the notebooks' saved outputs stay as they are). A check cell is a code cell
 that calls ``nb.check(`` or ``nb.checks(``; it passed when it printed a ✅ line and raised no error.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,7 +40,9 @@ def notebook_paths(selection: str = "all", folder: Path = NOTEBOOKS) -> list[Pat
     for prefix in (s.strip() for s in selection.split(",") if s.strip()):
         match = [p for p in paths if p.name.startswith(prefix)]
         if not match:
-            raise ValueError(f"--notebooks {prefix!r}: no notebook starts so; there are {', '.join(p.name[:2] for p in paths)}")
+            raise ValueError(
+                f"--notebooks {prefix!r}: no notebook starts so; there are {', '.join(p.name[:2] for p in paths)}"
+            )
         chosen += match
     return chosen
 
@@ -59,8 +62,10 @@ def run_notebook(path: Path, preset: str, timeout: float = 600, env: dict | None
     try:
         import nbclient
     except ModuleNotFoundError:
-        raise ModuleNotFoundError("running notebooks headless needs nbclient, in the grader's packages: "
-                                  "pip install -e '.[grade]' (or pip install -r requirements.txt)") from None
+        raise ModuleNotFoundError(
+            "running notebooks headless needs nbclient, in the grader's packages: "
+            "pip install -e '.[grade]' (or pip install -r requirements.txt)"
+        ) from None
     import nbformat
 
     scratch = Path(tempfile.mkdtemp(prefix="specdec-selfcheck-"))
@@ -72,8 +77,13 @@ def run_notebook(path: Path, preset: str, timeout: float = 600, env: dict | None
     start = time.perf_counter()
     run = NotebookRun(path.name, 0.0)
     try:
-        client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                                         resources={"metadata": {"path": str(path.parent)}})
+        client = nbclient.NotebookClient(
+            nb,
+            timeout=timeout,
+            kernel_name="python3",
+            allow_errors=True,
+            resources={"metadata": {"path": str(path.parent)}},
+        )
         client.execute()
     except Exception as error:  # noqa: BLE001 - a timeout or a dead kernel: said in the row, not raised
         run.error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
@@ -91,8 +101,12 @@ def run_notebook(path: Path, preset: str, timeout: float = 600, env: dict | None
         text = _text(cell.get("outputs", []))
         errored = any(o.get("output_type") == "error" for o in cell.get("outputs", []))
         if "nb.check(" in cell.source or "nb.checks(" in cell.source:
-            line = next((ln for ln in text.splitlines() if "✅" in ln or "❌" in ln or "Error" in ln), text.strip()[:200])
+            line = next(
+                (ln for ln in text.splitlines() if "✅" in ln or "❌" in ln or "Error" in ln), text.strip()[:200]
+            )
             run.checks.append((cell.get("id", "?"), "✅" in text and not errored, line.strip()[:200]))
         elif errored and not run.error:
-            run.error = f"cell {cell.get('id', '?')}: {text.strip().splitlines()[-1][:200] if text.strip() else 'error'}"
+            run.error = (
+                f"cell {cell.get('id', '?')}: {text.strip().splitlines()[-1][:200] if text.strip() else 'error'}"
+            )
     return run

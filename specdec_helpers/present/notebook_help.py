@@ -5,6 +5,7 @@ URL by `colab_badge` and `pip_install_spec`. ``release --repo-url URL`` writes t
 repository (the one Colab must install from: never the instructor's, which holds the solutions);
 ``assignment/authoring/notebook_sync.py`` checks and fixes them. ``REPO_URL`` is only the default, a placeholder.
 """
+
 from __future__ import annotations
 
 import linecache
@@ -15,6 +16,7 @@ import sys
 import warnings
 
 from specdec_helpers.measure.sweep import PA3_PROMPTS
+
 # Notebooks reach the kit through `sd.` and `nb.` only: nb.benchmarking (05), nb.plots, nb.tables, nb.trees (07),
 # nb.widgets.
 from specdec_helpers.present import benchmarking, plots, tables, widgets  # noqa: F401
@@ -37,8 +39,10 @@ def github_path(repo_url: str | None = None) -> str:
     url = (repo_url or REPO_URL).strip().rstrip("/").removesuffix(".git")
     path = url.split("github.com/", 1)[-1] if "github.com/" in url else ""
     if path.count("/") != 1 or not all(path.split("/")):
-        raise ValueError(f"not a GitHub repository URL: {url!r}; expected https://github.com/OWNER/NAME "
-                         "(Colab opens notebooks from GitHub)")
+        raise ValueError(
+            f"not a GitHub repository URL: {url!r}; expected https://github.com/OWNER/NAME "
+            "(Colab opens notebooks from GitHub)"
+        )
     return path
 
 
@@ -49,8 +53,10 @@ def colab_url(notebook: str, repo_url: str | None = None, branch: str = REPO_BRA
 
 def colab_badge(notebook: str, repo_url: str | None = None, branch: str = REPO_BRANCH) -> str:
     """Markdown for the "Open in Colab" badge of ``notebook``."""
-    return (f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
-            f"({colab_url(notebook, repo_url, branch)})")
+    return (
+        f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+        f"({colab_url(notebook, repo_url, branch)})"
+    )
 
 
 def pip_install_spec(repo_url: str | None = None, branch: str = REPO_BRANCH) -> str:
@@ -134,21 +140,32 @@ def setup(threads: int | None = None) -> dict:
     if threads:
         torch.set_num_threads(threads)
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    info = dict(colab=in_colab(), python=platform.python_version(), torch=torch.__version__,
-                transformers=transformers.__version__, gpu=gpu, cpu_threads=torch.get_num_threads())
+    info = dict(
+        colab=in_colab(),
+        python=platform.python_version(),
+        torch=torch.__version__,
+        transformers=transformers.__version__,
+        gpu=gpu,
+        cpu_threads=torch.get_num_threads(),
+    )
     where = "Colab" if info["colab"] else "local"
     print(f"{where}: python {info['python']}, torch {info['torch']}, transformers {info['transformers']}")
     info["stale"] = stale_modules()
     if info["stale"]:
-        print("⚠️ Restart needed: the install replaced packages this runtime had already loaded ("
-              + "; ".join(info["stale"]) + "). Runtime > Restart session, then run the notebook from the top "
-              "(the install will not repeat). Red pip lines above about dependency conflicts name Colab's other "
-              "packages, not this course's: they are harmless here.")
+        print(
+            "⚠️ Restart needed: the install replaced packages this runtime had already loaded ("
+            + "; ".join(info["stale"])
+            + "). Runtime > Restart session, then run the notebook from the top "
+            "(the install will not repeat). Red pip lines above about dependency conflicts name Colab's other "
+            "packages, not this course's: they are harmless here."
+        )
     if gpu:
         print(f"GPU: {gpu}")
     elif info["colab"]:
-        print("No GPU on this Colab runtime. For the hub model pairs choose Runtime > Change runtime type > "
-              "T4 GPU, then run this cell again; without one the notebook uses the offline 'toy' pair.")
+        print(
+            "No GPU on this Colab runtime. For the hub model pairs choose Runtime > Change runtime type > "
+            "T4 GPU, then run this cell again; without one the notebook uses the offline 'toy' pair."
+        )
     else:
         print(f"No GPU: running on the CPU ({info['cpu_threads']} threads) with the offline pairs.")
     return info
@@ -187,19 +204,26 @@ def _brief_traceback(shell, etype, value, tb, tb_offset=None) -> None:
     while last.tb_next is not None:
         last = last.tb_next
     code = last.tb_frame.f_code
-    stub = issubclass(etype, NotImplementedError) and not value.args and \
-        linecache.getline(code.co_filename, last.tb_lineno).strip() == "raise NotImplementedError()"
+    stub = (
+        issubclass(etype, NotImplementedError)
+        and not value.args
+        and linecache.getline(code.co_filename, last.tb_lineno).strip() == "raise NotImplementedError()"
+    )
     if stub:
-        stb = [f"Not done yet: {code.co_name}() above still raises NotImplementedError: write it where it says "
-               "# YOUR CODE HERE, run its cell, then run this cell again."]
+        stb = [
+            f"Not done yet: {code.co_name}() above still raises NotImplementedError: write it where it says "
+            "# YOUR CODE HERE, run its cell, then run this cell again."
+        ]
     elif etype.__name__ == "PartMissing":  # a graded part of an earlier notebook (parts.decoder)
         stb = [f"Not done yet: {value}"]
     else:
         stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
         if issubclass(etype, NameError):
             first = " (start with the set-up cell at the top)" if value.name in ("nb", "sd", "torch", "pair") else ""
-            stb = stb + [f"{value}: a cell above that defines it has not run in this session{first} (a restart "
-                         "forgets everything): Runtime > Run before, then this cell again."]
+            stb = stb + [
+                f"{value}: a cell above that defines it has not run in this session{first} (a restart "
+                "forgets everything): Runtime > Run before, then this cell again."
+            ]
     shell._showtraceback(etype, value, stb)
 
 

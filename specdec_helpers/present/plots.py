@@ -4,6 +4,7 @@ Each function takes results and returns a matplotlib Figure, so notebooks show i
 report saves it; `save_figure` writes PNG (for HTML/markdown) and PDF (for LaTeX). One series per
 preset/drafter, so sweeps over several drafts read on one axis.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -59,8 +60,12 @@ def plot_speedup_vs_k(results: dict) -> Figure:
         for method, style in SPEC_STYLES.items():
             rows = [r for r in _rows(results, preset, drafter, method) if r.get("speedup")]
             if rows:
-                ax.plot([r["k"] for r in rows], [r["speedup"] for r in rows], style,
-                        label=f"{METHOD_LABELS[method]} ({_label(preset, drafter, results)})")
+                ax.plot(
+                    [r["k"] for r in rows],
+                    [r["speedup"] for r in rows],
+                    style,
+                    label=f"{METHOD_LABELS[method]} ({_label(preset, drafter, results)})",
+                )
     ax.axhline(1.0, color="grey", lw=1, ls="--")
     _log2_k_axis(ax, ks)
     ax.set_ylabel(f"speedup vs {METHOD_LABELS[BASELINE]}")
@@ -76,8 +81,12 @@ def plot_acceptance_vs_k(results: dict) -> Figure:
         rows = _rows(results, preset, drafter, SPECULATIVE)
         label = _label(preset, drafter, results)
         ax.plot([r["k"] for r in rows], [r["acceptance_rate"] for r in rows], "o-", label=f"acceptance rate ({label})")
-        ax.plot([r["k"] for r in rows], [r.get("alpha", float("nan")) for r in rows], "s--",
-                label=f"alpha, per-token ({label})")
+        ax.plot(
+            [r["k"] for r in rows],
+            [r.get("alpha", float("nan")) for r in rows],
+            "s--",
+            label=f"alpha, per-token ({label})",
+        )
     _log2_k_axis(ax, results["config"]["ks"])
     ax.set_ylim(0, 1.02)
     ax.set_ylabel("fraction of draft tokens accepted")
@@ -87,8 +96,11 @@ def plot_acceptance_vs_k(results: dict) -> Figure:
 
 
 def _pooled_runs(results, preset, drafter, k):
-    return [r["methods"][SPECULATIVE]["stats"] for r in results["runs"]
-            if (r["preset"], r["drafter"], r["k"]) == (preset, drafter, k) and "stats" in r["methods"].get(SPECULATIVE, {})]
+    return [
+        r["methods"][SPECULATIVE]["stats"]
+        for r in results["runs"]
+        if (r["preset"], r["drafter"], r["k"]) == (preset, drafter, k) and "stats" in r["methods"].get(SPECULATIVE, {})
+    ]
 
 
 def plot_acceptance_by_position(results: dict, preset: str | None = None, drafter: str | None = None) -> Figure:
@@ -108,9 +120,16 @@ def plot_acceptance_by_position(results: dict, preset: str | None = None, drafte
                 accepted[j] += a
         positions = [j + 1 for j in range(width) if proposed[j]]
         # Lines of different k overlap where their blocks agree: each k its own dash and marker, smaller k on top.
-        ax.plot(positions, [accepted[j - 1] / proposed[j - 1] for j in positions], label=f"k={k}",
-                linestyle=LINE_STYLES[i % len(LINE_STYLES)], marker=MARKERS[i % len(MARKERS)], ms=4 + (i % 3),
-                mfc="none" if i % 2 else None, zorder=2 + len(ks) - i)
+        ax.plot(
+            positions,
+            [accepted[j - 1] / proposed[j - 1] for j in positions],
+            label=f"k={k}",
+            linestyle=LINE_STYLES[i % len(LINE_STYLES)],
+            marker=MARKERS[i % len(MARKERS)],
+            ms=4 + (i % 3),
+            mfc="none" if i % 2 else None,
+            zorder=2 + len(ks) - i,
+        )
     ax.set_xlabel("position j in the draft block")
     ax.set_ylabel("P(accepted | proposed)")
     ax.set_ylim(0, 1.02)
@@ -119,8 +138,9 @@ def plot_acceptance_by_position(results: dict, preset: str | None = None, drafte
     return fig
 
 
-def plot_accepted_length_hist(results: dict, k: int | None = None, preset: str | None = None,
-                              drafter: str | None = None) -> Figure:
+def plot_accepted_length_hist(
+    results: dict, k: int | None = None, preset: str | None = None, drafter: str | None = None
+) -> Figure:
     """How many draft tokens each round kept (0..k), at the best k unless given."""
     fig, ax = _figure()
     preset, drafter = (preset, drafter) if preset else _series(results)[0]
@@ -137,22 +157,29 @@ def plot_accepted_length_hist(results: dict, k: int | None = None, preset: str |
     return fig
 
 
-def plot_tokens_per_second(results: dict, k: int | None = None, preset: str | None = None,
-                           drafter: str | None = None) -> Figure:
+def plot_tokens_per_second(
+    results: dict, k: int | None = None, preset: str | None = None, drafter: str | None = None
+) -> Figure:
     """Tokens/s of every method at one k (best k by default); error bars from the quartiles."""
     fig, ax = _figure(6.0, 3.4)
     preset, drafter = (preset, drafter) if preset else _series(results)[0]
     k = k or best_k(results, preset, drafter) or results["config"]["ks"][0]
-    rows = [r for r in results["summary"] if (r["preset"], r["drafter"], r["k"]) == (preset, drafter, k)
-            and r.get("time")]
+    rows = [
+        r for r in results["summary"] if (r["preset"], r["drafter"], r["k"]) == (preset, drafter, k) and r.get("time")
+    ]
     tps = [r["tokens_per_second"] for r in rows]
     # Quartiles of summed medians, turned into tokens/s (slow quartile -> low rate).
     low = [r["tokens_per_second"] - r["new_tokens"] / r["q3_time"] for r in rows]
     high = [r["new_tokens"] / r["q1_time"] - r["tokens_per_second"] for r in rows]
     colors = ["tab:gray" if r["method"] in (BASELINE, "greedy") else "tab:green" for r in rows]
     ax.bar(range(len(rows)), tps, yerr=[low, high], color=colors, capsize=3)
-    ax.set_xticks(range(len(rows)), [METHOD_LABELS.get(r["method"], r["method"]) for r in rows], rotation=20,
-                  ha="right", fontsize=7)
+    ax.set_xticks(
+        range(len(rows)),
+        [METHOD_LABELS.get(r["method"], r["method"]) for r in rows],
+        rotation=20,
+        ha="right",
+        fontsize=7,
+    )
     for i, r in enumerate(rows):
         if not r.get("matches_greedy", r.get("identical", True)):
             ax.annotate("output differs!", (i, tps[i]), ha="center", va="bottom", color="red", fontsize=7)
@@ -170,15 +197,19 @@ def plot_forward_cost(results_or_cost: dict, preset: str | None = None, drafter:
     if "sizes" in results_or_cost:
         curves = {"target": results_or_cost}
     else:
-        curves = {key: c["target_forward"] for key, c in results_or_cost["costs"].items()
-                  if preset is None or key.split("/")[0] == preset}
+        curves = {
+            key: c["target_forward"]
+            for key, c in results_or_cost["costs"].items()
+            if preset is None or key.split("/")[0] == preset
+        }
         curves = {key.split("/")[0]: c for key, c in curves.items()}  # one curve per preset (same target)
     for name, curve in curves.items():
         ms = [t * 1e3 for t in curve["median_s"]]
         ax.plot(curve["sizes"], ms, "o-", ms=3, label=name)
         if curve.get("q1_s"):
-            ax.fill_between(curve["sizes"], [t * 1e3 for t in curve["q1_s"]], [t * 1e3 for t in curve["q3_s"]],
-                            alpha=0.2)
+            ax.fill_between(
+                curve["sizes"], [t * 1e3 for t in curve["q1_s"]], [t * 1e3 for t in curve["q3_s"]], alpha=0.2
+            )
     ax.set_xlabel("tokens in one forward pass (with a KV cache)")
     ax.set_ylabel("time (ms)")
     ax.set_ylim(bottom=0)
@@ -194,17 +225,30 @@ def plot_theory_vs_measured(results: dict) -> Figure:
     fig, ax = _figure(5.0, 4.6)
     series = list(dict.fromkeys((r["preset"], r["drafter"]) for r in results["theory"]))
     for i, (preset, drafter) in enumerate(series):
-        rows = sorted([r for r in results["theory"] if (r["preset"], r["drafter"]) == (preset, drafter)],
-                      key=lambda r: r["k"])
+        rows = sorted(
+            [r for r in results["theory"] if (r["preset"], r["drafter"]) == (preset, drafter)], key=lambda r: r["k"]
+        )
         ks = [r["k"] for r in rows]
         color = f"C{i}"
         label = _label(preset, drafter, results)
-        ax.plot(ks, [r["predicted_speedup"] for r in rows], ":", color=color, label=f"theory, verify = 1 step ({label})")
+        ax.plot(
+            ks, [r["predicted_speedup"] for r in rows], ":", color=color, label=f"theory, verify = 1 step ({label})"
+        )
         ax.plot(ks, [r["refined_speedup"] for r in rows], "--", color=color, label=f"theory, measured verify ({label})")
-        ax.plot(ks, [r["measured_speedup_vs_greedy"] or float("nan") for r in rows], "o-", color=color,
-                label=f"measured vs our greedy ({label})")
-        ax.plot(ks, [r["measured_speedup"] or float("nan") for r in rows], "x", color=color,
-                label=f"measured vs HF greedy ({label})")
+        ax.plot(
+            ks,
+            [r["measured_speedup_vs_greedy"] or float("nan") for r in rows],
+            "o-",
+            color=color,
+            label=f"measured vs our greedy ({label})",
+        )
+        ax.plot(
+            ks,
+            [r["measured_speedup"] or float("nan") for r in rows],
+            "x",
+            color=color,
+            label=f"measured vs HF greedy ({label})",
+        )
     ax.axhline(1.0, color="grey", lw=1, ls="--")
     _log2_k_axis(ax, results["config"]["ks"])
     ax.set_ylabel("speedup")

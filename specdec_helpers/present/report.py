@@ -6,6 +6,7 @@ results: ``{{ table.NAME }}``, ``{{ figure.NAME }}``, ``{{ value.NAME }}`` and `
 CommonMark with tables; figures embedded as base64 PNG, so one file can be handed in), and
 ``report.pdf`` when a Chromium is installed.
 """
+
 from __future__ import annotations
 
 import base64
@@ -36,12 +37,32 @@ PACKAGED_TEMPLATE = Path(__file__).resolve().parents[1] / "data" / "report" / "R
 
 def env_markdown(results: dict) -> str:
     envs = results.get("envs") or [results.get("env") or {}]
-    keys = ["preset", "device", "dtype", "torch", "transformers", "python", "cpu_count", "cpus_available",
-            "torch_threads", "gpu", "git_commit", "date"]
-    rows = [[key] + [str(env.get(key)) for env in envs] for key in keys if any(env.get(key) is not None for env in envs)]
+    keys = [
+        "preset",
+        "device",
+        "dtype",
+        "torch",
+        "transformers",
+        "python",
+        "cpu_count",
+        "cpus_available",
+        "torch_threads",
+        "gpu",
+        "git_commit",
+        "date",
+    ]
+    rows = [
+        [key] + [str(env.get(key)) for env in envs] for key in keys if any(env.get(key) is not None for env in envs)
+    ]
     cfg = results.get("config", {})
-    rows.append(["runs"] + [f"{cfg.get('repeats')} timed (+{cfg.get('warmup')} warm-up) per method, interleaved; "
-                            f"{cfg.get('max_new_tokens')} new tokens"] * len(envs))
+    rows.append(
+        ["runs"]
+        + [
+            f"{cfg.get('repeats')} timed (+{cfg.get('warmup')} warm-up) per method, interleaved; "
+            f"{cfg.get('max_new_tokens')} new tokens"
+        ]
+        * len(envs)
+    )
     return to_markdown(["", *(["value"] if len(envs) == 1 else [e.get("preset", "") for e in envs])], rows)
 
 
@@ -55,15 +76,23 @@ def report_values(results: dict) -> dict[str, str]:
     rounds = best.get("speedup_rounds_words") or f"over {best.get('speedup_rounds')} interleaved rounds"
     spread = f", ±{best['speedup_spread_pct']:.0f}% {rounds}" if "speedup_spread_pct" in best else ""
     warnings = "".join(f"\n\n**Measurement warning:** {w}." for w in best.get("speedup_warnings", []))
-    return dict(preset=best["preset"], drafter=best["drafter"], best_k=str(best["k"]),
-                best_speedup=f"{best['speedup']:.2f}x", latency_reduction=f"{best['latency_reduction']:.1f}%",
-                speedup=f"{in_words(best['speedup'])}{spread}", speedup_warnings=warnings,
-                acceptance_rate=f"{best['acceptance_rate']:.1%}", alpha=f"{best.get('alpha', float('nan')):.2f}",
-                tokens_per_step=f"{best['mean_accepted_length']:.2f}",
-                tokens_per_s=f"{best['tokens_per_second']:.1f}",
-                baseline_tokens_per_s=f"{baseline.get('tokens_per_second', float('nan')):.1f}",
-                max_new_tokens=str(results["config"]["max_new_tokens"]),
-                decoder=results["config"].get("decoder", "the kit's loop"), greedy_check=_greedy_words(rows))
+    return dict(
+        preset=best["preset"],
+        drafter=best["drafter"],
+        best_k=str(best["k"]),
+        best_speedup=f"{best['speedup']:.2f}x",
+        latency_reduction=f"{best['latency_reduction']:.1f}%",
+        speedup=f"{in_words(best['speedup'])}{spread}",
+        speedup_warnings=warnings,
+        acceptance_rate=f"{best['acceptance_rate']:.1%}",
+        alpha=f"{best.get('alpha', float('nan')):.2f}",
+        tokens_per_step=f"{best['mean_accepted_length']:.2f}",
+        tokens_per_s=f"{best['tokens_per_second']:.1f}",
+        baseline_tokens_per_s=f"{baseline.get('tokens_per_second', float('nan')):.1f}",
+        max_new_tokens=str(results["config"]["max_new_tokens"]),
+        decoder=results["config"].get("decoder", "the kit's loop"),
+        greedy_check=_greedy_words(rows),
+    )
 
 
 def _greedy_words(rows: list[dict]) -> str:
@@ -100,8 +129,13 @@ def fill_template(template: str, results: dict, figures: dict[str, str]) -> str:
     values = report_values(results)
     names = dict(
         table=_Names("table", {name: (lambda make=make: to_markdown(*make(results))) for name, make in TABLES.items()}),
-        figure=_Names("figure", {name: (lambda name=name, path=path: f"![{name.replace('_', ' ')}]({path})")
-                                 for name, path in figures.items()}),
+        figure=_Names(
+            "figure",
+            {
+                name: (lambda name=name, path=path: f"![{name.replace('_', ' ')}]({path})")
+                for name, path in figures.items()
+            },
+        ),
         value=_Names("value", {name: (lambda text=text: text) for name, text in values.items()}),
         env=env_markdown(results),
     )
@@ -109,9 +143,11 @@ def fill_template(template: str, results: dict, figures: dict[str, str]) -> str:
     try:
         return environment.from_string(template).render(names)
     except jinja2.TemplateSyntaxError as error:
-        raise ValueError(f"the report template has a syntax error on line {error.lineno}: {error.message}; "
-                         "placeholders read {{ table.sweep }}, {{ figure.speedup_vs_k }}, {{ value.best_k }}, "
-                         "{{ env }}") from None
+        raise ValueError(
+            f"the report template has a syntax error on line {error.lineno}: {error.message}; "
+            "placeholders read {{ table.sweep }}, {{ figure.speedup_vs_k }}, {{ value.best_k }}, "
+            "{{ env }}"
+        ) from None
 
 
 _MARKDOWN = MarkdownIt("commonmark").enable("table")
@@ -134,6 +170,7 @@ margin-left:0;padding-left:1rem}@media print{body{margin:0;max-width:none}}"""
 
 def _embed_images(body: str, base: Path) -> str:
     """Inline every local PNG as a data URI, so the HTML is one self-contained file."""
+
     def embed(match):
         src = match.group(1)
         path = (base / src) if not Path(src).is_absolute() else Path(src)
@@ -147,8 +184,10 @@ def _embed_images(body: str, base: Path) -> str:
 
 def to_html(markdown: str, base: Path, title: str = "Speculative decoding report") -> str:
     body = _embed_images(markdown_to_html(markdown), base)
-    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-            f"<style>{_CSS}</style></head>\n<body>\n{body}\n</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{_CSS}</style></head>\n<body>\n{body}\n</body></html>\n"
+    )
 
 
 # --------------------------------------------------------------------------- PDF
@@ -166,11 +205,21 @@ def html_to_pdf(html_path: Path, pdf_path: Path, timeout: float = 120) -> Path |
     """Print the HTML to PDF with headless Chromium; None (and a hint on stderr) when there is none."""
     browser = find_chromium()
     if browser is None:
-        print("PDF skipped: no Chromium found (tried chromium, chromium-browser, google-chrome). Open report.html in "
-              "a browser and print to PDF, or install one: apt-get install -y chromium", file=sys.stderr)
+        print(
+            "PDF skipped: no Chromium found (tried chromium, chromium-browser, google-chrome). Open report.html in "
+            "a browser and print to PDF, or install one: apt-get install -y chromium",
+            file=sys.stderr,
+        )
         return None
-    command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-pdf-header-footer",
-               f"--print-to-pdf={Path(pdf_path).resolve()}", Path(html_path).resolve().as_uri()]
+    command = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-pdf-header-footer",
+        f"--print-to-pdf={Path(pdf_path).resolve()}",
+        Path(html_path).resolve().as_uri(),
+    ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as error:
@@ -195,8 +244,10 @@ def template_path(template=None) -> Path:
     for path in (TEMPLATE, PACKAGED_TEMPLATE):
         if path.is_file():
             return path
-    raise FileNotFoundError(f"no report template: neither {TEMPLATE.resolve()} nor the packaged {PACKAGED_TEMPLATE} "
-                            "exists (a broken install: reinstall the kit), or give --template PATH")
+    raise FileNotFoundError(
+        f"no report template: neither {TEMPLATE.resolve()} nor the packaged {PACKAGED_TEMPLATE} "
+        "exists (a broken install: reinstall the kit), or give --template PATH"
+    )
 
 
 def build_report(results_dir="report/results", out_dir="report/build", template=None, pdf: bool = True) -> dict:

@@ -1,5 +1,6 @@
 """What notebook 07 (tree speculation) calls, as ``nb.trees``: the tree's building blocks, a greedy check
 that allows numerical near-ties, and the statistical check of the tree-sampling exercise."""
+
 from __future__ import annotations
 
 import torch
@@ -34,7 +35,10 @@ def chi_square_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
 
 def _diagnose(residual) -> str:
     """What is off in ``residual`` on one small example, in words (empty if nothing visible)."""
-    p, q = torch.tensor([0.5, 0.25, 0.25, 0.0], dtype=torch.float64), torch.tensor([0.25, 0.5, 0.125, 0.125], dtype=torch.float64)
+    p, q = (
+        torch.tensor([0.5, 0.25, 0.25, 0.0], dtype=torch.float64),
+        torch.tensor([0.25, 0.5, 0.125, 0.125], dtype=torch.float64),
+    )
     try:
         r = residual(p.clone(), q.clone())
     except Exception as error:  # noqa: BLE001 - the student's code: any failure is the answer
@@ -75,14 +79,19 @@ def check_tree_residual(residual, runs: int = 2000, children: int = 3, seed: int
         except NotImplementedError:
             raise  # unfinished: `nb.check` says so
         except Exception as error:  # noqa: BLE001 - the student's code: any failure is the answer
-            return False, (f"tree sampling with your residual crashed ({type(error).__name__}: {error}). "
-                           f"{_diagnose(residual)}")
+            return False, (
+                f"tree sampling with your residual crashed ({type(error).__name__}: {error}). {_diagnose(residual)}"
+            )
         pvalue = chi_square_pvalue(counts, p)
         if pvalue < 1e-3:
             seen = [round(float(c) / runs, 3) for c in counts]
-            return False, (f"with {rule} sampling the tokens drawn do not follow the target: frequencies {seen} "
-                           f"against p = {[round(float(v), 3) for v in p]} (chi-square p-value {pvalue:.1e}). "
-                           f"{_diagnose(residual)}")
+            return False, (
+                f"with {rule} sampling the tokens drawn do not follow the target: frequencies {seen} "
+                f"against p = {[round(float(v), 3) for v in p]} (chi-square p-value {pvalue:.1e}). "
+                f"{_diagnose(residual)}"
+            )
         verdicts.append(f"{rule} p-value {pvalue:.2f}")
-    return True, (f"{runs} tree nodes with {children} drafted children each keep the target's distribution "
-                  f"(chi-square: {', '.join(verdicts)}).")
+    return True, (
+        f"{runs} tree nodes with {children} drafted children each keep the target's distribution "
+        f"(chi-square: {', '.join(verdicts)})."
+    )

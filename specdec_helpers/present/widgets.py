@@ -12,6 +12,7 @@ Colours (the same in the HTML, the explorer and the course slides):
 Jupyter, Colab, VS Code and in exported notebooks (display it with ``IPython.display.HTML``).
 `TokenExplorer` uses ipywidgets core widgets only, so it runs on Colab with no extension.
 """
+
 from __future__ import annotations
 
 import html
@@ -70,7 +71,7 @@ def _piece(tokenizer, context: list[int], token: int, window: int = 6) -> str:
     head = _decode(tokenizer, before)
     full = _decode(tokenizer, before + [token])
     if full.startswith(head):
-        return full[len(head):]
+        return full[len(head) :]
     return _decode(tokenizer, [token])
 
 
@@ -93,7 +94,9 @@ def token_spans(out, tokenizer, prompt_length: int, show_prompt: bool = True) ->
             text_ids.append(token)
         if len(emitted) > step.accepted:  # the target's own token made it into the text
             for i, token in enumerate(step.rejected):
-                spans.append(TokenSpan(token, _piece(tokenizer, text_ids + step.rejected[:i], token), "rejected", number))
+                spans.append(
+                    TokenSpan(token, _piece(tokenizer, text_ids + step.rejected[:i], token), "rejected", number)
+                )
             token = emitted[step.accepted]
             spans.append(TokenSpan(token, _piece(tokenizer, text_ids, token), step.target_token_kind, number))
             text_ids.append(token)
@@ -107,24 +110,31 @@ def _span_html(span: TokenSpan) -> str:
         return f'<span class="sd-tok sd-prompt" data-kind="prompt" style="{STYLES["prompt"]}">{text}</span>'
     title = f"round {span.step}: {LABELS[span.kind]}, token id {span.token}"
     style = STYLES[span.kind] + "border-radius:3px;padding:0 1px;margin:0 1px 0 0;"
-    return (f'<span class="sd-tok sd-{span.kind}" data-kind="{span.kind}" data-step="{span.step}" '
-            f'title="{html.escape(title)}" style="{style}">{text}</span>')
+    return (
+        f'<span class="sd-tok sd-{span.kind}" data-kind="{span.kind}" data-step="{span.step}" '
+        f'title="{html.escape(title)}" style="{style}">{text}</span>'
+    )
 
 
 def legend_html() -> str:
     """One line explaining the colours."""
-    items = [f'<span class="sd-tok sd-{k}" data-kind="{k}" style="{STYLES[k]}border-radius:3px;padding:0 4px;">'
-             f"{LABELS[k]}</span>" for k in ("accepted", "rejected", "correction", "bonus")]
+    items = [
+        f'<span class="sd-tok sd-{k}" data-kind="{k}" style="{STYLES[k]}border-radius:3px;padding:0 4px;">'
+        f"{LABELS[k]}</span>"
+        for k in ("accepted", "rejected", "correction", "bonus")
+    ]
     return '<div class="sd-legend" style="margin:4px 0;font-size:90%;">' + " ".join(items) + "</div>"
 
 
 def stats_html(out) -> str:
     """The run's counters in one line."""
     s = out.stats
-    return ('<div class="sd-stats" style="margin:4px 0;font-size:90%;">'
-            f"{s.new_tokens} new tokens in {s.target_calls} target passes "
-            f"({s.mean_accepted_length:.2f} tokens per pass); draft tokens accepted {s.accepted}/{s.proposed} "
-            f"= {100 * s.acceptance_rate:.1f}%</div>")
+    return (
+        '<div class="sd-stats" style="margin:4px 0;font-size:90%;">'
+        f"{s.new_tokens} new tokens in {s.target_calls} target passes "
+        f"({s.mean_accepted_length:.2f} tokens per pass); draft tokens accepted {s.accepted}/{s.proposed} "
+        f"= {100 * s.acceptance_rate:.1f}%</div>"
+    )
 
 
 def steps_table_html(out, tokenizer=None, max_rows: int = 30) -> str:
@@ -132,22 +142,39 @@ def steps_table_html(out, tokenizer=None, max_rows: int = 30) -> str:
     rows = []
     for number, step in enumerate(out.steps[:max_rows]):
         drafted = html.escape(repr(_decode(tokenizer, step.draft))) if step.draft else "—"
-        extra = step.emitted[step.accepted:step.accepted + 1]
+        extra = step.emitted[step.accepted : step.accepted + 1]
         own = html.escape(repr(_decode(tokenizer, extra))) if extra else "— (stopped)"
-        rows.append(f"<tr><td>{number}</td><td style='text-align:left'>{drafted}</td>"
-                    f"<td>{step.accepted}/{len(step.draft)}</td><td style='text-align:left'>{own}</td>"
-                    f"<td>{step.target_token_kind if extra else ''}</td><td>{len(step.emitted)}</td></tr>")
+        rows.append(
+            f"<tr><td>{number}</td><td style='text-align:left'>{drafted}</td>"
+            f"<td>{step.accepted}/{len(step.draft)}</td><td style='text-align:left'>{own}</td>"
+            f"<td>{step.target_token_kind if extra else ''}</td><td>{len(step.emitted)}</td></tr>"
+        )
     more = len(out.steps) - max_rows
     if more > 0:
         rows.append(f"<tr><td colspan='6'>… {more} more rounds</td></tr>")
-    head = ("<tr><th>round</th><th>draft proposed</th><th>accepted</th><th>target's token</th>"
-            "<th>kind</th><th>emitted</th></tr>")
-    return ('<table class="sd-steps" style="font-size:85%;border-collapse:separate;border-spacing:12px 1px;margin-left:-12px;">' + head + "".join(rows)
-            + "</table>")
+    head = (
+        "<tr><th>round</th><th>draft proposed</th><th>accepted</th><th>target's token</th>"
+        "<th>kind</th><th>emitted</th></tr>"
+    )
+    return (
+        '<table class="sd-steps" style="font-size:85%;border-collapse:separate;border-spacing:12px 1px;margin-left:-12px;">'
+        + head
+        + "".join(rows)
+        + "</table>"
+    )
 
 
-def render_html(out, tokenizer, prompt_length: int, *, show_prompt: bool = True, legend: bool = True,
-                stats: bool = True, steps: bool = False, max_rows: int = 30) -> str:
+def render_html(
+    out,
+    tokenizer,
+    prompt_length: int,
+    *,
+    show_prompt: bool = True,
+    legend: bool = True,
+    stats: bool = True,
+    steps: bool = False,
+    max_rows: int = 30,
+) -> str:
     """Self-contained HTML of a speculative decoding run, tokens coloured by how they were made.
 
     ``out`` is a `DecodeOutput` (``speculative_decode(...)``), ``prompt_length`` the number of prompt
@@ -159,8 +186,10 @@ def render_html(out, tokenizer, prompt_length: int, *, show_prompt: bool = True,
     parts = ['<div class="sd-render" style="font-family:ui-monospace,Menlo,Consolas,monospace;line-height:1.7;">']
     if legend:
         parts.append(legend_html())
-    parts.append('<div class="sd-text" style="white-space:pre-wrap;word-wrap:break-word;border:1px solid #ddd;'
-                 f'padding:6px;border-radius:4px;">{body}</div>')
+    parts.append(
+        '<div class="sd-text" style="white-space:pre-wrap;word-wrap:break-word;border:1px solid #ddd;'
+        f'padding:6px;border-radius:4px;">{body}</div>'
+    )
     if stats:
         parts.append(stats_html(out))
     if steps:
@@ -195,8 +224,16 @@ class TokenExplorer:
 
     DRAFTERS = ("draft model", "prompt lookup")
 
-    def __init__(self, pair, prompts=None, max_new_tokens: int = 40, k: int | None = None, seed: int = 0,
-                 decode=None, decoder=None):
+    def __init__(
+        self,
+        pair,
+        prompts=None,
+        max_new_tokens: int = 40,
+        k: int | None = None,
+        seed: int = 0,
+        decode=None,
+        decoder=None,
+    ):
         import ipywidgets as w
 
         self.pair = pair
@@ -211,24 +248,32 @@ class TokenExplorer:
         k = k or getattr(pair, "num_speculative_tokens", 5)
         has_model_draft = isinstance(pair.draft, torch.nn.Module)
         self.prompt = w.Textarea(value=prompts[0], description="prompt", layout=w.Layout(width="95%", height="4em"))
-        self.examples = w.Dropdown(options=prompts, value=prompts[0], description="examples",
-                                   layout=w.Layout(width="95%"))
+        self.examples = w.Dropdown(
+            options=prompts, value=prompts[0], description="examples", layout=w.Layout(width="95%")
+        )
         self.k = w.IntSlider(value=k, min=1, max=16, description="k (draft)")
         self.temperature = w.FloatSlider(value=0.0, min=0.0, max=1.5, step=0.05, description="temperature")
         self.max_new_tokens = w.IntSlider(value=max_new_tokens, min=1, max=200, description="new tokens")
-        self.drafter = w.ToggleButtons(options=self.DRAFTERS if has_model_draft else self.DRAFTERS[1:],
-                                       description="drafter")
+        self.drafter = w.ToggleButtons(
+            options=self.DRAFTERS if has_model_draft else self.DRAFTERS[1:], description="drafter"
+        )
         self.seed = w.IntText(value=seed, description="seed", layout=w.Layout(width="12em"))
         self.button = w.Button(description="Run", button_style="primary", icon="play")
         self.status = w.HTML()
         self.html = w.HTML()
         self.examples.observe(lambda change: setattr(self.prompt, "value", change["new"]), names="value")
         self.button.on_click(self.run)
-        self.widget = w.VBox([
-            self.examples, self.prompt,
-            w.HBox([self.k, self.temperature]), w.HBox([self.max_new_tokens, self.seed]),
-            w.HBox([self.drafter, self.button]), self.status, self.html,
-        ])
+        self.widget = w.VBox(
+            [
+                self.examples,
+                self.prompt,
+                w.HBox([self.k, self.temperature]),
+                w.HBox([self.max_new_tokens, self.seed]),
+                w.HBox([self.drafter, self.button]),
+                self.status,
+                self.html,
+            ]
+        )
         self.last = None
 
     def _draft(self):
@@ -253,16 +298,25 @@ class TokenExplorer:
             if self.decode is not None and self.temperature.value == 0 and self.drafter.value == "draft model":
                 out = self.decode(ids, self.k.value, self.max_new_tokens.value)
             else:
-                out = speculative_decode(self.pair.target, self._draft(), ids,
-                                         max_new_tokens=self.max_new_tokens.value, num_speculative_tokens=self.k.value,
-                                         temperature=self.temperature.value, generator=generator, score=self.score)
+                out = speculative_decode(
+                    self.pair.target,
+                    self._draft(),
+                    ids,
+                    max_new_tokens=self.max_new_tokens.value,
+                    num_speculative_tokens=self.k.value,
+                    temperature=self.temperature.value,
+                    generator=generator,
+                    score=self.score,
+                )
         except (ValueError, TypeError) as error:  # bad settings: say so in the widget, do not crash the UI
             self.status.value = f'<span style="color:#a00">{html.escape(str(error))}</span>'
             return self.status.value
         self.last = out
         s = out.stats
-        self.status.value = (f"{s.new_tokens} tokens in {s.wall_time_s * 1000:.0f} ms "
-                             f"({s.tokens_per_s:.0f} tokens/s), {s.target_calls} target passes")
+        self.status.value = (
+            f"{s.new_tokens} tokens in {s.wall_time_s * 1000:.0f} ms "
+            f"({s.tokens_per_s:.0f} tokens/s), {s.target_calls} target passes"
+        )
         self.html.value = render_html(out, self.pair.tokenizer, ids.shape[1], steps=True)
         return self.html.value
 

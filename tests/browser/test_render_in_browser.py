@@ -6,6 +6,7 @@ which turns a missing browser into a failure. CI installs them with:
     pip install playwright               # the Python driver; never `playwright install`
 Set SPECDEC_CHROMIUM to use a browser binary elsewhere.
 """
+
 from __future__ import annotations
 
 import functools
@@ -34,12 +35,24 @@ if not CHROMIUM:
         raise FileNotFoundError("SPECDEC_REQUIRE_BROWSER is set but no chromium binary: apt-get install -y chromium")
     pytest.skip("no chromium binary (apt-get install -y chromium)", allow_module_level=True)
 
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 # Computed colours the page must show (from widgets.STYLES).
-BACKGROUNDS = {"accepted": "rgb(200, 247, 197)", "rejected": "rgb(255, 210, 210)",
-               "correction": "rgb(255, 216, 155)", "bonus": "rgb(201, 226, 255)"}
+BACKGROUNDS = {
+    "accepted": "rgb(200, 247, 197)",
+    "rejected": "rgb(255, 210, 210)",
+    "correction": "rgb(255, 216, 155)",
+    "bonus": "rgb(201, 226, 255)",
+}
 
 
 def page_html(body: str, title: str = "render") -> str:
@@ -69,7 +82,8 @@ def browser():
 
 def kinds_on_page(page) -> dict:
     return page.eval_on_selector_all(
-        ".sd-tok", "els => els.reduce((n, e) => (n[e.dataset.kind] = (n[e.dataset.kind] || 0) + 1, n), {})")
+        ".sd-tok", "els => els.reduce((n, e) => (n[e.dataset.kind] = (n[e.dataset.kind] || 0) + 1, n), {})"
+    )
 
 
 def test_rendered_run_shows_coloured_tokens(served, browser):
@@ -78,10 +92,12 @@ def test_rendered_run_shows_coloured_tokens(served, browser):
 
     target = tiny_model("gpt_neox", seed=0)
     prompt = torch.tensor([[1, 5, 9, 2, 7]])
-    imperfect = speculative_decode(target, perturbed_copy(target, 0.3), prompt, max_new_tokens=30,
-                                   num_speculative_tokens=3)
-    perfect = speculative_decode(target, perturbed_copy(target, 0.0), prompt, max_new_tokens=12,
-                                 num_speculative_tokens=4)
+    imperfect = speculative_decode(
+        target, perturbed_copy(target, 0.3), prompt, max_new_tokens=30, num_speculative_tokens=3
+    )
+    perfect = speculative_decode(
+        target, perturbed_copy(target, 0.0), prompt, max_new_tokens=12, num_speculative_tokens=4
+    )
     root, base = served
     body = render_html(imperfect, None, 5, steps=True) + render_html(perfect, None, 5, legend=False)
     (root / "render.html").write_text(page_html(body), encoding="utf-8")
@@ -111,10 +127,13 @@ def test_exported_notebook_keeps_the_colours(served, browser, tmp_path):
     from specdec_helpers.present.widgets import render_html
 
     target = tiny_model("llama", seed=1)
-    out = speculative_decode(target, perturbed_copy(target, 0.3), torch.tensor([[3, 8, 1, 6]]), max_new_tokens=20,
-                             num_speculative_tokens=3)
-    cell = new_code_cell("nb.render_html(out, tokenizer, prompt_length)",
-                         outputs=[new_output("display_data", data={"text/html": render_html(out, None, 4)})])
+    out = speculative_decode(
+        target, perturbed_copy(target, 0.3), torch.tensor([[3, 8, 1, 6]]), max_new_tokens=20, num_speculative_tokens=3
+    )
+    cell = new_code_cell(
+        "nb.render_html(out, tokenizer, prompt_length)",
+        outputs=[new_output("display_data", data={"text/html": render_html(out, None, 4)})],
+    )
     path = tmp_path / "executed.ipynb"
     nbformat.write(new_notebook(cells=[cell]), str(path))
     body, _ = nbconvert.HTMLExporter().from_filename(str(path))

@@ -13,6 +13,7 @@ Writes ``DIR/`` and ``DIR.zip`` (upload the zip as the assignment's autograder):
 ``run_autograder`` reads ``$AUTOGRADER_ROOT`` (default ``/autograder``), so a test can run it in a
 temporary folder laid out like Gradescope's (``source/``, ``submission/``, ``results/``).
 """
+
 from __future__ import annotations
 
 import shutil
@@ -70,8 +71,10 @@ def bundle(out, root=ROOT, config=None) -> list[str]:
     if not config.is_file():
         raise ValueError(f"--config {config} does not exist")
     if not (root / PACKAGED_TOY / "toy.json").is_file():
-        raise ValueError(f"the toy pair the grader runs on is missing from {root / PACKAGED_TOY}; "
-                         "restore it (git checkout specdec_helpers/data/toy) or rebuild it: specdec train-toy")
+        raise ValueError(
+            f"the toy pair the grader runs on is missing from {root / PACKAGED_TOY}; "
+            "restore it (git checkout specdec_helpers/data/toy) or rebuild it: specdec train-toy"
+        )
     out.mkdir(parents=True, exist_ok=True)
     for name in ("setup.sh", "run_autograder"):
         shutil.copy2(TEMPLATES / name, out / name)

@@ -14,6 +14,7 @@ Saved outputs: the tests run the notebooks with ``--nbval-lax``, which compares 
 ``release`` calls `fix_notebook` to point a student release at its own repository; a test runs
 `check` over ``notebooks/``.
 """
+
 from __future__ import annotations
 
 import re
@@ -30,8 +31,9 @@ COMPARED = "NBVAL_CHECK_OUTPUT"  # the cells `pytest --nbval-lax` compares with 
 
 def uncompared_outputs(nb) -> list:
     """Code cells with saved outputs that nbval never compares (not marked ``# NBVAL_CHECK_OUTPUT``)."""
-    return [cell for cell in nb.cells
-            if cell.cell_type == "code" and cell.get("outputs") and COMPARED not in cell.source]
+    return [
+        cell for cell in nb.cells if cell.cell_type == "code" and cell.get("outputs") and COMPARED not in cell.source
+    ]
 
 
 def setup_cell(nb):
@@ -60,9 +62,11 @@ def problems_in(nb, name: str, repo_url: str = REPO_URL, branch: str = REPO_BRAN
             problems.append(f"{name}: the set-up cell does not {why} ({needed!r} missing)")
     stale = uncompared_outputs(nb)
     if stale:
-        problems.append(f"{name}: {len(stale)} cell(s) keep saved outputs that nbval never compares (first: "
-                        f"{stale[0].get('id', '?')}); clear them with notebook_sync.fix (or mark the cell "
-                        f"'# {COMPARED}' if nbval should compare it)")
+        problems.append(
+            f"{name}: {len(stale)} cell(s) keep saved outputs that nbval never compares (first: "
+            f"{stale[0].get('id', '?')}); clear them with notebook_sync.fix (or mark the cell "
+            f"'# {COMPARED}' if nbval should compare it)"
+        )
     return problems
 
 
@@ -94,8 +98,11 @@ def _notebooks(paths) -> list[Path]:
 
 def check(paths, repo_url: str = REPO_URL, branch: str = REPO_BRANCH) -> list[str]:
     """Problems over notebooks (files, or folders whose numbered notebooks are checked)."""
-    return [p for path in _notebooks(paths)
-            for p in problems_in(nbformat.read(str(path), as_version=4), path.name, repo_url, branch)]
+    return [
+        p
+        for path in _notebooks(paths)
+        for p in problems_in(nbformat.read(str(path), as_version=4), path.name, repo_url, branch)
+    ]
 
 
 def fix(paths, repo_url: str = REPO_URL, branch: str = REPO_BRANCH) -> list[Path]:

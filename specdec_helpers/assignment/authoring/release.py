@@ -21,6 +21,7 @@ tool, the autograder, the mistake catalog, the notebook builder, the kit's own t
 Afterwards the kit is scanned; if a marker, an instructor-only file or a line of a solution survived,
 the release fails loudly and the folder is deleted, so a leaky kit cannot be shipped by accident.
 """
+
 from __future__ import annotations
 
 import ast
@@ -54,12 +55,18 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 #: What the kit contains (paths relative to the repository root); its README is written from a template.
 INCLUDE = ["pyproject.toml", "requirements.txt", "conftest.py", "specdec_helpers", "notebooks", "report"]
 #: Never shipped: solutions, the mistake catalog, the instructor's tools and templates.
-INSTRUCTOR_ONLY = ["specdec_helpers/assignment/authoring",
-                   # grading a class and flagging copies: the instructor's (and the thresholds stay private)
-                   "specdec_helpers/assignment/grading/classroom.py", "specdec_helpers/assignment/grading/contain.py",
-                   "specdec_helpers/assignment/grading/grade_worker.py", "specdec_helpers/cli/worker.py",
-                   "specdec_helpers/assignment/grading/similarity.py", "specdec_helpers/assignment/grading/templates",
-                   "tests", "report/build"]
+INSTRUCTOR_ONLY = [
+    "specdec_helpers/assignment/authoring",
+    # grading a class and flagging copies: the instructor's (and the thresholds stay private)
+    "specdec_helpers/assignment/grading/classroom.py",
+    "specdec_helpers/assignment/grading/contain.py",
+    "specdec_helpers/assignment/grading/grade_worker.py",
+    "specdec_helpers/cli/worker.py",
+    "specdec_helpers/assignment/grading/similarity.py",
+    "specdec_helpers/assignment/grading/templates",
+    "tests",
+    "report/build",
+]
 SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
 #: Files the kit gets in a student version (a template here) instead of the instructor's text.
 STUDENT_TEMPLATES = {"notebooks/README.md": "NOTEBOOKS_README.md"}
@@ -151,11 +158,15 @@ def check_paths(out, root=ROOT) -> None:
     """Refuse an ``out`` that would overwrite the instructor's repository, or a ``root`` that is no kit."""
     out, root = Path(out).resolve(), Path(root).resolve()
     if not is_kit(root):
-        raise ValueError(f"--root {root} is not the course kit (no specdec_helpers/ and notebooks/ in it); "
-                         "pass the instructor repository's top folder")
+        raise ValueError(
+            f"--root {root} is not the course kit (no specdec_helpers/ and notebooks/ in it); "
+            "pass the instructor repository's top folder"
+        )
     if out == root or root in out.parents:
-        raise ValueError(f"--out {out} is inside the instructor repository {root}: the release would overwrite or "
-                         "ship the instructor's files; write it outside, e.g. a clone of the student repository")
+        raise ValueError(
+            f"--out {out} is inside the instructor repository {root}: the release would overwrite or "
+            "ship the instructor's files; write it outside, e.g. a clone of the student repository"
+        )
     if out in root.parents:
         raise ValueError(f"--out {out} contains the instructor repository {root}; choose a folder outside it")
     if out.exists() and not out.is_dir():
@@ -165,24 +176,33 @@ def check_paths(out, root=ROOT) -> None:
 def check_repo_url(repo_url: str, root=ROOT, instructor_url: str | None = None) -> None:
     """Refuse a missing, non-GitHub or instructor repository URL: Colab installs the kit from it."""
     if not repo_url:
-        raise ValueError("release needs --repo-url: the student repository (https://github.com/OWNER/NAME) that the "
-                         "notebooks' Colab badges open and their set-up cells install from")
+        raise ValueError(
+            "release needs --repo-url: the student repository (https://github.com/OWNER/NAME) that the "
+            "notebooks' Colab badges open and their set-up cells install from"
+        )
     github_path(repo_url)  # ValueError for a URL that is not a GitHub repository
     own = [u for u in instructor_urls(Path(root)) + [instructor_url or ""] if u]
     for url in own:
         if _normal(url) == _normal(repo_url):
-            raise ValueError(f"--repo-url {repo_url} is the instructor's own repository ({url}): Colab would install "
-                             "the solutions from it; give the student repository's URL")
+            raise ValueError(
+                f"--repo-url {repo_url} is the instructor's own repository ({url}): Colab would install "
+                "the solutions from it; give the student repository's URL"
+            )
 
 
 def student_readme(notebooks: list[tuple[str, str]], repo_url: str, branch: str = REPO_BRANCH) -> str:
     """The student repository's README from ``templates/STUDENT_README.md``; ``notebooks``: (file, title)."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), keep_trailing_newline=True,
-                             undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES), keep_trailing_newline=True, undefined=jinja2.StrictUndefined
+    )
     items = [dict(file=name, title=title, colab=colab_url(name, repo_url, branch)) for name, title in notebooks]
     return env.get_template("STUDENT_README.md").render(
-        repo_url=repo_url.rstrip("/").removesuffix(".git"), github=github_path(repo_url), branch=branch,
-        install=pip_install_spec(repo_url, branch), notebooks=items)
+        repo_url=repo_url.rstrip("/").removesuffix(".git"),
+        github=github_path(repo_url),
+        branch=branch,
+        install=pip_install_spec(repo_url, branch),
+        notebooks=items,
+    )
 
 
 def _title(nb, name: str) -> str:
@@ -191,8 +211,9 @@ def _title(nb, name: str) -> str:
     return heading[2:].strip() or name
 
 
-def release(out, root=ROOT, repo_url: str | None = None, branch: str = REPO_BRANCH,
-            instructor_url: str | None = None) -> list[str]:
+def release(
+    out, root=ROOT, repo_url: str | None = None, branch: str = REPO_BRANCH, instructor_url: str | None = None
+) -> list[str]:
     """Write the kit to ``out`` (empty or absent) and verify it; returns the relative paths written.
 
     ``repo_url``: the student repository; badges and install lines point there. Raises ValueError for a
@@ -224,8 +245,10 @@ def release(out, root=ROOT, repo_url: str | None = None, branch: str = REPO_BRAN
         if path.suffix in (".py", ".ipynb"):
             source = _text(path)
             swapped = rel.removeprefix("specdec_helpers/") in SWAPS and inside  # all of it is the instructor's
-            secrets[rel] = ([source] if swapped else regions(source) + whole_solutions(path),
-                            target.read_text() if swapped else REGION.sub("", source))
+            secrets[rel] = (
+                [source] if swapped else regions(source) + whole_solutions(path),
+                target.read_text() if swapped else REGION.sub("", source),
+            )
         written.append(rel)
     (out / "README.md").write_text(student_readme(sorted(notebooks), repo_url, branch))
     written.append("README.md")
@@ -249,12 +272,22 @@ def _shifted_rows(node: ast.Subscript) -> bool:
         if not isinstance(part, ast.Slice) or part.lower is None:
             continue
         low, high = part.lower, part.upper
-        plus_one = lambda e: isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add) and \
-            isinstance(e.right, ast.Constant) and e.right.value == 1
+        plus_one = lambda e: (
+            isinstance(e, ast.BinOp)
+            and isinstance(e.op, ast.Add)
+            and isinstance(e.right, ast.Constant)
+            and e.right.value == 1
+        )
         if isinstance(low, ast.UnaryOp) and isinstance(low.op, ast.USub) and plus_one(low.operand) and high is None:
             return True
-        if (isinstance(low, ast.BinOp) and isinstance(low.op, ast.Sub) and isinstance(low.right, ast.Constant)
-                and low.right.value == 1 and isinstance(high, ast.BinOp) and isinstance(high.op, ast.Add)):
+        if (
+            isinstance(low, ast.BinOp)
+            and isinstance(low.op, ast.Sub)
+            and isinstance(low.right, ast.Constant)
+            and low.right.value == 1
+            and isinstance(high, ast.BinOp)
+            and isinstance(high.op, ast.Add)
+        ):
             return True
     return False
 
@@ -266,8 +299,11 @@ def scoring_passes(source: str, where: str = "") -> list[str]:
         tree = ast.parse(source)
     except SyntaxError:
         return []
-    return [f"{where}:{node.lineno}: {ast.unparse(node)}" for node in ast.walk(tree)
-            if isinstance(node, ast.Subscript) and _shifted_rows(node)]
+    return [
+        f"{where}:{node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Subscript) and _shifted_rows(node)
+    ]
 
 
 def verify(out: Path, secrets: dict[str, tuple[list[str], str]]) -> None:
@@ -321,8 +357,14 @@ def clear(out: Path) -> None:
             shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
 
 
-def publish(out=None, root=ROOT, repo_url: str | None = None, branch: str = REPO_BRANCH,
-            instructor_url: str | None = None, force: bool = False) -> list[str]:
+def publish(
+    out=None,
+    root=ROOT,
+    repo_url: str | None = None,
+    branch: str = REPO_BRANCH,
+    instructor_url: str | None = None,
+    force: bool = False,
+) -> list[str]:
     """`release` after every check, into an empty folder or (``force``) a replaced one whose ``.git``
     stays; if the kit would leak, the folder is emptied again and ReleaseError raised."""
     if not out:

@@ -6,6 +6,7 @@ dtype); the notebooks' check cells run headless (`present.headless`; the noteboo
 CUDA when there is a GPU, and ``--dtype``'s dtype, else fp16 on a GPU); and the grader on the reference
 solution at the preset in that dtype (on a GPU preset, with PA3's absolute bars). The result is a list of rows and one JSON file.
 """
+
 from __future__ import annotations
 
 import json
@@ -107,10 +108,13 @@ def _run(options: Options, progress=None) -> dict:
     if tick:
         tick.close()
     return dict(
-        selfcheck=1, preset=options.preset, options={k: (list(v) if isinstance(v, tuple) else v)
-                                                    for k, v in vars(options).items()},
-        environment=environment(device, dtype, options.preset), seconds=round(time.perf_counter() - start, 1),
-        passed=not any(r.failed for r in rows), rows=[r.as_dict() for r in rows],
+        selfcheck=1,
+        preset=options.preset,
+        options={k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(options).items()},
+        environment=environment(device, dtype, options.preset),
+        seconds=round(time.perf_counter() - start, 1),
+        passed=not any(r.failed for r in rows),
+        rows=[r.as_dict() for r in rows],
     )
 
 
@@ -134,8 +138,14 @@ def _notebook_row(path: Path, preset: str) -> Row:
     detail = done.error or "; ".join(failed) or f"{len(done.checks)} check cells passed"
     if not done.checks and not done.error:
         detail = "no check cell ran"
-    return Row("notebooks", path.name, PASS if done.passed else FAIL, detail, round(done.seconds, 1),
-               values=dict(checks=len(done.checks), failed=len(failed)))
+    return Row(
+        "notebooks",
+        path.name,
+        PASS if done.passed else FAIL,
+        detail,
+        round(done.seconds, 1),
+        values=dict(checks=len(done.checks), failed=len(failed)),
+    )
 
 
 def grader_rows(preset: str) -> list[Row]:
@@ -154,17 +164,34 @@ def grader_rows(preset: str) -> list[Row]:
     for r in report.results:
         if r.test_id.startswith("perf.") or r.status != "passed":
             status = PASS if r.status == "passed" else SKIP if r.status == "skipped" else FAIL
-            rows.append(Row("grader", r.name, status, (r.feedback or r.status)[:300],
-                            values=dict(score=r.score, max_score=r.max_score)))
+            rows.append(
+                Row(
+                    "grader",
+                    r.name,
+                    status,
+                    (r.feedback or r.status)[:300],
+                    values=dict(score=r.score, max_score=r.max_score),
+                )
+            )
     detail = report.measurement.get("detail", {})
-    rows.insert(0, Row("grader", f"reference solution at {preset}",
-                       PASS if report.score >= report.max_score else FAIL,
-                       f"{report.score:g}/{report.max_score:g} points; speedup {report.measurement.get('speedup', 0):.2f}x "
-                       f"({detail.get('baseline', '?')} baseline), acceptance {report.measurement.get('acceptance', 0):.2f}",
-                       seconds, values=dict(score=report.score, max_score=report.max_score,
-                                            speedup=report.measurement.get("speedup"),
-                                            acceptance=report.measurement.get("acceptance"),
-                                            thresholds=config["thresholds"])))
+    rows.insert(
+        0,
+        Row(
+            "grader",
+            f"reference solution at {preset}",
+            PASS if report.score >= report.max_score else FAIL,
+            f"{report.score:g}/{report.max_score:g} points; speedup {report.measurement.get('speedup', 0):.2f}x "
+            f"({detail.get('baseline', '?')} baseline), acceptance {report.measurement.get('acceptance', 0):.2f}",
+            seconds,
+            values=dict(
+                score=report.score,
+                max_score=report.max_score,
+                speedup=report.measurement.get("speedup"),
+                acceptance=report.measurement.get("acceptance"),
+                thresholds=config["thresholds"],
+            ),
+        ),
+    )
     return rows
 
 

@@ -12,6 +12,7 @@ reference's process).
 Before the cells run, the kit's own implementations of the graded steps are poisoned: a graded part
 that calls them records a delegation, which the grader turns into a failed test.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -42,11 +43,13 @@ class KitDelegation(BaseException):
 def _poisoned(name: str, real):
     """``real``, except when graded code called it: then record a delegation and raise. Kit code calling it
     (a stand-in for a part the student did not write) goes through; `_caller_is_graded` says which."""
+
     def poisoned(*args, **kwargs):
         if _caller_is_graded(sys._getframe(1)):
             DELEGATED.append(name)
             raise KitDelegation(f"graded code called the kit's own {name}")
         return real(*args, **kwargs)
+
     return poisoned
 
 
@@ -59,8 +62,11 @@ def _caller_is_graded(frame) -> bool:
         if frame.f_code.co_filename.startswith("<graded cell") or frame.f_globals.get("__name__") == "__graded__":
             return True
         module = sys.modules.get(frame.f_globals.get("__name__") or "")
-        if module is not None and module.__name__.startswith("specdec_helpers.") and \
-                getattr(module, "__dict__", None) is frame.f_globals:
+        if (
+            module is not None
+            and module.__name__.startswith("specdec_helpers.")
+            and getattr(module, "__dict__", None) is frame.f_globals
+        ):
             return False
         frame = frame.f_back
     return False
@@ -89,11 +95,18 @@ def _poison_the_algorithm() -> None:
 
     def algorithm(fn) -> bool:
         module = getattr(fn, "__module__", None) or ""
-        return isinstance(fn, types.FunctionType) and module.startswith("specdec_helpers.core.") and \
-            module not in OPEN_CORE
+        return (
+            isinstance(fn, types.FunctionType)
+            and module.startswith("specdec_helpers.core.")
+            and module not in OPEN_CORE
+        )
+
     for module_name, module in list(sys.modules.items()):  # the package itself too: it re-exports the decoders
-        if module is None or module_name in OPEN_CORE or \
-                not (module_name == "specdec_helpers" or module_name.startswith("specdec_helpers.core.")):
+        if (
+            module is None
+            or module_name in OPEN_CORE
+            or not (module_name == "specdec_helpers" or module_name.startswith("specdec_helpers.core."))
+        ):
             continue
         for name, value in list(vars(module).items()):
             if algorithm(value):
@@ -153,7 +166,6 @@ class Server:
             self.worlds[seed] = world_module.World(seed)
         return self.worlds[seed]
 
-
     def _keep(self, obj) -> int:
         handle = len(self.objects) + 1
         self.objects[handle] = obj
@@ -176,14 +188,22 @@ class Server:
         blank.device = torch.device(device)
         result = getattr(blank, f"initialize_{role}_model")(folder)
         model, tokenizer = (list(result) + [None, None])[:2] if isinstance(result, (list, tuple)) else (result, None)
-        info = {"model": type(model).__name__, "is_module": isinstance(model, torch.nn.Module),
-                "has_generate": hasattr(model, "generate"), "tokenizer": type(tokenizer).__name__,
-                "has_vocab": hasattr(tokenizer, "get_vocab"),
-                "pad_token": getattr(tokenizer, "pad_token", None) is not None}
+        info = {
+            "model": type(model).__name__,
+            "is_module": isinstance(model, torch.nn.Module),
+            "has_generate": hasattr(model, "generate"),
+            "tokenizer": type(tokenizer).__name__,
+            "has_vocab": hasattr(tokenizer, "get_vocab"),
+            "pad_token": getattr(tokenizer, "pad_token", None) is not None,
+        }
         if info["is_module"]:
             p = next(model.parameters())
-            info.update(training=model.training, device=p.device.type, dtype=str(p.dtype).removeprefix("torch."),
-                        vocab_size=getattr(getattr(model, "config", None), "vocab_size", None))
+            info.update(
+                training=model.training,
+                device=p.device.type,
+                dtype=str(p.dtype).removeprefix("torch."),
+                vocab_size=getattr(getattr(model, "config", None), "vocab_size", None),
+            )
         return info
 
     def op_call(self, handle, method, args=(), kwargs=None, probe=False, watch=False):
@@ -199,8 +219,13 @@ class Server:
             with world_module.probe(decoder) as p:
                 with torch.inference_mode():
                     out = fn(*args, **kwargs)
-            return {"result": encode(out), "target_calls": p.target_calls, "draft_positions": p.draft_positions,
-                    "draft_calls": p.draft_calls, "target_positions": p.target_positions}
+            return {
+                "result": encode(out),
+                "target_calls": p.target_calls,
+                "draft_positions": p.draft_positions,
+                "draft_calls": p.draft_calls,
+                "target_positions": p.target_positions,
+            }
         with torch.inference_mode():
             return {"result": encode(fn(*args, **kwargs))}
 

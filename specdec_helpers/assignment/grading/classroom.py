@@ -15,6 +15,7 @@ run goes on. Then, in ``out``:
   between students, with the reference and with the kit, side by side. Flags are for the instructor
   to judge: no points are taken.
 """
+
 from __future__ import annotations
 
 import csv
@@ -109,8 +110,9 @@ class Workers:
                 return worker
         if self.closed:
             raise RuntimeError("the class run was stopped")
-        worker = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                  start_new_session=True)
+        worker = subprocess.Popen(
+            self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
         self.started.append(worker)
         return worker
 
@@ -167,8 +169,9 @@ class Workers:
                 self.stop(worker)
 
 
-def grade_one(student: Student, out: Path, grade_args: list[str], timeout: float, max_score: float,
-              workers: Workers) -> Student:
+def grade_one(
+    student: Student, out: Path, grade_args: list[str], timeout: float, max_score: float, workers: Workers
+) -> Student:
     """Grade one student on a worker; read its results.json, or write one that says why not."""
     folder = out / "students" / student.name
     folder.mkdir(parents=True, exist_ok=True)
@@ -176,8 +179,11 @@ def grade_one(student: Student, out: Path, grade_args: list[str], timeout: float
     results.unlink(missing_ok=True)
     log = folder / "grade.log"
     log.write_bytes(b"")
-    job = {"argv": [str(student.path), "--results", str(results), "--no-similarity", *grade_args],
-           "log": str(log), "timeout": timeout}
+    job = {
+        "argv": [str(student.path), "--results", str(results), "--no-similarity", *grade_args],
+        "log": str(log),
+        "timeout": timeout,
+    }
     start = time.perf_counter()
     status = workers.ask(job, timeout + GRACE_S)
     student.seconds = time.perf_counter() - start
@@ -186,13 +192,22 @@ def grade_one(student: Student, out: Path, grade_args: list[str], timeout: float
         student.status = "graded" if status == 0 else "no submission"
         return student
     student.status = "timed out" if status in (contain.TIMED_OUT, STUCK) else "crashed"
-    why = (f"grading did not finish within {timeout:g} s (your code hung or started processes that did "
-           "not end); everything it started was stopped" if student.status == "timed out" else
-           "the grading worker stopped before this grading ended (not your code's doing: ask the instructor to "
-           "grade again)" if status == LOST else
-           f"grading crashed (exit status {status}); the instructor has the log")
-    student.results = {"score": 0.0, "max_score": max_score, "execution_time": round(student.seconds, 1),
-                       "output": why, "tests": []}
+    why = (
+        f"grading did not finish within {timeout:g} s (your code hung or started processes that did "
+        "not end); everything it started was stopped"
+        if student.status == "timed out"
+        else "the grading worker stopped before this grading ended (not your code's doing: ask the instructor to "
+        "grade again)"
+        if status == LOST
+        else f"grading crashed (exit status {status}); the instructor has the log"
+    )
+    student.results = {
+        "score": 0.0,
+        "max_score": max_score,
+        "execution_time": round(student.seconds, 1),
+        "output": why,
+        "tests": [],
+    }
     results.write_text(json.dumps(student.results, indent=2))
     return student
 
@@ -206,9 +221,18 @@ def graded_sources(student: Student) -> dict[str, str]:
         return {}
 
 
-def grade_class(folder, out, grade_args: list[str], *, worker: list[str], jobs: int | None = None,
-                timeout: float = 1200, reference: dict | None = None, max_score: float = 0.0,
-                progress: bool = True) -> list[Student]:
+def grade_class(
+    folder,
+    out,
+    grade_args: list[str],
+    *,
+    worker: list[str],
+    jobs: int | None = None,
+    timeout: float = 1200,
+    reference: dict | None = None,
+    max_score: float = 0.0,
+    progress: bool = True,
+) -> list[Student]:
     """Grade every student of ``folder`` into ``out`` with workers started as ``worker`` (a command line: the
     command-line layer's, which runs ``grade``); returns the students with their results and flags."""
     from tqdm.auto import tqdm
@@ -257,8 +281,12 @@ def flag_copies(students: list[Student], reference: dict, out: Path) -> list:
         student.results.setdefault("extra_data", {})["similarity"] = student.flags
         path.write_text(json.dumps(student.results, indent=2))
     (out / "similarity.json").write_text(json.dumps([m.brief() for m in matches], indent=2))
-    similarity.write_report(matches, out / "similarity.html", title=f"Similar graded cells: {len(students)} students",
-                            note=f"{len(matches)} flagged pair(s)")
+    similarity.write_report(
+        matches,
+        out / "similarity.html",
+        title=f"Similar graded cells: {len(students)} students",
+        note=f"{len(matches)} flagged pair(s)",
+    )
     return matches
 
 
@@ -269,8 +297,17 @@ def write_gradebook(students: list[Student], path: Path) -> None:
         writer.writerow(["student", *items, "total", "max_score", "status", "seconds", "flags"])
         for s in students:
             points = s.points()
-            writer.writerow([s.name, *(points[i] for i in items), round(float(s.results.get("score", 0.0)), 2),
-                             s.results.get("max_score", ""), s.status, round(s.seconds), "; ".join(s.flags)])
+            writer.writerow(
+                [
+                    s.name,
+                    *(points[i] for i in items),
+                    round(float(s.results.get("score", 0.0)), 2),
+                    s.results.get("max_score", ""),
+                    s.status,
+                    round(s.seconds),
+                    "; ".join(s.flags),
+                ]
+            )
 
 
 def write_histogram(students: list[Student], path: Path) -> None:

@@ -8,6 +8,7 @@ fork storm cannot outrun the sweep) and then killed, until none is left. Status:
 when it ran out of time (as coreutils ``timeout``). Elsewhere than Linux the sweep still kills the
 descendants it can see, but an orphan reparented to init escapes it.
 """
+
 from __future__ import annotations
 
 import ctypes

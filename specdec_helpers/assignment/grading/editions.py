@@ -12,6 +12,7 @@ Two mechanisms, applied by both (and by the student kit's `check`, which builds 
 
 This module ships in the student kit, so nothing on the view's path imports the instructor-only ``authoring``.
 """
+
 from __future__ import annotations
 
 import re
@@ -56,8 +57,10 @@ def strip(source: str, markdown: bool = False, where: str = "") -> str:
             if end["kind"] != inside:
                 raise ReleaseError(f"{where}: unmatched marker '### END {end['kind']}' (line {number})")
             if inside == "INSTRUCTOR ONLY" and not student:
-                raise ReleaseError(f"{where}: INSTRUCTOR ONLY region without '### STUDENT EDITION' (line {number}): "
-                                   "say what the student edition does instead")
+                raise ReleaseError(
+                    f"{where}: INSTRUCTOR ONLY region without '### STUDENT EDITION' (line {number}): "
+                    "say what the student edition does instead"
+                )
             inside = None
         elif inside is None:
             out.append(line)
@@ -98,6 +101,8 @@ def _student_module(package: Path, rel: str) -> Path | None:
     if student.is_file():
         return student
     if (package / "assignment" / "authoring").is_dir():
-        raise ReleaseError(f"the student edition of {rel} ({SWAPS[rel]}) is missing: without it the student's view "
-                           f"and kit would hold the instructor's {rel}; restore it")
+        raise ReleaseError(
+            f"the student edition of {rel} ({SWAPS[rel]}) is missing: without it the student's view "
+            f"and kit would hold the instructor's {rel}; restore it"
+        )
     return None

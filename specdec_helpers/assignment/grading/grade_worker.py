@@ -14,6 +14,7 @@ Protocol, one line each way per student: ``{"argv": [grade's arguments], "log": 
 ``{"status": N}`` out: grade's exit status, `contain.TIMED_OUT` (124) when out of time, 128 + the signal's
 number when a signal killed it. Everything the grading prints goes to PATH.
 """
+
 from __future__ import annotations
 
 import json

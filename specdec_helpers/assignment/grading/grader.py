@@ -14,6 +14,7 @@ Points default to PA3's scheme (init 5, draft 5, verify 5, decode 10, speed 10, 
 greedy decoding too (``performance.baseline``: 'auto', or 'greedy' / 'reference' to choose). Change them with ``--config points.toml|.json`` or ``--points decode=12
 --threshold relative_speed=0.9``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -39,10 +40,22 @@ from specdec_helpers.assignment.grading.speed import Measurement, baseline_of
 DEFAULT_CONFIG = {
     "points": {"init": 5, "draft": 5, "verify": 5, "decode": 10, "speedup": 10, "acceptance": 10, "bonus": 5},
     # speedup >= min_speedup; acceptance > min_acceptance; bonus: speedup > and acceptance > both.
-    "thresholds": {"speedup": 1.0, "acceptance": 0.75, "bonus_speedup": 1.7, "bonus_acceptance": 0.85,
-                   "relative_speed": 0.7, "relative_acceptance": 0.9},
-    "performance": {"preset": "toy", "max_new_tokens": 64, "repeats": 7, "warmup": 1, "num_speculative_tokens": 0,
-                    "baseline": "auto"},
+    "thresholds": {
+        "speedup": 1.0,
+        "acceptance": 0.75,
+        "bonus_speedup": 1.7,
+        "bonus_acceptance": 0.85,
+        "relative_speed": 0.7,
+        "relative_acceptance": 0.9,
+    },
+    "performance": {
+        "preset": "toy",
+        "max_new_tokens": 64,
+        "repeats": 7,
+        "warmup": 1,
+        "num_speculative_tokens": 0,
+        "baseline": "auto",
+    },
     "test_timeout_s": 60,
 }
 # PA3's absolute thresholds assume Pythia-1.4b/160m on a GPU; CPU presets are graded relative to the
@@ -59,8 +72,9 @@ TESTS: tuple[TestCase, ...] = suite.TESTS + suite_decode.TESTS  # the implementa
 # --------------------------------------------------------------------------- configuration
 
 
-def load_config(path=None, points: dict | None = None, thresholds: dict | None = None,
-                preset: str | None = None) -> dict:
+def load_config(
+    path=None, points: dict | None = None, thresholds: dict | None = None, preset: str | None = None
+) -> dict:
     """PA3's defaults (with the graded preset's own thresholds), updated from a .json or .toml file,
     then from CLI overrides."""
     config = copy.deepcopy(DEFAULT_CONFIG)
@@ -123,15 +137,25 @@ def part_status(sources: dict) -> dict[str, str]:
         if source is None or is_stub(source):
             status[part] = "not implemented"
         elif kit_references(source):
-            status[part] = (f"delegates to the kit's own implementation ({kit_references(source)[0]}): a graded part "
-                            "must be your own code; only specdec_helpers.core.cache may be imported")
+            status[part] = (
+                f"delegates to the kit's own implementation ({kit_references(source)[0]}): a graded part "
+                "must be your own code; only specdec_helpers.core.cache may be imported"
+            )
         else:
             status[part] = "ok"
     return status
 
 
-def run_suite(sources: dict, points: dict, *, hidden: bool = True, timeout: float = 60, only=None, seed: int | None = None,
-              child_factory: Callable | None = None) -> list[Result]:
+def run_suite(
+    sources: dict,
+    points: dict,
+    *,
+    hidden: bool = True,
+    timeout: float = 60,
+    only=None,
+    seed: int | None = None,
+    child_factory: Callable | None = None,
+) -> list[Result]:
     """Run the implementation tests against the graded cells ``sources`` (``{part: source}``), the
     student's code in a child process; each part's points are split over its tests by weight."""
     seed = grading_seed(seed)
@@ -161,22 +185,27 @@ def run_suite(sources: dict, points: dict, *, hidden: bool = True, timeout: floa
             else:
                 with torch.random.fork_rng():
                     state, feedback = run_test(t, Ctx(child, seed, timeout))
-            if state != "passed" and exercise == "decode" and any(
-                    not r.passed for r in results if r.item in ("draft", "verify")):
+            if (
+                state != "passed"
+                and exercise == "decode"
+                and any(not r.passed for r in results if r.item in ("draft", "verify"))
+            ):
                 feedback += " [the drafting or verification part fails its own tests: fix that first]"
-            results.append(Result(exercise, t.name, best if state == "passed" else 0.0, best, state, feedback,
-                                  t.hidden, t.id))
+            results.append(
+                Result(exercise, t.name, best if state == "passed" else 0.0, best, state, feedback, t.hidden, t.id)
+            )
     if child is not None:
         child.close()
     return results
 
 
-
 # --------------------------------------------------------------------------- grading
 
-NO_REFERENCE = ("not measured: this copy of the kit holds no reference solution (the student kit), so speed and "
-                "acceptance cannot be measured against it; only the instructor's grader awards these points. Your "
-                "notebooks' own check cells show whether the decoder speculates")
+NO_REFERENCE = (
+    "not measured: this copy of the kit holds no reference solution (the student kit), so speed and "
+    "acceptance cannot be measured against it; only the instructor's grader awards these points. Your "
+    "notebooks' own check cells show whether the decoder speculates"
+)
 
 
 def holds_reference(sources: dict | None) -> bool:
@@ -186,10 +215,17 @@ def holds_reference(sources: dict | None) -> bool:
     return bool(sources) and all("### BEGIN SOLUTION" in (sources.get(part) or "") for part in EXERCISES)
 
 
-
-def grade(sources: dict, config: dict | None = None, *, reference_sources: dict | None = None,
-          measure_fn: Callable | None = None, hidden: bool = True, source: str = "", checks: list | None = None,
-          seed: int | None = None) -> Report:
+def grade(
+    sources: dict,
+    config: dict | None = None,
+    *,
+    reference_sources: dict | None = None,
+    measure_fn: Callable | None = None,
+    hidden: bool = True,
+    source: str = "",
+    checks: list | None = None,
+    seed: int | None = None,
+) -> Report:
     """Grade graded-cell sources ``{part: source}``: the notebooks' check lines (``checks``, 0 points),
     the implementation tests, then performance (only when the cached decode loop is right: the speed
     of wrong output is moot). ``measure_fn(student, reference, performance_config) -> Measurement``

@@ -1,5 +1,6 @@
 """The mechanics under `privilege`: the student's read-only view of the kit, bubblewrap's arguments,
 resource limits (the student users and their processes are `student_users`')."""
+
 from __future__ import annotations
 
 import ast
@@ -52,9 +53,27 @@ def bwrap_works() -> bool:
         ok = False
         if shutil.which("bwrap") and (key != 0 or shutil.which("setpriv")):
             try:
-                ok = subprocess.run(["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/",
-                                     "--proc", "/proc", "--dev", "/dev", "true"], capture_output=True,
-                                    timeout=30, cwd="/").returncode == 0
+                ok = (
+                    subprocess.run(
+                        [
+                            "bwrap",
+                            "--unshare-all",
+                            "--die-with-parent",
+                            "--ro-bind",
+                            "/",
+                            "/",
+                            "--proc",
+                            "/proc",
+                            "--dev",
+                            "/dev",
+                            "true",
+                        ],
+                        capture_output=True,
+                        timeout=30,
+                        cwd="/",
+                    ).returncode
+                    == 0
+                )
             except (OSError, subprocess.SubprocessError):
                 ok = False
         _bwrap_ok[key] = ok
@@ -94,10 +113,17 @@ def needs(kind: str) -> tuple[str, ...]:
     if "library" in roots:
         roots.remove("library")
         for path in PACKAGE.rglob("*.py"):
-            name = ".".join(("specdec_helpers", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
-            if not name.startswith((*(f"specdec_helpers.assignment.{sub}" for sub in GUARDED),
-                                    "specdec_helpers.assignment.authoring", "specdec_helpers.cli",
-                                    "specdec_helpers.__main__")):
+            name = ".".join(("specdec_helpers", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(
+                ".__init__"
+            )
+            if not name.startswith(
+                (
+                    *(f"specdec_helpers.assignment.{sub}" for sub in GUARDED),
+                    "specdec_helpers.assignment.authoring",
+                    "specdec_helpers.cli",
+                    "specdec_helpers.__main__",
+                )
+            ):
                 roots.append(name)
     seen, todo = {}, roots
     while todo:
@@ -108,8 +134,15 @@ def needs(kind: str) -> tuple[str, ...]:
         seen[name] = path
         parts = name.split(".")
         todo += [".".join(parts[:i]) for i in range(1, len(parts))] + sorted(_imports(path))
-    return tuple(sorted({p.relative_to(PACKAGE / "assignment").as_posix() for p in seen.values()
-                         if p.parent.name in GUARDED and p.parent.parent == PACKAGE / "assignment"}))
+    return tuple(
+        sorted(
+            {
+                p.relative_to(PACKAGE / "assignment").as_posix()
+                for p in seen.values()
+                if p.parent.name in GUARDED and p.parent.parent == PACKAGE / "assignment"
+            }
+        )
+    )
 
 
 def view(kind: str = "child") -> Path:
@@ -133,7 +166,10 @@ def view(kind: str = "child") -> Path:
         return skip
 
     shutil.copytree(PACKAGE, folder / "specdec_helpers", ignore=ignore)
-    from specdec_helpers.assignment.grading.editions import strip, swap_modules  # (shipped: the kit's check makes views)
+    from specdec_helpers.assignment.grading.editions import (
+        strip,
+        swap_modules,
+    )  # (shipped: the kit's check makes views)
 
     if kind != "child":
         for guarded in GUARDED:
@@ -175,6 +211,7 @@ def secrets() -> list[Path]:
 
 def readable_by(path: Path, uid: int, gid: int) -> bool:
     """Whether user ``uid`` (group ``gid``, no other groups) can reach and read ``path`` (mode bits only)."""
+
     def may(st, bit_user, bit_group, bit_other):
         if st.st_uid == uid:
             return bool(st.st_mode & bit_user)
@@ -216,8 +253,23 @@ def python_roots() -> list[Path]:
 
 
 def bwrap_args(scratch: Path, share_net: bool = False, kind: str = "child") -> list[str]:
-    args = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
-            "--new-session", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
+    args = [
+        "bwrap",
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "--tmpfs",
+        "/var/tmp",
+    ]
     args += ([] if os.geteuid() == 0 else ["--unshare-user"]) + ([] if share_net else ["--unshare-net"])
     for system in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"):
         args += ["--ro-bind-try", system, system]
@@ -238,4 +290,3 @@ def bwrap_args(scratch: Path, share_net: bool = False, kind: str = "child") -> l
         if any(secret == r or r in secret.parents for r in roots):
             args += ["--tmpfs", str(secret)]
     return args + ["--ro-bind", str(folder), str(folder), "--bind", str(scratch), str(scratch)]
-

@@ -1,6 +1,7 @@
 """What each student's jail is made of, decided once per process: which layers (``$SPECDEC_SANDBOX`` and what
 works on this machine; `privilege`'s doc says what each layer does), the limits on each of the student's
 processes and the environment variables that pass into them."""
+
 from __future__ import annotations
 
 import os
@@ -10,11 +11,23 @@ from dataclasses import dataclass
 from specdec_helpers.assignment.grading.isolation import bwrap_works
 from specdec_helpers.assignment.grading.student_users import USER, ensure_user
 
-PASS_ENV = ("SPECDEC_PRESET", "SPECDEC_DTYPE", "SPECDEC_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "LANG", "LC_ALL",
-            "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM", "CUDA_VISIBLE_DEVICES",
-            # where hub presets' models are: the student's user must be able to read that folder (bubblewrap
-            # does not show it yet: grading a hub preset in bubblewrap needs it bound, see the README)
-            "HF_HOME", "HF_HUB_CACHE")
+PASS_ENV = (
+    "SPECDEC_PRESET",
+    "SPECDEC_DTYPE",
+    "SPECDEC_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "LANG",
+    "LC_ALL",
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "TOKENIZERS_PARALLELISM",
+    "CUDA_VISIBLE_DEVICES",
+    # where hub presets' models are: the student's user must be able to read that folder (bubblewrap
+    # does not show it yet: grading a hub preset in bubblewrap needs it bound, see the README)
+    "HF_HOME",
+    "HF_HUB_CACHE",
+)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ instead: on a GPU machine with transformers 5.17, whose forward drops the ``cach
 imports (`expected`, in ``$SPECDEC_GRADER_PACKAGES``) and the child compares before it grades
 (`mismatch`); `sandbox.Child` turns a difference into `PackagesDiffer`, which stops the grading.
 """
+
 from __future__ import annotations
 
 import functools
@@ -16,9 +17,11 @@ import os
 
 ENV = "SPECDEC_GRADER_PACKAGES"
 NAMES = ("torch", "transformers", "specdec_helpers")
-FIX = ("Install the kit's packages into the Python the grader runs (python -m pip install -e '.[grade]', or the "
-       "wheels with pip install), not onto PYTHONPATH: the sandboxed processes that run student code keep only "
-       "the kit's own view on PYTHONPATH, so they import that Python's packages.")
+FIX = (
+    "Install the kit's packages into the Python the grader runs (python -m pip install -e '.[grade]', or the "
+    "wheels with pip install), not onto PYTHONPATH: the sandboxed processes that run student code keep only "
+    "the kit's own view on PYTHONPATH, so they import that Python's packages."
+)
 
 
 class PackagesDiffer(ImportError):
@@ -47,8 +50,11 @@ def expected(kit_folder: str | None = None) -> str:
     where its child finds the kit instead (the student's view of it, a copy)."""
     mine = dict(_mine())
     if kit_folder is not None:
-        mine["specdec_helpers"] = {**mine["specdec_helpers"], "path": os.path.abspath(kit_folder),
-                                   "real": os.path.realpath(kit_folder)}
+        mine["specdec_helpers"] = {
+            **mine["specdec_helpers"],
+            "path": os.path.abspath(kit_folder),
+            "real": os.path.realpath(kit_folder),
+        }
     return json.dumps(mine)
 
 
@@ -64,12 +70,16 @@ def mismatch(environ=None) -> str | None:
         mine = describe(name)
         same_place = mine["path"] == grader["path"] or (mine["real"] is not None and mine["real"] == grader["real"])
         if mine["version"] != grader["version"] or not same_place:
-            problems.append(f"{name} {mine['version'] or 'missing'} from {mine['path']}, but the grader runs {name} "
-                            f"{grader['version']} from {grader['path']}")
+            problems.append(
+                f"{name} {mine['version'] or 'missing'} from {mine['path']}, but the grader runs {name} "
+                f"{grader['version']} from {grader['path']}"
+            )
     if not problems:
         return None
-    return ("the process that runs student code imports other packages than the grader, so its grade would be "
-            "wrong: " + "; ".join(problems) + ". " + FIX)
+    return (
+        "the process that runs student code imports other packages than the grader, so its grade would be "
+        "wrong: " + "; ".join(problems) + ". " + FIX
+    )
 
 
 def verify(jail, timeout: float = 300) -> None:
@@ -83,8 +93,10 @@ def verify(jail, timeout: float = 300) -> None:
     if process.returncode == 3:
         raise PackagesDiffer(out.strip().splitlines()[-1])
     if process.returncode != 0:
-        raise PackagesDiffer(f"a process of the sandbox could not check its packages (exit {process.returncode}): "
-                             f"{out.strip()[-600:]}. {FIX}")
+        raise PackagesDiffer(
+            f"a process of the sandbox could not check its packages (exit {process.returncode}): "
+            f"{out.strip()[-600:]}. {FIX}"
+        )
 
 
 if __name__ == "__main__":

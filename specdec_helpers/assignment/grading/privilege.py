@@ -20,6 +20,7 @@ Layers, chosen once per process (``$SPECDEC_SANDBOX``: ``auto`` (default), ``use
 The reference solution is the instructor's code: `Jail(trusted=True)` runs it as the grader, which (as root) is
 another user than the student's. Only the grader writes results.json, after `Jail.close`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,7 +37,14 @@ import time
 from pathlib import Path
 
 from specdec_helpers.assignment.grading import packages
-from specdec_helpers.assignment.grading.isolation import apply_limits, bwrap_args, package_dirs, readable_by, secrets, view
+from specdec_helpers.assignment.grading.isolation import (
+    apply_limits,
+    bwrap_args,
+    package_dirs,
+    readable_by,
+    secrets,
+    view,
+)
 from specdec_helpers.assignment.grading.jail_policy import PASS_ENV, Limits, layers
 from specdec_helpers.assignment.grading.jail_policy import describe  # noqa: F401 - for callers: privilege.describe()
 from specdec_helpers.assignment.grading.student_users import (
@@ -60,9 +68,13 @@ def warn(stream=None) -> None:
     """Say once, plainly, that student code runs with the grader's rights."""
     if not _warned:
         _warned.append(True)
-        print("⚠️  student code runs with YOUR rights here (not root, no usable bubblewrap): it can read and "
-              "change what you can. Install bubblewrap (apt-get install bubblewrap) or grade as root (Gradescope, "
-              "a container) for a sandbox.", file=stream or sys.stderr, flush=True)
+        print(
+            "⚠️  student code runs with YOUR rights here (not root, no usable bubblewrap): it can read and "
+            "change what you can. Install bubblewrap (apt-get install bubblewrap) or grade as root (Gradescope, "
+            "a container) for a sandbox.",
+            file=stream or sys.stderr,
+            flush=True,
+        )
 
 
 # --------------------------------------------------------------------------- the jail
@@ -78,7 +90,7 @@ class Jail:
         if not trusted and not (self.user_layer or self.bwrap_layer):
             warn()
         self.limits = (limits or Limits()).resolved()
-        self.lock, self.user = (claim_user() if self.user_layer else (None, None))
+        self.lock, self.user = claim_user() if self.user_layer else (None, None)
         self.processes: list[subprocess.Popen] = []
         # the scratch folder inside a folder of the grader's (0711): the student owns the scratch but cannot rename
         # it or put a link in its place (what they put inside it is theirs: the grader never follows it there)
@@ -90,21 +102,32 @@ class Jail:
         if self.user:
             os.chown(self.scratch, self.user.pw_uid, self.user.pw_gid)
             self.kill()  # a previous grading's leftovers of this user
-            self.problems = [str(p) for p in secrets() if not self.bwrap_layer and
-                             readable_by(p, self.user.pw_uid, self.user.pw_gid)]
+            self.problems = [
+                str(p) for p in secrets() if not self.bwrap_layer and readable_by(p, self.user.pw_uid, self.user.pw_gid)
+            ]
             if self.problems:
-                print(f"⚠️  student code (user {self.user.pw_name}) can read {', '.join(self.problems)}: make them "
-                      "unreadable to other users (chmod -R o-rwx) or install bubblewrap", file=sys.stderr, flush=True)
+                print(
+                    f"⚠️  student code (user {self.user.pw_name}) can read {', '.join(self.problems)}: make them "
+                    "unreadable to other users (chmod -R o-rwx) or install bubblewrap",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     # -- starting
     def env(self, extra: dict | None = None, kind: str = "child") -> dict:
         base = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
         kit = None  # where the child finds the kit: the grader's own, or (sandboxed) the student's view of it
         if not self.trusted and (self.user_layer or self.bwrap_layer):
-            base |= {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(self.scratch),
-                     "TMPDIR": str(self.scratch), "PYTHONDONTWRITEBYTECODE": "1",
-                     "PYTHONPATH": os.pathsep.join(map(str, [view(kind), *package_dirs()])),
-                     "MPLCONFIGDIR": str(self.scratch / ".matplotlib"), "USER": self.name, "LOGNAME": self.name}
+            base |= {
+                "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+                "HOME": str(self.scratch),
+                "TMPDIR": str(self.scratch),
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "PYTHONPATH": os.pathsep.join(map(str, [view(kind), *package_dirs()])),
+                "MPLCONFIGDIR": str(self.scratch / ".matplotlib"),
+                "USER": self.name,
+                "LOGNAME": self.name,
+            }
             if os.environ.get("SPECDEC_CACHE_DIR"):
                 base["SPECDEC_CACHE_DIR"] = os.environ["SPECDEC_CACHE_DIR"]
             kit = str(view(kind) / "specdec_helpers")
@@ -124,12 +147,24 @@ class Jail:
             return list(argv)
         wrapped = list(argv)
         if self.bwrap_layer and self.user:  # bwrap mounts as root, then the student user, no capabilities
-            wrapped = ["setpriv", f"--reuid={self.user.pw_uid}", f"--regid={self.user.pw_gid}", "--clear-groups",
-                       "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
-                       "env", "-C", str(self.scratch), *wrapped]
+            wrapped = [
+                "setpriv",
+                f"--reuid={self.user.pw_uid}",
+                f"--regid={self.user.pw_gid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--no-new-privs",
+                "--",
+                "env",
+                "-C",
+                str(self.scratch),
+                *wrapped,
+            ]
         if self.bwrap_layer:
-            switch = ([a for cap in SWITCH_CAPS for a in ("--cap-add", cap)] if self.user else
-                      ["--chdir", str(self.scratch)])
+            switch = (
+                [a for cap in SWITCH_CAPS for a in ("--cap-add", cap)] if self.user else ["--chdir", str(self.scratch)]
+            )
             wrapped = bwrap_args(self.scratch, kind == "kernel", kind) + switch + ["--"] + wrapped
         limits = {k: v for k, v in self.limits.items() if v is not None and (k != "NPROC" or self.user_layer)}
         if shutil.which("prlimit"):
@@ -142,19 +177,25 @@ class Jail:
         if self.user and not self.bwrap_layer:
             path = Path(shutil.which(program) or program).resolve()
             if not readable_by(path, self.user.pw_uid, self.user.pw_gid):
-                raise RuntimeError(f"the user {self.user.pw_name} that runs student code cannot run {path} (a folder "
-                                   "on its path is private): use a Python all users can run, or install bubblewrap")
+                raise RuntimeError(
+                    f"the user {self.user.pw_name} that runs student code cannot run {path} (a folder "
+                    "on its path is private): use a Python all users can run, or install bubblewrap"
+                )
             hidden = [str(p) for p in package_dirs() if not readable_by(p, self.user.pw_uid, self.user.pw_gid)]
             if hidden:
-                raise RuntimeError(f"the user {self.user.pw_name} that runs student code cannot read the grader's "
-                                   f"packages in {', '.join(hidden)} (a folder on the way is private): install them "
-                                   "where all users can read them, or install bubblewrap")
+                raise RuntimeError(
+                    f"the user {self.user.pw_name} that runs student code cannot read the grader's "
+                    f"packages in {', '.join(hidden)} (a folder on the way is private): install them "
+                    "where all users can read them, or install bubblewrap"
+                )
 
     def popen(self, argv: list[str], env: dict | None = None, **kwargs) -> subprocess.Popen:
         self.runnable(argv[0])
         if self.user and not self.bwrap_layer:
             kwargs.update(user=self.user.pw_uid, group=self.user.pw_gid, extra_groups=[])
-        process = subprocess.Popen(self.argv(argv), env=self.env(env), cwd=self.scratch, start_new_session=True, **kwargs)
+        process = subprocess.Popen(
+            self.argv(argv), env=self.env(env), cwd=self.scratch, start_new_session=True, **kwargs
+        )
         self.processes.append(process)
         return process
 
@@ -165,15 +206,24 @@ class Jail:
         self.runnable(sys.executable)
         spec = folder / "kernels" / name
         spec.mkdir(parents=True, exist_ok=True)
-        plan = {"argv": self.argv([sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"], "kernel"),
-                "env": self.env(env, "kernel"), "scratch": str(self.scratch),
-                "user": [self.user.pw_uid, self.user.pw_gid] if self.user else None,
-                "switch": bool(self.user and not self.bwrap_layer)}
+        plan = {
+            "argv": self.argv([sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"], "kernel"),
+            "env": self.env(env, "kernel"),
+            "scratch": str(self.scratch),
+            "user": [self.user.pw_uid, self.user.pw_gid] if self.user else None,
+            "switch": bool(self.user and not self.bwrap_layer),
+        }
         (folder / "plan.json").write_text(json.dumps(plan))
         os.chmod(folder / "plan.json", 0o600)
-        (spec / "kernel.json").write_text(json.dumps({
-            "argv": [sys.executable, "-m", __name__, "kernel", str(folder / "plan.json"), "{connection_file}"],
-            "display_name": "student (sandboxed)", "language": "python"}))
+        (spec / "kernel.json").write_text(
+            json.dumps(
+                {
+                    "argv": [sys.executable, "-m", __name__, "kernel", str(folder / "plan.json"), "{connection_file}"],
+                    "display_name": "student (sandboxed)",
+                    "language": "python",
+                }
+            )
+        )
         return name
 
     # -- control
@@ -195,8 +245,12 @@ class Jail:
 
     def kill(self) -> None:
         """Kill every process of this student (its user's, or its sandboxes' namespaces, or process groups)."""
-        members = [pid for process in self.processes if process.poll() is None and self.bwrap_layer and not self.user
-                   for pid in namespace_members(process.pid)]
+        members = [
+            pid
+            for process in self.processes
+            if process.poll() is None and self.bwrap_layer and not self.user
+            for pid in namespace_members(process.pid)
+        ]
         for process in self.processes:
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):

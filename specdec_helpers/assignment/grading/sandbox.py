@@ -6,6 +6,7 @@ One protocol (`Runner`) for the ways student code is answered: `Child` (a proces
 Nothing the child sends is executed or unpickled here: answers are JSON, decoded into tensors, lists
 and numbers only.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,8 +52,14 @@ class Child:
     default (`privilege.current`, else a jail of its own, closed with the child); ``trusted=True`` for
     the reference solution, which runs as the grader (another user than the student's)."""
 
-    def __init__(self, sources: dict, ready_timeout: float = 120, env: dict | None = None,
-                 jail: privilege.Jail | None = None, trusted: bool = False):
+    def __init__(
+        self,
+        sources: dict,
+        ready_timeout: float = 120,
+        env: dict | None = None,
+        jail: privilege.Jail | None = None,
+        trusted: bool = False,
+    ):
         self.log_file = tempfile.TemporaryFile()
         read_end, write_end = os.pipe()
         self.own_jail = None
@@ -63,8 +70,14 @@ class Child:
         self.jail = jail
         try:
             self.process = jail.popen(
-                [sys.executable, "-m", "specdec_helpers.assignment.grading.child", str(write_end)], env=env,
-                stdin=subprocess.PIPE, stdout=self.log_file, stderr=self.log_file, pass_fds=(write_end,), text=True)
+                [sys.executable, "-m", "specdec_helpers.assignment.grading.child", str(write_end)],
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=self.log_file,
+                stderr=self.log_file,
+                pass_fds=(write_end,),
+                text=True,
+            )
         except BaseException:
             os.close(read_end)
             self._release()
@@ -96,11 +109,15 @@ class Child:
     def pause(self) -> None:
         """Stop the child and every process of its jail (so nothing of theirs runs while another is timed)."""
         if self.alive():
-            self.jail.pause() if self.jail.user_layer or self.jail.bwrap_layer else os.killpg(self.process.pid, signal.SIGSTOP)
+            self.jail.pause() if self.jail.user_layer or self.jail.bwrap_layer else os.killpg(
+                self.process.pid, signal.SIGSTOP
+            )
 
     def resume(self) -> None:
         if self.alive():
-            self.jail.resume() if self.jail.user_layer or self.jail.bwrap_layer else os.killpg(self.process.pid, signal.SIGCONT)
+            self.jail.resume() if self.jail.user_layer or self.jail.bwrap_layer else os.killpg(
+                self.process.pid, signal.SIGCONT
+            )
 
     def kill(self) -> None:
         """Kill the child and everything it started (in a student's jail: every process of the student)."""
@@ -150,8 +167,10 @@ class Child:
                 if not chunk:
                     self.process.wait()
                     tail = self.output_tail()
-                    raise ChildFailed(f"your code ended the process (exit status {self.process.returncode}) while "
-                                      f"{what}" + (f"; its last output: {tail}" if tail else ""))
+                    raise ChildFailed(
+                        f"your code ended the process (exit status {self.process.returncode}) while "
+                        f"{what}" + (f"; its last output: {tail}" if tail else "")
+                    )
                 self.buffer += chunk
             elif not self.alive():
                 raise ChildFailed(f"your code ended the process (exit status {self.process.returncode}) while {what}")
@@ -166,8 +185,10 @@ class Child:
         self.process.stdin.flush()
         answer = self._receive(timeout, f"running {kwargs.get('method', op)}")
         if answer.get("delegated"):
-            raise Delegated(f"your code called the kit's own implementation ({answer['delegated'][0]}): a graded "
-                            "part must be your own code")
+            raise Delegated(
+                f"your code called the kit's own implementation ({answer['delegated'][0]}): a graded "
+                "part must be your own code"
+            )
         if "error" in answer:
             e = answer["error"]
             raise StudentError(e["type"], e["message"], e.get("where", ""))

@@ -1,6 +1,7 @@
 """What a grading is worth: one `Result` per test and performance item, the `Report` (the table students
 read, Gradescope's ``results.json``), points split and added in exact thousandths, and the performance
 items scored from a `speed.Measurement`. `grader` runs the tests and the measurement; this module only counts."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -9,8 +10,15 @@ from fractions import Fraction
 from specdec_helpers.assignment.grading.speed import Measurement
 
 EXTRA_CREDIT = ("bonus",)
-LABELS = {"init": "1 initialization", "draft": "2 drafting", "verify": "3 verification", "decode": "4 decode loop",
-          "speedup": "speedup", "acceptance": "acceptance", "bonus": "bonus (extra credit)"}
+LABELS = {
+    "init": "1 initialization",
+    "draft": "2 drafting",
+    "verify": "3 verification",
+    "decode": "4 decode loop",
+    "speedup": "speedup",
+    "acceptance": "acceptance",
+    "bonus": "bonus (extra credit)",
+}
 
 
 # --------------------------------------------------------------------------- results
@@ -64,10 +72,15 @@ class Report:
             if item in EXTRA_CREDIT:
                 best = sum(r.max_score for r in results)
             statuses = {r.status for r in results}
-            verdict = ("✅ all tests pass" if statuses == {"passed"} else
-                       "⏳ not implemented yet" if statuses == {"not implemented"} else
-                       "– not measured" if statuses == {"skipped"} else
-                       f"❌ {sum(not r.passed for r in results)} of {len(results)} tests fail")
+            verdict = (
+                "✅ all tests pass"
+                if statuses == {"passed"}
+                else "⏳ not implemented yet"
+                if statuses == {"not implemented"}
+                else "– not measured"
+                if statuses == {"skipped"}
+                else f"❌ {sum(not r.passed for r in results)} of {len(results)} tests fail"
+            )
             lines.append(f"{LABELS.get(item, item):<24}{got:>6.1f} / {best:<4g}  {verdict}")
         lines.append("-" * 64)
         lines.append(f"{'total':<24}{self.score:>6.1f} / {self.max_score:<4g}")
@@ -83,6 +96,7 @@ class Report:
         """Gradescope's ``results.json``: hidden tests are shown after the due date. An item that was not
         measured (the bonus on a CPU preset) is not a failure: Gradescope has no "skipped" status, so it gets
         none and says why in its name and output."""
+
         def status(r):
             return {} if r.status == "skipped" else {"status": "passed" if r.passed else "failed"}
 
@@ -92,9 +106,15 @@ class Report:
             "execution_time": round(self.seconds, 1),
             "output": self.table(),
             "tests": [
-                {"name": f"{LABELS.get(r.item, r.item)}: {r.name}" + (" (not measured)" if r.status == "skipped" else ""),
-                 "score": round(r.score, 3), "max_score": round(r.max_score, 3), "output": r.feedback or r.status,
-                 "visibility": "after_due_date" if r.hidden else "visible", **status(r)}
+                {
+                    "name": f"{LABELS.get(r.item, r.item)}: {r.name}"
+                    + (" (not measured)" if r.status == "skipped" else ""),
+                    "score": round(r.score, 3),
+                    "max_score": round(r.max_score, 3),
+                    "output": r.feedback or r.status,
+                    "visibility": "after_due_date" if r.hidden else "visible",
+                    **status(r),
+                }
                 for r in self.results
             ],
         }
@@ -135,40 +155,67 @@ def performance_results(m: Measurement | None, config: dict, reason: str = "") -
     preset PA3's absolute bars apply."""
     points, th = config["points"], config["thresholds"]
     if m is not None and m.detail.get("baseline") == "greedy":  # PA3's bars: speedups over greedy decoding
-        items = [("speedup", f"speedup >= {th['speedup']:g}x over greedy decoding", lambda: m.speedup >= th["speedup"]),
-                 ("acceptance", f"draft acceptance > {th['acceptance']:.0%}", lambda: m.acceptance > th["acceptance"]),
-                 ("bonus", f"bonus: speedup > {th['bonus_speedup']:g}x and acceptance > {th['bonus_acceptance']:.0%}",
-                  lambda: m.speedup > th["bonus_speedup"] and m.acceptance > th["bonus_acceptance"])]
+        items = [
+            ("speedup", f"speedup >= {th['speedup']:g}x over greedy decoding", lambda: m.speedup >= th["speedup"]),
+            ("acceptance", f"draft acceptance > {th['acceptance']:.0%}", lambda: m.acceptance > th["acceptance"]),
+            (
+                "bonus",
+                f"bonus: speedup > {th['bonus_speedup']:g}x and acceptance > {th['bonus_acceptance']:.0%}",
+                lambda: m.speedup > th["bonus_speedup"] and m.acceptance > th["bonus_acceptance"],
+            ),
+        ]
     else:
-        items = [("speedup", f"speed: at least {th['relative_speed']:.0%} of the reference solution's, timed side by side",
-                  lambda: m.speedup >= th["relative_speed"]),
-                 ("acceptance", f"draft acceptance at least {th['relative_acceptance']:.0%} of the reference's",
-                  lambda: m.acceptance >= th["relative_acceptance"] * m.reference_acceptance),
-                 ("bonus", "bonus (measured on GPU presets only)", None)]
+        items = [
+            (
+                "speedup",
+                f"speed: at least {th['relative_speed']:.0%} of the reference solution's, timed side by side",
+                lambda: m.speedup >= th["relative_speed"],
+            ),
+            (
+                "acceptance",
+                f"draft acceptance at least {th['relative_acceptance']:.0%} of the reference's",
+                lambda: m.acceptance >= th["relative_acceptance"] * m.reference_acceptance,
+            ),
+            ("bonus", "bonus (measured on GPU presets only)", None),
+        ]
     results = []
     for item, name, ok in items:
         best = float(points.get(item, 0))
         if not best:
             continue
         if m is None or ok is None:
-            results.append(Result(item, name, 0.0, best, "skipped",
-                                  reason or "not measured on CPU (a GPU preset measures the bonus)",
-                                  test_id=f"perf.{item}"))
+            results.append(
+                Result(
+                    item,
+                    name,
+                    0.0,
+                    best,
+                    "skipped",
+                    reason or "not measured on CPU (a GPU preset measures the bonus)",
+                    test_id=f"perf.{item}",
+                )
+            )
             continue
         against = "greedy decoding" if m.detail.get("baseline") == "greedy" else "the reference's speed"
-        numbers = (f"measured {m.speedup:.2f}x {against}, acceptance {m.acceptance:.1%} "
-                   f"(reference {m.reference_acceptance:.1%})")
+        numbers = (
+            f"measured {m.speedup:.2f}x {against}, acceptance {m.acceptance:.1%} "
+            f"(reference {m.reference_acceptance:.1%})"
+        )
         if m.detail.get("note"):  # drafts off the draft model's greedy proposals: the drafting tests take those points
             numbers += f"; note: {m.detail['note']}"
         if m.error:
             status, feedback = "error", m.error
         elif not m.identical:
-            status, feedback = "failed", f"{numbers}, but an output differs from greedy decoding: a speedup that " \
-                                         "changes the text does not count"
+            status, feedback = (
+                "failed",
+                f"{numbers}, but an output differs from greedy decoding: a speedup that "
+                "changes the text does not count",
+            )
         elif not m.speculates:
             status, feedback = "failed", f"{numbers}; {m.detail.get('problem') or 'the decoder does not speculate'}"
         else:
             status, feedback = ("passed" if ok() else "failed"), numbers
-        results.append(Result(item, name, best if status == "passed" else 0.0, best, status, feedback,
-                              test_id=f"perf.{item}"))
+        results.append(
+            Result(item, name, best if status == "passed" else 0.0, best, status, feedback, test_id=f"perf.{item}")
+        )
     return results

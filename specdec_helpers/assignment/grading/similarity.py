@@ -20,6 +20,7 @@ Thresholds, measured on the course's cells (tests/test_similarity.py, with k = 2
   independent solutions 0.0-0.17, the reference 0.07-0.27 (its ``accept_draft`` is the kit's
   ``accept_greedy``). The margin is narrower than for pairs: read the kit flags side by side.
 """
+
 from __future__ import annotations
 
 import ast
@@ -36,9 +37,20 @@ from specdec_helpers.assignment.grading.editions import strip
 
 PACKAGE = Path(__file__).resolve().parents[2]
 #: Kit code a graded cell could be copied from (paths inside the package; absent ones are skipped).
-KIT_FILES = ("core/reference_parts.py", "core/reference_loop.py", "core/verify.py", "core/decode.py",
-             "core/drafters.py", "core/cache.py", "core/rounds.py", "core/tree.py", "core/sampling.py",
-             "core/adaptive.py", "core/compiled.py", "assignment/parts/decoder.py")
+KIT_FILES = (
+    "core/reference_parts.py",
+    "core/reference_loop.py",
+    "core/verify.py",
+    "core/decode.py",
+    "core/drafters.py",
+    "core/cache.py",
+    "core/rounds.py",
+    "core/tree.py",
+    "core/sampling.py",
+    "core/adaptive.py",
+    "core/compiled.py",
+    "assignment/parts/decoder.py",
+)
 #: Parts compared. Not ``init``: two documented library calls that every correct answer writes alike.
 PARTS = ("draft", "verify", "decode")
 NOISE = 25  # copydetect's k: matches shorter than this many characters of masked code are noise
@@ -49,8 +61,9 @@ TEMPLATE = Path(__file__).resolve().parent / "templates" / "similarity.html.j2"
 
 
 def fingerprint(code: str, name: str, boilerplate=()) -> CodeFingerprint:
-    return CodeFingerprint(f"{name}.py", NOISE, 1, boilerplate=sorted(boilerplate), language="python",
-                           fp=io.StringIO(code))
+    return CodeFingerprint(
+        f"{name}.py", NOISE, 1, boilerplate=sorted(boilerplate), language="python", fp=io.StringIO(code)
+    )
 
 
 @dataclass
@@ -68,8 +81,14 @@ class Match:
     other_label: str = ""
 
     def brief(self) -> dict:
-        return {"part": self.part, "student": self.student, "other": self.other, "kind": self.kind,
-                "similarity": round(self.similarity, 3), "other_label": self.other_label}
+        return {
+            "part": self.part,
+            "student": self.student,
+            "other": self.other,
+            "kind": self.kind,
+            "similarity": round(self.similarity, 3),
+            "other_label": self.other_label,
+        }
 
 
 @dataclass
@@ -98,13 +117,17 @@ class Detector:
         """Flagged matches of each student's cells with the reference, the kit and (``cross``) each other."""
         matches = []
         for part in self.parts:
-            cells = {who: self.cell(part, parts[part], who) for who, parts in sorted(students.items())
-                     if part in parts and parts[part]}
+            cells = {
+                who: self.cell(part, parts[part], who)
+                for who, parts in sorted(students.items())
+                if part in parts and parts[part]
+            }
             ref = self.cell(part, self.reference[part], "reference") if part in self.reference else None
             names = list(cells)
             for i, who in enumerate(names):
-                others = ([("reference", "reference", ref)] if ref is not None else []) + \
-                         ([(other, "student", cells[other]) for other in names[i + 1:]] if cross else [])
+                others = ([("reference", "reference", ref)] if ref is not None else []) + (
+                    [(other, "student", cells[other]) for other in names[i + 1 :]] if cross else []
+                )
                 for other, kind, fp in others:
                     match = pair_match(part, who, cells[who], other, kind, fp)
                     if match:
@@ -129,16 +152,34 @@ class Detector:
         student_html = _highlight(cell, slices)
         other_html = "\n\n".join(_highlight(fp, compare_files(cell, fp)[2][1]) for _, _, fp in sources[:3])
         share = float(covered / cell.token_coverage)
-        return Match(part, who, "kit", "kit", share, (share, 0.0), student_html, other_html,
-                     "kit: " + "; ".join(label for _, label, _ in sources[:3]))
+        return Match(
+            part,
+            who,
+            "kit",
+            "kit",
+            share,
+            (share, 0.0),
+            student_html,
+            other_html,
+            "kit: " + "; ".join(label for _, label, _ in sources[:3]),
+        )
 
 
 def pair_match(part: str, who: str, a: CodeFingerprint, other: str, kind: str, b: CodeFingerprint) -> Match | None:
     overlap, shares, slices = compare_files(a, b)
     if overlap < MIN_OVERLAP or max(shares) < PAIR_THRESHOLD:
         return None
-    return Match(part, who, other, kind, float(max(shares)), (float(shares[0]), float(shares[1])),
-                 _highlight(a, slices[0]), _highlight(b, slices[1]), other if kind == "student" else "the reference")
+    return Match(
+        part,
+        who,
+        other,
+        kind,
+        float(max(shares)),
+        (float(shares[0]), float(shares[1])),
+        _highlight(a, slices[0]),
+        _highlight(b, slices[1]),
+        other if kind == "student" else "the reference",
+    )
 
 
 def similarity(a: str, b: str, part: str, reference: dict) -> tuple[float, float]:
@@ -159,7 +200,7 @@ def functions_of(path: Path) -> list[tuple[str, str]]:
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 first = min([child.lineno] + [d.lineno for d in child.decorator_list])
                 owner = f"{node.name}." if isinstance(node, ast.ClassDef) else ""
-                out.append((owner + child.name, "\n".join(lines[first - 1:child.end_lineno])))
+                out.append((owner + child.name, "\n".join(lines[first - 1 : child.end_lineno])))
     return out
 
 
@@ -172,8 +213,10 @@ def _found(cell: CodeFingerprint, hashes: set) -> tuple[int, object]:
         return 0, slices
     covered = int(np.sum(slices[1] - slices[0]))
     if len(cell.offsets):
-        slices = slices + cell.offsets[:, 1][np.clip(np.searchsorted(cell.offsets[:, 0], slices), 0,
-                                                     cell.offsets.shape[0] - 1)]
+        slices = (
+            slices
+            + cell.offsets[:, 1][np.clip(np.searchsorted(cell.offsets[:, 0], slices), 0, cell.offsets.shape[0] - 1)]
+        )
     return covered, slices
 
 
@@ -187,8 +230,8 @@ def write_report(matches: list[Match], path, title: str = "Similar graded cells"
     """The HTML report: one section per flagged pair, the two cells side by side, shared code marked."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE.parent), autoescape=True)
     html = env.get_template(TEMPLATE.name).render(
-        title=title, note=note, matches=matches, thresholds={"pair": PAIR_THRESHOLD, "kit": KIT_THRESHOLD},
-        parts=PARTS)
+        title=title, note=note, matches=matches, thresholds={"pair": PAIR_THRESHOLD, "kit": KIT_THRESHOLD}, parts=PARTS
+    )
     path = Path(path)
     path.write_text(html)
     return path

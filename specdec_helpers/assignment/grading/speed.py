@@ -11,6 +11,7 @@ decoding that the grader computed itself. Acceptance is the grader's: it replays
 proposals on the rounds it observed (`replay.check_rounds`: verification calls, target passes) and
 rejects rounds that break the rule stated in notebook 04.
 """
+
 from __future__ import annotations
 
 import random
@@ -56,7 +57,7 @@ def fresh_prompts(pair, n: int, rng: random.Random, sampled: int = 8) -> list[to
         for _ in range(n):
             ids = texts[rng.randrange(len(texts))]
             begin = rng.randrange(max(1, ids.shape[1] // 2))
-            ids = ids[:, begin: begin + rng.randint(3, 12)].to(pair.device)
+            ids = ids[:, begin : begin + rng.randint(3, 12)].to(pair.device)
             for _ in range(sampled):
                 logits = pair.target(input_ids=ids).logits[0, -1].float()
                 token = torch.multinomial(logits.softmax(-1).cpu(), 1, generator=generator)
@@ -92,8 +93,9 @@ def baseline_of(perf: dict, device: str) -> str:
     return "greedy" if device != "cpu" and perf.get("preset", "toy") not in OFFLINE_PRESETS else "reference"
 
 
-def measure(student_sources: dict, reference_sources: dict, perf: dict, *, seed: int | None = None,
-            timeout: float = 120) -> Measurement:
+def measure(
+    student_sources: dict, reference_sources: dict, perf: dict, *, seed: int | None = None, timeout: float = 120
+) -> Measurement:
     """Time the student's decoder against the reference on the course pair (see the module's doc), with
     as many torch threads here as in the children (``$SPECDEC_THREADS``, default 1): the grader's own
     greedy decoding and replay took 25x longer with two threads on a shared 2-core machine."""
@@ -108,8 +110,10 @@ def _measure(student_sources: dict, reference_sources: dict, perf: dict, seed, t
     n_new, repeats = perf["max_new_tokens"], perf["repeats"]
     baseline = baseline_of(perf, torch.device(pair.device).type)
     prompts = fresh_prompts(pair, repeats + perf["warmup"], rng)
-    expected = [greedy_decode(pair.target, p, max_new_tokens=n_new, eos_token_id=None).sequences[0, p.shape[1]:].tolist()
-                for p in prompts]
+    expected = [
+        greedy_decode(pair.target, p, max_new_tokens=n_new, eos_token_id=None).sequences[0, p.shape[1] :].tolist()
+        for p in prompts
+    ]
     students = reference = None
     try:
         reference = Child(reference_sources, trusted=True)
@@ -117,9 +121,11 @@ def _measure(student_sources: dict, reference_sources: dict, perf: dict, seed, t
         handles = {c: c.request("pair", timeout=timeout, preset=perf["preset"]) for c in (reference, students)}
         where = {c.request("where", timeout=timeout, handle=handles[c]) for c in (reference, students)}
         if where != {str(next(pair.target.parameters()).device)}:
-            raise RuntimeError(f"the grader's pair is on {next(pair.target.parameters()).device} but its children's on "
-                               f"{', '.join(sorted(where))}: they cannot see the same device (a sandbox without the "
-                               "GPU's device files, or CUDA_VISIBLE_DEVICES): grading would time another device")
+            raise RuntimeError(
+                f"the grader's pair is on {next(pair.target.parameters()).device} but its children's on "
+                f"{', '.join(sorted(where))}: they cannot see the same device (a sandbox without the "
+                "GPU's device files, or CUDA_VISIBLE_DEVICES): grading would time another device"
+            )
         times = {"reference": [], "student": [], "greedy": []}
         identical, totals, problems, notes = True, {"reference": [0, 0], "student": [0, 0]}, {}, {}
         for run in range(repeats + perf["warmup"]):
@@ -128,10 +134,18 @@ def _measure(student_sources: dict, reference_sources: dict, perf: dict, seed, t
                 order.reverse()
             for who, child, other in order:
                 ids = prompts[run]  # the same fresh prompt for both: paired runs, comparable acceptance
-                answer, seconds = _timed(child, other, "generate", timeout=timeout, handle=handles[child],
-                                         ids=encode(ids), max_tokens=n_new, k=k)
+                answer, seconds = _timed(
+                    child,
+                    other,
+                    "generate",
+                    timeout=timeout,
+                    handle=handles[child],
+                    ids=encode(ids),
+                    max_tokens=n_new,
+                    k=k,
+                )
                 out = answer["result"]
-                got = out[0, ids.shape[1]:].tolist() if isinstance(out, torch.Tensor) and out.dim() == 2 else None
+                got = out[0, ids.shape[1] :].tolist() if isinstance(out, torch.Tensor) and out.dim() == 2 else None
                 want = expected[run]
                 if got is not None and got != want and not _stopped_at_eos(got, want, pair):
                     # in half precision a divergence is right only at a numerical near-tie of the target
@@ -150,8 +164,15 @@ def _measure(student_sources: dict, reference_sources: dict, perf: dict, seed, t
                 if run >= perf["warmup"]:
                     times[who].append(seconds)
             if baseline == "greedy":  # the kit's greedy loop, in the reference's child, on the same prompt
-                answer, seconds = _timed(reference, students, "greedy", timeout=timeout, handle=handles[reference],
-                                         ids=encode(prompts[run]), max_tokens=n_new)
+                answer, seconds = _timed(
+                    reference,
+                    students,
+                    "greedy",
+                    timeout=timeout,
+                    handle=handles[reference],
+                    ids=encode(prompts[run]),
+                    max_tokens=n_new,
+                )
                 if run >= perf["warmup"]:
                     times["greedy"].append(seconds)
     except (ChildFailed, StudentError) as error:
@@ -164,17 +185,32 @@ def _measure(student_sources: dict, reference_sources: dict, perf: dict, seed, t
         raise RuntimeError(f"the reference solution failed its own measurement: {problems['reference']}")
     rate = lambda who: totals[who][0] / totals[who][1] if totals[who][1] else 0.0
     speculates = "student" not in problems
-    paired = ([b / s for b, s in zip(times[baseline], times["student"])]
-              if len(times["student"]) == len(times[baseline]) == repeats else [])
+    paired = (
+        [b / s for b, s in zip(times[baseline], times["student"])]
+        if len(times["student"]) == len(times[baseline]) == repeats
+        else []
+    )
     ratio = statistics.median(paired) if paired else 0.0
     return Measurement(
-        speedup=ratio, acceptance=rate("student") if speculates else 0.0, identical=identical, speculates=speculates,
+        speedup=ratio,
+        acceptance=rate("student") if speculates else 0.0,
+        identical=identical,
+        speculates=speculates,
         reference_acceptance=rate("reference"),
-        detail=dict(preset=pair.preset, device=torch.device(pair.device).type, k=k, max_new_tokens=n_new, repeats=repeats, baseline=baseline,
-                    student_s=[round(t, 4) for t in times["student"]],
-                    reference_s=[round(t, 4) for t in times["reference"]],
-                    greedy_s=[round(t, 4) for t in times["greedy"]], problem=problems.get("student", ""),
-                    note=notes.get("student", "")))
+        detail=dict(
+            preset=pair.preset,
+            device=torch.device(pair.device).type,
+            k=k,
+            max_new_tokens=n_new,
+            repeats=repeats,
+            baseline=baseline,
+            student_s=[round(t, 4) for t in times["student"]],
+            reference_s=[round(t, 4) for t in times["reference"]],
+            greedy_s=[round(t, 4) for t in times["greedy"]],
+            problem=problems.get("student", ""),
+            note=notes.get("student", ""),
+        ),
+    )
 
 
 def _stopped_at_eos(got: list[int], want: list[int], pair) -> bool:

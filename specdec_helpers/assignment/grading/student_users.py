@@ -1,6 +1,7 @@
 """The student users that run student code: one per student graded at the same time (``specdec-student``,
 then ``specdec-student1``, ... claimed with a lock), created when missing; and all of one user's processes
 and files, found, signalled and removed (`privilege.Jail` kills and cleans up through these)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -21,9 +22,11 @@ def _student_user() -> str:
     users of their own."""
     name = os.environ.get("SPECDEC_STUDENT_USER", "specdec-student")
     if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,29}", name):
-        raise ValueError(f"SPECDEC_STUDENT_USER={name!r} is not a user name useradd accepts: lowercase letters, "
-                         "digits, '-' and '_', 30 characters at most, starting with a letter; unset it for "
-                         "'specdec-student'")
+        raise ValueError(
+            f"SPECDEC_STUDENT_USER={name!r} is not a user name useradd accepts: lowercase letters, "
+            "digits, '-' and '_', 30 characters at most, starting with a letter; unset it for "
+            "'specdec-student'"
+        )
     return name
 
 
@@ -43,13 +46,28 @@ def ensure_user(name: str = USER) -> pwd.struct_passwd:
     """The unprivileged user ``name``, created (``useradd --system``, no home, no login) when missing."""
     if not _user_exists(name):
         nologin = shutil.which("nologin") or "/usr/sbin/nologin"
-        done = subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
-                               "--shell", nologin, name], capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                "useradd",
+                "--system",
+                "--user-group",
+                "--no-create-home",
+                "--home-dir",
+                "/nonexistent",
+                "--shell",
+                nologin,
+                name,
+            ],
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0 and not _user_exists(name):
             raise RuntimeError(f"could not create the user {name} that runs student code: {done.stderr.strip()}")
     user = pwd.getpwnam(name)
     if user.pw_uid == 0 or user.pw_gid == 0 or user.pw_uid == os.getuid():
-        raise RuntimeError(f"user {name} has uid {user.pw_uid} / gid {user.pw_gid}: student code needs a user of its own")
+        raise RuntimeError(
+            f"user {name} has uid {user.pw_uid} / gid {user.pw_gid}: student code needs a user of its own"
+        )
     if set(os.getgrouplist(name, user.pw_gid)) != {user.pw_gid}:
         raise RuntimeError(f"user {name} belongs to other groups ({os.getgrouplist(name, user.pw_gid)}); remove them")
     return user
@@ -70,8 +88,10 @@ def _lock_folder() -> Path:
         if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077:
             return folder
         shutil.rmtree(folder) if stat.S_ISDIR(st.st_mode) else folder.unlink()
-    raise RuntimeError(f"{folder} is not a private folder of this user's and keeps coming back; remove whatever "
-                       "makes it, or make /run writable")
+    raise RuntimeError(
+        f"{folder} is not a private folder of this user's and keeps coming back; remove whatever "
+        "makes it, or make /run writable"
+    )
 
 
 def claim_user() -> tuple[int, pwd.struct_passwd]:

@@ -5,6 +5,7 @@ nbgrader ``grade_id``. nbval's lines are reported with 0 points: a student cell 
 check's verdict earns nothing. pytest and nbval run as the grader; each notebook's kernel runs in the
 student's `privilege.Jail`.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -55,8 +56,10 @@ def notebooks_in(path) -> list[Path]:
                     if member.endswith(".ipynb") and ".." not in Path(member).parts and not member.startswith("/"):
                         archive.extract(member, folder)
         except zipfile.BadZipFile as error:
-            raise SubmissionError(f"{path.name} is not a readable zip ({error}); make it again with "
-                                  "`python -m specdec_helpers handin` and resubmit") from None
+            raise SubmissionError(
+                f"{path.name} is not a readable zip ({error}); make it again with "
+                "`python -m specdec_helpers handin` and resubmit"
+            ) from None
         path = folder
     found = notebook_files([path])
     if not found:
@@ -72,9 +75,18 @@ def readable(paths: list[Path]) -> tuple[list[Path], list[Result]]:
         try:
             read_notebook(path)
         except Exception as error:  # noqa: BLE001 - whatever it is, it is not a notebook
-            bad.append(Result("load", f"{path.name} reads as a notebook", 0.0, 0.0, "error",
-                              f"not a notebook ({type(error).__name__}: {str(error)[:120]}); download it again with "
-                              "File > Download > Download .ipynb and resubmit", test_id=f"load.{path.stem}"))
+            bad.append(
+                Result(
+                    "load",
+                    f"{path.name} reads as a notebook",
+                    0.0,
+                    0.0,
+                    "error",
+                    f"not a notebook ({type(error).__name__}: {str(error)[:120]}); download it again with "
+                    "File > Download > Download .ipynb and resubmit",
+                    test_id=f"load.{path.stem}",
+                )
+            )
         else:
             good.append(path)
     if not good:
@@ -91,9 +103,18 @@ def graded_parts(paths: list[Path]) -> tuple[dict, list[Result]]:
         if len(held) > 1:
             chosen = chosen_copy(held)[1].name
             names = ", ".join(repr(path.name) for _, path in held)
-            notes.append(Result("load", f"{part}: graded the cell in {chosen!r}", 0.0, 0.0, "passed",
-                                f"{len(held)} notebooks hold this part ({names}); the last finished one is graded. "
-                                "Hand in one copy of each notebook to choose yourself", test_id=f"load.{part}"))
+            notes.append(
+                Result(
+                    "load",
+                    f"{part}: graded the cell in {chosen!r}",
+                    0.0,
+                    0.0,
+                    "passed",
+                    f"{len(held)} notebooks hold this part ({names}); the last finished one is graded. "
+                    "Hand in one copy of each notebook to choose yourself",
+                    test_id=f"load.{part}",
+                )
+            )
     return {part: chosen_copy(held)[0] for part, held in copies.items()}, notes
 
 
@@ -105,8 +126,11 @@ def reference_sources(folder=INSTRUCTOR_NOTEBOOKS) -> dict:
 def instructor_notebook(nb, instructor_dir=INSTRUCTOR_NOTEBOOKS) -> Path | None:
     """The instructor's notebook that ``nb`` is a copy of, whatever the student's file is called: the one
     sharing the most locked cells' grade_ids (Colab saves "Copy of 03_...", browsers "03_... (1)")."""
+
     def locked(notebook) -> set:
-        return {nbgrader(c)["grade_id"] for c in notebook.cells if nbgrader(c).get("locked") and nbgrader(c).get("grade_id")}
+        return {
+            nbgrader(c)["grade_id"] for c in notebook.cells if nbgrader(c).get("locked") and nbgrader(c).get("grade_id")
+        }
 
     mine = locked(nb)
     shared = {path: len(mine & locked(read_notebook(path))) for path in sorted(Path(instructor_dir).glob("*.ipynb"))}
@@ -116,7 +140,11 @@ def instructor_notebook(nb, instructor_dir=INSTRUCTOR_NOTEBOOKS) -> Path | None:
 
 def with_instructor_cells(nb, instructor):
     """``nb`` with each locked cell replaced by the instructor's cell of the same grade_id."""
-    locked = {nbgrader(c)["grade_id"]: c for c in instructor.cells if nbgrader(c).get("locked") and nbgrader(c).get("grade_id")}
+    locked = {
+        nbgrader(c)["grade_id"]: c
+        for c in instructor.cells
+        if nbgrader(c).get("locked") and nbgrader(c).get("grade_id")
+    }
     for i, cell in enumerate(nb.cells):
         grade_id = nbgrader(cell).get("grade_id")
         if grade_id in locked:
@@ -124,8 +152,9 @@ def with_instructor_cells(nb, instructor):
     return nb
 
 
-def run_nbval(paths: list[Path], instructor_dir=INSTRUCTOR_NOTEBOOKS, timeout: float = 900,
-              preset: str = "toy") -> list[Result]:
+def run_nbval(
+    paths: list[Path], instructor_dir=INSTRUCTOR_NOTEBOOKS, timeout: float = 900, preset: str = "toy"
+) -> list[Result]:
     """Run each notebook under nbval (its own pytest and kernel); one 0-point line per check cell."""
     work = Path(tempfile.mkdtemp(prefix="specdec-nbval-"))
     try:
@@ -150,10 +179,19 @@ def _run_nbval(paths: list[Path], instructor_dir, timeout: float, preset: str, w
     jail = privilege.Jail() if own else privilege.current()
     # SPECDEC_QUICK: the notebooks' own measurements at their small sizes (as under CI's nbval), since only
     # the check cells' verdicts are graded; a class's grading spends its minutes on the hand-ins, not on plots
-    kernel_env = {"SPECDEC_PRESET": preset, "SPECDEC_THREADS": "1", "SPECDEC_QUICK": "1",
-                  "SPECDEC_EXPORT_DIR": str(jail.scratch / "export")}
-    env = {**os.environ, "SPECDEC_PRESET": preset, "SPECDEC_THREADS": "1", "PYTHONPATH": os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p), "JUPYTER_PATH": str(work / "jupyter")}
+    kernel_env = {
+        "SPECDEC_PRESET": preset,
+        "SPECDEC_THREADS": "1",
+        "SPECDEC_QUICK": "1",
+        "SPECDEC_EXPORT_DIR": str(jail.scratch / "export"),
+    }
+    env = {
+        **os.environ,
+        "SPECDEC_PRESET": preset,
+        "SPECDEC_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+        "JUPYTER_PATH": str(work / "jupyter"),
+    }
     results = []
     try:
         _beside_the_kernels(copies, jail)
@@ -161,12 +199,39 @@ def _run_nbval(paths: list[Path], instructor_dir, timeout: float, preset: str, w
         for copy, nb in copies:
             junit = work / (copy.stem + ".xml")
             try:
-                subprocess.run([sys.executable, "-m", "pytest", "-q", "--nbval-lax", f"--nbval-kernel-name={kernel}",
-                                "-p", "no:cacheprovider", f"--junitxml={junit}", "--rootdir", str(work), str(copy)],
-                               cwd=work, env=env, timeout=timeout, capture_output=True, start_new_session=True)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "pytest",
+                        "-q",
+                        "--nbval-lax",
+                        f"--nbval-kernel-name={kernel}",
+                        "-p",
+                        "no:cacheprovider",
+                        f"--junitxml={junit}",
+                        "--rootdir",
+                        str(work),
+                        str(copy),
+                    ],
+                    cwd=work,
+                    env=env,
+                    timeout=timeout,
+                    capture_output=True,
+                    start_new_session=True,
+                )
             except subprocess.TimeoutExpired:
-                results.append(Result("checks", f"{copy.name} runs", 0.0, 0.0, "failed",
-                                      f"did not finish in {timeout:g} s", test_id=f"nbval.{copy.stem}"))
+                results.append(
+                    Result(
+                        "checks",
+                        f"{copy.name} runs",
+                        0.0,
+                        0.0,
+                        "failed",
+                        f"did not finish in {timeout:g} s",
+                        test_id=f"nbval.{copy.stem}",
+                    )
+                )
                 continue
             finally:
                 jail.kill()  # its kernel and whatever that left behind
@@ -212,9 +277,27 @@ def _check_lines(name: str, nb, junit: Path) -> list[Result]:
         if not grade_id.endswith("_check"):
             continue
         problem = verdicts.get(index, "not run")
-        lines.append(Result("checks", f"{name}: {grade_id}", 0.0, 0.0, "passed" if problem == "" else "failed",
-                            problem, test_id=f"nbval.{Path(name).stem}.{grade_id}"))
+        lines.append(
+            Result(
+                "checks",
+                f"{name}: {grade_id}",
+                0.0,
+                0.0,
+                "passed" if problem == "" else "failed",
+                problem,
+                test_id=f"nbval.{Path(name).stem}.{grade_id}",
+            )
+        )
     if not verdicts:
-        lines.append(Result("checks", f"{name} runs under nbval", 0.0, 0.0, "failed", "nbval did not run the notebook",
-                            test_id=f"nbval.{Path(name).stem}"))
+        lines.append(
+            Result(
+                "checks",
+                f"{name} runs under nbval",
+                0.0,
+                0.0,
+                "failed",
+                "nbval did not run the notebook",
+                test_id=f"nbval.{Path(name).stem}",
+            )
+        )
     return lines

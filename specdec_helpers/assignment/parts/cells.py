@@ -4,6 +4,7 @@ One extraction used by the notebooks (a later notebook loads the student's earli
 sibling notebooks), by ``check``, ``handin`` and the grader alike. A graded cell is a code cell
 whose nbgrader metadata has ``"solution": true``; its ``grade_id`` names the part (`decoder.PARTS`).
 """
+
 from __future__ import annotations
 
 import ast
@@ -27,8 +28,11 @@ def nbgrader(cell) -> dict:
 
 def graded_cells(nb) -> dict[str, str]:
     """``{grade_id: source}`` of a notebook's graded (solution) code cells."""
-    return {nbgrader(c)["grade_id"]: c["source"] for c in nb["cells"]
-            if c["cell_type"] == "code" and nbgrader(c).get("solution") and nbgrader(c).get("grade_id")}
+    return {
+        nbgrader(c)["grade_id"]: c["source"]
+        for c in nb["cells"]
+        if c["cell_type"] == "code" and nbgrader(c).get("solution") and nbgrader(c).get("grade_id")
+    }
 
 
 def read_notebook(path):
@@ -86,8 +90,18 @@ def is_stub(source: str) -> bool:
 
 
 #: What reads a function's insides or a caller's frame: the way around the grader's guard on the kit's functions.
-INTROSPECTION = ("__closure__", "cell_contents", "__globals__", "__wrapped__", "__code__", "f_globals", "f_locals",
-                 "f_back", "gi_frame", "tb_frame")
+INTROSPECTION = (
+    "__closure__",
+    "cell_contents",
+    "__globals__",
+    "__wrapped__",
+    "__code__",
+    "f_globals",
+    "f_locals",
+    "f_back",
+    "gi_frame",
+    "tb_frame",
+)
 
 
 def kit_references(source: str) -> list[str]:
@@ -99,13 +113,20 @@ def kit_references(source: str) -> list[str]:
         return []
     found = []
     # the modules that reach any other module, under whatever name the cell binds them to (import sys as s)
-    loaders = {"sys", "importlib", "decoder"} | {alias.asname for node in ast.walk(tree) if isinstance(node, ast.Import)
-                                                 for alias in node.names if alias.asname and
-                                                 alias.name.split(".")[0] in ("sys", "importlib", "builtins")}
+    loaders = {"sys", "importlib", "decoder"} | {
+        alias.asname
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if alias.asname and alias.name.split(".")[0] in ("sys", "importlib", "builtins")
+    }
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("sys", "importlib", "builtins"):
-            found += [f"from {node.module} import {a.name}" for a in node.names
-                      if a.name in ("modules", "import_module", "__import__", "*", "reload", "util", "machinery")]
+            found += [
+                f"from {node.module} import {a.name}"
+                for a in node.names
+                if a.name in ("modules", "import_module", "__import__", "*", "reload", "util", "machinery")
+            ]
         if isinstance(node, ast.ImportFrom):
             module = node.module or ""
             if module.startswith("specdec_helpers") and module not in ALLOWED_KIT_IMPORTS:
@@ -113,18 +134,33 @@ def kit_references(source: str) -> list[str]:
             if module == "specdec_helpers":
                 found.append("from specdec_helpers import ...")
         elif isinstance(node, ast.Import):
-            found += [f"import {a.name}" for a in node.names
-                      if a.name.startswith("specdec_helpers") and a.name not in ALLOWED_KIT_IMPORTS]
+            found += [
+                f"import {a.name}"
+                for a in node.names
+                if a.name.startswith("specdec_helpers") and a.name not in ALLOWED_KIT_IMPORTS
+            ]
         elif isinstance(node, ast.Name) and node.id in ("__import__", "STANDINS", "exec", "eval", "compile"):
             found.append(node.id)
-        elif isinstance(node, ast.Attribute) and node.attr in ("modules", "import_module", "STANDINS") and \
-                isinstance(node.value, ast.Name) and node.value.id in loaders:
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr in ("modules", "import_module", "STANDINS")
+            and isinstance(node.value, ast.Name)
+            and node.value.id in loaders
+        ):
             found.append(f"{node.value.id}.{node.attr}")
-        elif isinstance(node, ast.Attribute) and node.attr == "modules" and isinstance(node.value, ast.Attribute) \
-                and node.value.attr == "sys":  # torch.sys.modules and its kind
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr == "modules"
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "sys"
+        ):  # torch.sys.modules and its kind
             found.append("sys.modules")
-        elif isinstance(node, ast.Attribute) and node.attr in INTROSPECTION or \
-                isinstance(node, ast.Constant) and node.value in INTROSPECTION:  # getattr(f, "__closure__") too
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr in INTROSPECTION
+            or isinstance(node, ast.Constant)
+            and node.value in INTROSPECTION
+        ):  # getattr(f, "__closure__") too
             found.append(node.attr if isinstance(node, ast.Attribute) else node.value)
     return found + _package_reaches(tree)
 
@@ -195,17 +231,26 @@ def earlier_parts(notebook: str, folder=".", verbose: bool = True) -> dict:
         except Exception as error:  # noqa: BLE001 - the student's cell does not run: say so, use the kit's
             mine, why = {}, f"your cell in {file.name} fails ({type(error).__name__}: {error})"
         else:
-            why = ("no notebook next to this one has it" if source is None else
-                   f"your cell in {file.name} is not finished" if not mine else "")
+            why = (
+                "no notebook next to this one has it"
+                if source is None
+                else f"your cell in {file.name} is not finished"
+                if not mine
+                else ""
+            )
         functions.update(mine)
-        lines.append(f"  {part:7s} ({NOTEBOOK_OF[part]}): " + (f"yours ({file.name})" if mine else f"{_fallback(part)} ({why})"))
+        lines.append(
+            f"  {part:7s} ({NOTEBOOK_OF[part]}): " + (f"yours ({file.name})" if mine else f"{_fallback(part)} ({why})")
+        )
     if verbose and wanted:
         print("Parts from earlier notebooks:\n" + "\n".join(lines))
         if any(part not in found for part in wanted):
-            print(f"To use yours, put your notebooks {NOTEBOOK_OF[wanted[0]]}-{NOTEBOOK_OF[wanted[-1]]} in "
-                  f"{folder.resolve()} and run this cell again. On Colab: File > Download > Download .ipynb in "
-                  "each notebook's tab, then upload it with the Files pane (the folder icon on the left); or, if "
-                  "you saved them with File > Save a copy in Drive, mount Drive there (Mount Drive button).")
+            print(
+                f"To use yours, put your notebooks {NOTEBOOK_OF[wanted[0]]}-{NOTEBOOK_OF[wanted[-1]]} in "
+                f"{folder.resolve()} and run this cell again. On Colab: File > Download > Download .ipynb in "
+                "each notebook's tab, then upload it with the Files pane (the folder icon on the left); or, if "
+                "you saved them with File > Save a copy in Drive, mount Drive there (Mount Drive button)."
+            )
     return functions
 
 
@@ -216,8 +261,10 @@ def assemble(notebook: str, folder=".", verbose: bool = True, **functions) -> ty
     earlier = earlier_parts(notebook, folder, verbose)
     unfinished = [name for name, fn in functions.items() if _is_stub_function(fn)]
     if unfinished and verbose:
-        print(f"Not finished yet ({', '.join(unfinished)}): "
-              + ("calling them says so." if _student_edition() else "the kit's stand-ins used instead."))
+        print(
+            f"Not finished yet ({', '.join(unfinished)}): "
+            + ("calling them says so." if _student_edition() else "the kit's stand-ins used instead.")
+        )
     mine = {name: fn for name, fn in functions.items() if name not in unfinished}
     return build_decoder(**{**earlier, **mine})
 
@@ -228,7 +275,7 @@ def _student_edition() -> bool:
 
 
 def _fallback(part: str) -> str:
-    return (f"MISSING: finish notebook {NOTEBOOK_OF[part]} first" if _student_edition() else "the kit's stand-in")
+    return f"MISSING: finish notebook {NOTEBOOK_OF[part]} first" if _student_edition() else "the kit's stand-in"
 
 
 def _is_stub_function(fn) -> bool:

@@ -8,6 +8,7 @@ in the instructor edition the kit's own version of every graded function (thin a
 calling them from a graded cell earns nothing: the grader detects it); in the student edition
 (``release``) only placeholders that raise `PartMissing`, naming the notebook to finish first.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -52,8 +53,10 @@ class DecoderBase:
         """Wrap already-loaded models (a `pairs.ModelPair`, or anything with ``.target``, ``.draft``,
         ``.tokenizer``, ``.device``): no hub access, so grading works offline."""
         if not isinstance(pair.draft, torch.nn.Module):
-            raise TypeError(f"this exercise drafts with a model, but the pair's draft is a {type(pair.draft).__name__}; "
-                            "use a pair with a draft model (e.g. 'toy' or a Pythia preset)")
+            raise TypeError(
+                f"this exercise drafts with a model, but the pair's draft is a {type(pair.draft).__name__}; "
+                "use a pair with a draft model (e.g. 'toy' or a Pythia preset)"
+            )
         self = cls.__new__(cls)
         self.device = torch.device(pair.device)
         self.target_model, self.draft_model = pair.target, pair.draft
@@ -84,8 +87,14 @@ class DecoderBase:
     def encode(self, prompt: str) -> torch.Tensor:
         return self.target_tokenizer(prompt, return_tensors="pt").input_ids.to(self.device)
 
-    def speculative_decode(self, prompt: str, max_tokens: int = 100, num_speculative_tokens: int = 5,
-                           use_cache: bool = True, verbose: bool = True) -> str:
+    def speculative_decode(
+        self,
+        prompt: str,
+        max_tokens: int = 100,
+        num_speculative_tokens: int = 5,
+        use_cache: bool = True,
+        verbose: bool = True,
+    ) -> str:
         """PA3's entry point: text in, text out (prompt + generated), statistics printed."""
         start = time.perf_counter()
         output_ids = self.generate_ids(self.encode(prompt), max_tokens, num_speculative_tokens, use_cache)
@@ -93,19 +102,31 @@ class DecoderBase:
         if verbose:
             s, new = self.stats or {}, output_ids.shape[1] - self.encode(prompt).shape[1]
             rate = s.get("accepted", 0) / s["proposed"] if s.get("proposed") else 0.0
-            print(f"Generated {new} tokens in {seconds:.2f} s ({new / seconds:.1f} tokens/s), "
-                  f"draft acceptance {rate:.1%}")
+            print(
+                f"Generated {new} tokens in {seconds:.2f} s ({new / seconds:.1f} tokens/s), draft acceptance {rate:.1%}"
+            )
         return self.target_tokenizer.decode(output_ids[0], skip_special_tokens=True)
 
     @torch.inference_mode()
     def greedy_ids(self, input_ids: torch.Tensor, max_tokens: int = 100) -> torch.Tensor:
         """The baseline: the target's own greedy decoding (HF ``generate``)."""
-        return self.target_model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
-                                          max_new_tokens=max_tokens, eos_token_id=self.eos_token_id,
-                                          pad_token_id=self.eos_token_id if self.eos_token_id is not None else 0)
+        return self.target_model.generate(
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            do_sample=False,
+            max_new_tokens=max_tokens,
+            eos_token_id=self.eos_token_id,
+            pad_token_id=self.eos_token_id if self.eos_token_id is not None else 0,
+        )
 
-    def benchmark(self, prompt: str, max_tokens: int = 100, num_runs: int = 3, compare_baseline: bool = True,
-                  num_speculative_tokens: int = 5) -> dict:
+    def benchmark(
+        self,
+        prompt: str,
+        max_tokens: int = 100,
+        num_runs: int = 3,
+        compare_baseline: bool = True,
+        num_speculative_tokens: int = 5,
+    ) -> dict:
         """PA3's benchmark, done fairly: one warm-up run each, speculative and baseline runs interleaved
         (drift hits both alike), medians, new tokens counted from the output ids. Returns PA3's keys
         (``speculative``/``baseline`` with ``times``, ``tokens_per_second``, ``avg_time``; ``speedup``,
@@ -141,7 +162,9 @@ class DecoderBase:
         if compare_baseline:
             ratio = results["speculative"]["median_tokens_per_second"] / results["baseline"]["median_tokens_per_second"]
             results["speedup"] = ratio
-            results["latency_reduction"] = (1 - results["speculative"]["median_time"] / results["baseline"]["median_time"]) * 100
+            results["latency_reduction"] = (
+                1 - results["speculative"]["median_time"] / results["baseline"]["median_time"]
+            ) * 100
         results["acceptance_rate"] = stats["accepted"] / stats["proposed"] if stats["proposed"] else 0.0
         return results
 
@@ -158,8 +181,11 @@ def missing_part(name: str):
     part = next(part for part, names in PARTS.items() if name in names)
 
     def missing(self, *args, **kwargs):
-        raise PartMissing(f"finish notebook {NOTEBOOK_OF[part]}'s `{name}` first (run its graded cell, save the "
-                          f"notebook next to this one), then run this cell again")
+        raise PartMissing(
+            f"finish notebook {NOTEBOOK_OF[part]}'s `{name}` first (run its graded cell, save the "
+            f"notebook next to this one), then run this cell again"
+        )
+
     missing.__name__ = missing.__qualname__ = name
     missing.missing_part = True
     return missing
@@ -208,7 +234,9 @@ def standin_accept_draft(self, target_logits, draft_tokens):
 
 @torch.inference_mode()
 def standin_verify_tokens_vectorized(self, input_ids, draft_tokens, attention_mask=None):
-    result = _verify.accept_greedy(_verify.score_draft(self.target_model, input_ids, draft_tokens), draft_tokens.reshape(-1))
+    result = _verify.accept_greedy(
+        _verify.score_draft(self.target_model, input_ids, draft_tokens), draft_tokens.reshape(-1)
+    )
     return result.tokens.tolist(), result.num_accepted
 
 
@@ -225,9 +253,15 @@ def standin_verify_tokens_cached(self, input_ids, draft_tokens, attention_mask=N
 @torch.inference_mode()
 def standin_generate_ids(self, input_ids, max_tokens=100, num_speculative_tokens=5, use_cache=True):
     self.reset()
-    out = _kit_decode(self.target_model, self.draft_model, input_ids, max_new_tokens=max_tokens,
-                      num_speculative_tokens=num_speculative_tokens, use_cache=use_cache,
-                      eos_token_id=self.eos_token_id)
+    out = _kit_decode(
+        self.target_model,
+        self.draft_model,
+        input_ids,
+        max_new_tokens=max_tokens,
+        num_speculative_tokens=num_speculative_tokens,
+        use_cache=use_cache,
+        eos_token_id=self.eos_token_id,
+    )
     self.stats = {"proposed": out.stats.proposed, "accepted": out.stats.accepted, "rounds": out.stats.target_calls}
     return out.sequences
 
@@ -244,8 +278,10 @@ def build_decoder(name: str = "SpeculativeDecoder", standins: dict | None = None
     TypeError, so a typo in a method name does not go unnoticed."""
     unknown = set(functions) - set(FUNCTIONS)
     if unknown:
-        raise TypeError(f"build_decoder got {sorted(unknown)}, which are not graded methods; expected some of "
-                        f"{', '.join(FUNCTIONS)}")
+        raise TypeError(
+            f"build_decoder got {sorted(unknown)}, which are not graded methods; expected some of "
+            f"{', '.join(FUNCTIONS)}"
+        )
     methods = dict(STANDINS if standins is None else standins)
     methods.update(functions)
     cls = type(name, (DecoderBase,), {key: value for key, value in methods.items() if value is not None})

@@ -5,6 +5,7 @@ not written yet and what to fix. Unfinished parts show "not implemented yet"; th
 others from being checked. The grader runs more (hidden) tests and measures speed against the
 reference solution, so passing here is necessary, not sufficient.
 """
+
 from __future__ import annotations
 
 import linecache
@@ -19,8 +20,12 @@ from specdec_helpers.assignment.grading.sandbox import InProcess
 from specdec_helpers.assignment.testing.suite import EXERCISES
 from specdec_helpers.present import notebook_help as notebook
 
-LABELS = {"init": "01 · initialization", "draft": "02 · drafting", "verify": "03 · verification",
-          "decode": "04 · KV cache and the decode loop"}
+LABELS = {
+    "init": "01 · initialization",
+    "draft": "02 · drafting",
+    "verify": "03 · verification",
+    "decode": "04 · KV cache and the decode loop",
+}
 MARKS = {"passed": "✅", "not implemented": "⏳", "failed": "❌", "error": "💥"}
 
 
@@ -38,7 +43,9 @@ def print_verdict(part: str, results, file=None) -> bool:
     print(f"{'✅' if done == len(results) else '❌'} {LABELS[part]}: {done} of {len(results)} checks pass", file=file)
     for r in results:
         note = "not implemented yet" if r.status == "not implemented" else r.feedback
-        print(f"   {MARKS.get(r.status, '?')} {r.name}" + (f"\n      {note}" if note and not r.passed else ""), file=file)
+        print(
+            f"   {MARKS.get(r.status, '?')} {r.name}" + (f"\n      {note}" if note and not r.passed else ""), file=file
+        )
     return done == len(results)
 
 
@@ -53,40 +60,53 @@ def check_part(part: str, **functions) -> None:
     try:
         functions = as_graded(part, functions)
     except Exception as error:  # noqa: BLE001 - the cell itself fails when run alone, as in grading
-        raise CheckFailed(f"Not yet: your graded cell does not run on its own ({type(error).__name__}: {error}), and the "
-                          f"grader runs it alone: {ALONE}") from None
+        raise CheckFailed(
+            f"Not yet: your graded cell does not run on its own ({type(error).__name__}: {error}), and the "
+            f"grader runs it alone: {ALONE}"
+        ) from None
     # The other parts: yours from the notebooks next to this one (a missing one fails with its notebook's name).
     others = earlier_parts(NOTEBOOK_OF[part], verbose=False) if NOTEBOOK_OF[part] > "01" else {}
     child = InProcess({**others, **functions})
-    results = run_suite({part: "# defined in this notebook"}, {part: 1}, hidden=False, only=[part], seed=0,
-                        child_factory=lambda: child)
+    results = run_suite(
+        {part: "# defined in this notebook"}, {part: 1}, hidden=False, only=[part], seed=0, child_factory=lambda: child
+    )
     if print_verdict(part, results):
         if part == "decode" and all(name in others for name in PARTS["draft"]):  # the student's own from 02
             _check_drafting(child)
         return
     if {r.status for r in results} == {"not implemented"}:
-        raise CheckFailed("Not done yet: the graded cell above still raises NotImplementedError. Write your code "
-                          "in place of raise NotImplementedError(), run the cell, then run this check again.")
+        raise CheckFailed(
+            "Not done yet: the graded cell above still raises NotImplementedError. Write your code "
+            "in place of raise NotImplementedError(), run the cell, then run this check again."
+        )
     if any("NameError" in r.feedback for r in results):
-        raise CheckFailed(f"Not yet: a name your graded cell uses is not defined in it. The grader runs the cell on "
-                          f"its own: {ALONE}")
+        raise CheckFailed(
+            f"Not yet: a name your graded cell uses is not defined in it. The grader runs the cell on its own: {ALONE}"
+        )
     missing = next((r.feedback for r in results if "PartMissing" in r.feedback), None)
     if missing:
-        raise CheckFailed("Not yet: this check runs your earlier parts too, and one is missing: "
-                          + missing.split("PartMissing: ", 1)[-1])
-    raise CheckFailed("Not yet: see the checks above. Fix the cell, run it, run this check again. "
-                      + notebook.hint_text(_hint_for(part, results)))
+        raise CheckFailed(
+            "Not yet: this check runs your earlier parts too, and one is missing: "
+            + missing.split("PartMissing: ", 1)[-1]
+        )
+    raise CheckFailed(
+        "Not yet: see the checks above. Fix the cell, run it, run this check again. "
+        + notebook.hint_text(_hint_for(part, results))
+    )
 
 
 def _check_drafting(child) -> None:
     """04's check: the loop's output is right even with a draft cache that holds rejected tokens (only the
     acceptance suffers), so name the drafting part from notebook 02 here when its own check fails."""
-    drafted = run_suite({"draft": "# from notebook 02"}, {"draft": 1}, hidden=False, only=["draft"], seed=0,
-                        child_factory=lambda: child)
+    drafted = run_suite(
+        {"draft": "# from notebook 02"}, {"draft": 1}, hidden=False, only=["draft"], seed=0, child_factory=lambda: child
+    )
     wrong = next((r for r in drafted if not r.passed and r.status != "not implemented"), None)
     if wrong is not None:
-        raise CheckFailed(f"Your decode loop is right, but your drafting part (notebook 02) fails its check: {wrong.name}: "
-                          f"{wrong.feedback} " + notebook.hint_text(_hint_for("draft", drafted)))
+        raise CheckFailed(
+            f"Your decode loop is right, but your drafting part (notebook 02) fails its check: {wrong.name}: "
+            f"{wrong.feedback} " + notebook.hint_text(_hint_for("draft", drafted))
+        )
 
 
 #: Crash texts that mean one likely mistake, and the hint that names it (the crash alone does not).
@@ -130,10 +150,20 @@ def run_check(path=None, file=None) -> int:
     file = file or sys.stdout
     path = Path(path) if path else Path("notebooks") if Path("notebooks").is_dir() else Path(".")
     sources = graded_sources([path])
-    print(f"Checking the graded cells of the notebooks in {path} (visible tests; the grader also runs hidden "
-          "tests and measures speed)\n", file=file)
+    print(
+        f"Checking the graded cells of the notebooks in {path} (visible tests; the grader also runs hidden "
+        "tests and measures speed)\n",
+        file=file,
+    )
     results = run_suite(sources, {part: 1 for part in EXERCISES}, hidden=False, seed=0)
     failing = sum(not print_verdict(part, [r for r in results if r.item == part], file) for part in EXERCISES)
-    print("\n" + ("All visible checks pass. Hand in with: python -m specdec_helpers handin" if not failing else
-                  f"{failing} of {len(EXERCISES)} parts to go."), file=file)
+    print(
+        "\n"
+        + (
+            "All visible checks pass. Hand in with: python -m specdec_helpers handin"
+            if not failing
+            else f"{failing} of {len(EXERCISES)} parts to go."
+        ),
+        file=file,
+    )
     return failing

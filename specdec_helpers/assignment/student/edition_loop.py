@@ -6,6 +6,7 @@ loop of the kit's own). What is left to the kit's loop here samples with the stu
 Never imported where it lies: `release`, the grader's view and the student kit's `check` put it in place of
 ``core/reference_loop.py`` (``grading/editions.SWAPS``), so it imports only what that module may import.
 """
+
 from __future__ import annotations
 
 import time
@@ -22,16 +23,21 @@ __all__ = ["check_batch", "check_decoding", "check_tree", "greedy_baseline", "ke
 def check_decoding(temperature, top_k) -> None:
     """Greedy and near-greedy speculative decoding are refused (notebook 04)."""
     if temperature < checks.STUDENT_MIN_TEMPERATURE or top_k == 1:  # near-greedy sampling is greedy decoding
-        raise checks.student_edition(f"speculative decoding at temperature={temperature}, top_k={top_k} (greedy or "
-                                     f"nearly so; the student edition samples at temperature >= "
-                                     f"{checks.STUDENT_MIN_TEMPERATURE})", "04", "generate_ids")
+        raise checks.student_edition(
+            f"speculative decoding at temperature={temperature}, top_k={top_k} (greedy or "
+            f"nearly so; the student edition samples at temperature >= "
+            f"{checks.STUDENT_MIN_TEMPERATURE})",
+            "04",
+            "generate_ids",
+        )
 
 
 def check_tree(sampler, model, widths) -> None:
     """A greedy chain-shaped tree is notebook 04's graded decode loop: refused."""
     if sampler.temperature < checks.STUDENT_MIN_TEMPERATURE and (model is None or max(widths) == 1):
-        raise checks.student_edition("greedy tree decoding of a chain (every width 1, or a drafter that "
-                                     "proposes chains)", "04", "generate_ids")
+        raise checks.student_edition(
+            "greedy tree decoding of a chain (every width 1, or a drafter that proposes chains)", "04", "generate_ids"
+        )
 
 
 def check_batch(draft, prompts, samplers) -> None:
@@ -50,8 +56,14 @@ def greedy_baseline(decode, no_draft, target, input_ids, **options):
     max_new_tokens, eos_token_id = options.get("max_new_tokens", 100), options.get("eos_token_id")
     attention_mask = options.get("attention_mask")
     if checks.is_batch(input_ids, attention_mask):
-        return decode(target, no_draft, input_ids, attention_mask=attention_mask, max_new_tokens=max_new_tokens,
-                      eos_token_id=eos_token_id)
+        return decode(
+            target,
+            no_draft,
+            input_ids,
+            attention_mask=attention_mask,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=eos_token_id,
+        )
     return _generate_greedy(target, input_ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
 
 
@@ -62,10 +74,16 @@ def _generate_greedy(target, input_ids, *, max_new_tokens: int = 100, eos_token_
     text = Text(input_ids, max_new_tokens, eos)
     sync_device(input_ids.device)
     start = time.perf_counter()
-    out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
-                          max_new_tokens=max_new_tokens, eos_token_id=eos or None, pad_token_id=eos[0] if eos else 0)
+    out = target.generate(
+        input_ids,
+        attention_mask=torch.ones_like(input_ids),
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=eos or None,
+        pad_token_id=eos[0] if eos else 0,
+    )
     sync_device(input_ids.device)
-    for token in out[0, input_ids.shape[1]:].tolist():  # one target pass per token
+    for token in out[0, input_ids.shape[1] :].tolist():  # one target pass per token
         if not text.done:
             text.record(Step([], 0, text.append([token])), 0, 0)
     return text.finish(time.perf_counter() - start)

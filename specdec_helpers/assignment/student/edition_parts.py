@@ -5,6 +5,7 @@ the text every round (no draft-cache rollback: notebook 02's exercise).
 Never imported where it lies: `release`, the grader's view and the student kit's `check` put it in place of
 ``core/reference_parts.py`` (``grading/editions.SWAPS``), so it imports only what that module may import.
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,8 +23,9 @@ def score_draft(target, input_ids: torch.Tensor, draft_tokens: torch.Tensor, cac
     raise StudentEditionError(
         "the target's scoring pass (score_draft) is not in the student edition of the kit: it is what you write in "
         "notebook 03 (`verify_tokens_vectorized`: one target pass, the k + 1 rows of logits that judge the draft). "
-        "To sample with the kit's loop, pass yours: decoder = nb.your_decoder(\"06\", pair), then "
-        "sd.speculative_decode(..., temperature=T, score=nb.your_scoring(decoder)) (notebook 06 does).")
+        'To sample with the kit\'s loop, pass yours: decoder = nb.your_decoder("06", pair), then '
+        "sd.speculative_decode(..., temperature=T, score=nb.your_scoring(decoder)) (notebook 06 does)."
+    )
 
 
 def accept_greedy(logits: torch.Tensor, draft_tokens: torch.Tensor) -> VerifyResult:

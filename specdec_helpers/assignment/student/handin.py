@@ -10,6 +10,7 @@ Graded cells are the ones nbgrader's metadata marks: answers (``solution: true``
 (``grade: true`` or a locked ``..._check`` cell). In a notebook without that metadata, a cell holding
 a stub counts as an unfinished answer.
 """
+
 from __future__ import annotations
 
 import re
@@ -41,8 +42,11 @@ class HandinError(ValueError):
 
 def missing(root: Path) -> list[str]:
     """Descriptions of the required files that are not there."""
-    return [f"missing {what}: {pattern}" for what, pattern in REQUIRED
-            if not any(p.is_file() and p.name not in NOT_REPORTS for p in root.glob(pattern))]
+    return [
+        f"missing {what}: {pattern}"
+        for what, pattern in REQUIRED
+        if not any(p.is_file() and p.name not in NOT_REPORTS for p in root.glob(pattern))
+    ]
 
 
 def report_problems(root: Path) -> list[str]:
@@ -51,8 +55,11 @@ def report_problems(root: Path) -> list[str]:
     todos = {p: len(TODO_PARAGRAPH.findall(p.read_text(errors="replace"))) for p in reports}
     if not reports or not all(todos.values()):
         return []
-    return [f"{p.relative_to(root).as_posix()}: {n} TODO paragraph(s) of the template left; replace each with "
-            "your own words" for p, n in todos.items()]
+    return [
+        f"{p.relative_to(root).as_posix()}: {n} TODO paragraph(s) of the template left; replace each with "
+        "your own words"
+        for p, n in todos.items()
+    ]
 
 
 def has_stub(source: str) -> bool:
@@ -64,7 +71,7 @@ def has_stub(source: str) -> bool:
     for i, line in enumerate(lines):
         if line.strip() == CODE_MARK:
             indent = len(line) - len(line.lstrip())
-            after = [x for x in lines[i + 1:] if x.strip() and not x.strip().startswith("#")]
+            after = [x for x in lines[i + 1 :] if x.strip() and not x.strip().startswith("#")]
             if not after or len(after[0]) - len(after[0].lstrip()) < indent:
                 return True
     return False
@@ -74,8 +81,9 @@ def _graded(cell, by_metadata: bool) -> tuple[bool, bool]:
     """(is an answer cell, is a check cell) by nbgrader metadata, else by a stub in it."""
     meta = cell.metadata.get("nbgrader", {})
     answer = bool(meta.get("solution")) if by_metadata else has_stub(cell.source)
-    check = not answer and (bool(meta.get("grade")) or
-                            (bool(meta.get("locked")) and str(meta.get("grade_id", "")).endswith("_check")))
+    check = not answer and (
+        bool(meta.get("grade")) or (bool(meta.get("locked")) and str(meta.get("grade_id", "")).endswith("_check"))
+    )
     return answer, check
 
 
@@ -105,15 +113,23 @@ def notebook_problems(path: Path, rel: str) -> list[str]:
         for output in cell.outputs:
             if output.get("output_type") == "error":
                 message = (output.get("evalue") or "").strip().splitlines()
-                problems.append(f"{rel}: cell '{_name(cell, i)}' raised {output.get('ename', 'an error')}"
-                                + (f": {message[0][:120]}" if message else "") + "; fix it and run it again")
+                problems.append(
+                    f"{rel}: cell '{_name(cell, i)}' raised {output.get('ename', 'an error')}"
+                    + (f": {message[0][:120]}" if message else "")
+                    + "; fix it and run it again"
+                )
     if stubs:
-        problems.insert(0, f"{rel}: {len(stubs)} exercise cell(s) still hold the stub ({', '.join(stubs)}): "
-                           "write your code in place of raise NotImplementedError() / YOUR ANSWER HERE (practice "
-                           "exercises too: a notebook is handed in finished)")
+        problems.insert(
+            0,
+            f"{rel}: {len(stubs)} exercise cell(s) still hold the stub ({', '.join(stubs)}): "
+            "write your code in place of raise NotImplementedError() / YOUR ANSWER HERE (practice "
+            "exercises too: a notebook is handed in finished)",
+        )
     if unrun and len(unrun) == len(graded_code):
-        problems.append(f"{rel}: not run (none of its {len(unrun)} exercise and check cells has output): "
-                        "Run all, then save the notebook")
+        problems.append(
+            f"{rel}: not run (none of its {len(unrun)} exercise and check cells has output): "
+            "Run all, then save the notebook"
+        )
     elif unrun:
         problems.append(f"{rel}: exercise or check cells not run ({', '.join(unrun)}): Run all, then save the notebook")
     return problems
@@ -153,8 +169,10 @@ def handin(root=".", out="handin.zip", force: bool = False) -> tuple[Path, list[
         raise HandinError(found)
     packed = [p for p in files(root) if p != out]
     if not packed:
-        raise FileNotFoundError(f"nothing to hand in: no notebooks/*.ipynb or report/ in {root}; run this from "
-                                "the kit's top folder or pass --root")
+        raise FileNotFoundError(
+            f"nothing to hand in: no notebooks/*.ipynb or report/ in {root}; run this from "
+            "the kit's top folder or pass --root"
+        )
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in packed:
             archive.write(path, path.relative_to(root).as_posix())

@@ -4,6 +4,7 @@ The set-up and verdict helpers of `present.notebook_help`, plus what the graded 
 draft is a model (the exercises draft with one), the check cells of the graded parts, and the
 student's own decoder assembled from their notebooks. Nothing here implements a graded part.
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,8 +28,10 @@ def exercise_pair(preset: str = "auto"):
     offline ``toy`` pair is used instead, and this says so."""
     pair = load_pair(preset)
     if not isinstance(pair.draft, torch.nn.Module):
-        print(f"{pair.preset or preset}'s draft is not a model ({type(pair.draft).__name__}); the exercises need a "
-              "draft model, so this notebook uses the offline 'toy' pair.")
+        print(
+            f"{pair.preset or preset}'s draft is not a model ({type(pair.draft).__name__}); the exercises need a "
+            "draft model, so this notebook uses the offline 'toy' pair."
+        )
         pair = load_pair("toy")
     return pair
 

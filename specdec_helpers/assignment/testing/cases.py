@@ -5,6 +5,7 @@ drives (`Remote`: the student's decoder living in a child process), forward-pass
 Tests are listed, not registered: `suite.TESTS` and `suite_decode.TESTS` are plain tuples of
 `TestCase`, and the grader reads them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,8 +37,6 @@ class TestCase:
         return f"{self.part}.{self.body.__name__}"
 
 
-
-
 class Remote:
     """A decoder living in the child: calling a method sends a request; forward passes are counted
     there (hooks on the models) and summed here in ``counters``."""
@@ -48,8 +47,15 @@ class Remote:
 
     def call(self, method: str, *args, **kwargs):
         try:
-            answer = self._child.request("call", timeout=self._timeout, handle=self._handle, method=method,
-                                         args=encode(list(args)), kwargs=encode(kwargs), probe=True)
+            answer = self._child.request(
+                "call",
+                timeout=self._timeout,
+                handle=self._handle,
+                method=method,
+                args=encode(list(args)),
+                kwargs=encode(kwargs),
+                probe=True,
+            )
         except StudentError as error:
             if error.kind == "NotImplementedError":
                 raise NotImplementedError(method) from None
@@ -62,8 +68,15 @@ class Remote:
 
     def watched(self, method: str, *args, **kwargs) -> tuple[object, list[str]]:
         """``(result, faults)``: the call run with a simulated GPU (`devices.DeviceWatch`)."""
-        answer = self._child.request("call", timeout=self._timeout, handle=self._handle, method=method,
-                                     args=encode(list(args)), kwargs=encode(kwargs), watch=True)
+        answer = self._child.request(
+            "call",
+            timeout=self._timeout,
+            handle=self._handle,
+            method=method,
+            args=encode(list(args)),
+            kwargs=encode(kwargs),
+            watch=True,
+        )
         return answer["result"], answer["device_faults"]
 
     def __getattr__(self, method: str):
@@ -113,11 +126,13 @@ class Ctx:
         """New tokens of ``decoder.generate_ids`` as a list."""
         out = decoder.generate_ids(ids.clone(), max_tokens, k, use_cache=use_cache)
         if not isinstance(out, torch.Tensor) or out.dim() != 2:
-            raise Mistake(f"generate_ids must return the token ids [1, prompt + new] as a tensor, got "
-                          f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))}")
+            raise Mistake(
+                f"generate_ids must return the token ids [1, prompt + new] as a tensor, got "
+                f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))}"
+            )
         if not torch.equal(out[:, : ids.shape[1]].cpu(), ids):
             raise Mistake("generate_ids must return the prompt followed by the new tokens; the prompt part changed")
-        return out[0, ids.shape[1]:].tolist()
+        return out[0, ids.shape[1] :].tolist()
 
 
 def first_difference(a: list[int], b: list[int]) -> int:
@@ -127,9 +142,11 @@ def first_difference(a: list[int], b: list[int]) -> int:
 def expect_greedy(got: list[int], want: list[int], what: str) -> None:
     if got != want:
         i = first_difference(got, want)
-        raise Mistake(f"{what}: the output differs from the target's own greedy decoding at new token {i} "
-                      f"(got {got[i:i + 4]}, expected {want[i:i + 4]}; {len(got)} vs {len(want)} new tokens). "
-                      "Speculative decoding must reproduce the target's greedy output exactly.")
+        raise Mistake(
+            f"{what}: the output differs from the target's own greedy decoding at new token {i} "
+            f"(got {got[i : i + 4]}, expected {want[i : i + 4]}; {len(got)} vs {len(want)} new tokens). "
+            "Speculative decoding must reproduce the target's greedy output exactly."
+        )
 
 
 def as_list(tokens) -> list[int]:
@@ -147,7 +164,9 @@ def unpack(result, where: str) -> tuple[list[int], int]:
         tokens, n = result
         return as_list(tokens), int(n)
     except (TypeError, ValueError, Mistake):
-        raise Mistake(f"{where} must return (accepted_tokens, accepted_position), got {type(result).__name__}") from None
+        raise Mistake(
+            f"{where} must return (accepted_tokens, accepted_position), got {type(result).__name__}"
+        ) from None
 
 
 def logits_for(rows: list[int], seed: int, vocab: int) -> torch.Tensor:

@@ -9,6 +9,7 @@ inputs are. An operation that mixes a device tensor with a host tensor of one el
 CUDA refuses, is a fault, recorded with the graded cell's line that made it. Indexing with a host tensor
 and 0-dimensional host tensors are allowed, as CUDA allows them.
 """
+
 from __future__ import annotations
 
 import linecache
@@ -18,9 +19,23 @@ import sys
 import torch
 from torch.overrides import TorchFunctionMode
 
-FACTORIES = {torch.tensor, torch.as_tensor, torch.asarray, torch.frombuffer, torch.zeros, torch.ones, torch.empty,
-             torch.full, torch.arange, torch.randint, torch.rand, torch.randn, torch.eye, torch.linspace,
-             torch.from_numpy}
+FACTORIES = {
+    torch.tensor,
+    torch.as_tensor,
+    torch.asarray,
+    torch.frombuffer,
+    torch.zeros,
+    torch.ones,
+    torch.empty,
+    torch.full,
+    torch.arange,
+    torch.randint,
+    torch.rand,
+    torch.randn,
+    torch.eye,
+    torch.linspace,
+    torch.from_numpy,
+}
 ALLOWED = {torch.Tensor.__getitem__, torch.Tensor.__setitem__}  # CUDA takes host index tensors
 TAG = "_specdec_where"  # "device" or "host"
 
@@ -117,8 +132,18 @@ class _Legacy:
         return getattr(self.real, name)
 
 
-LEGACY = ("LongTensor", "IntTensor", "FloatTensor", "DoubleTensor", "BoolTensor", "ByteTensor", "HalfTensor",
-          "BFloat16Tensor", "ShortTensor", "CharTensor")
+LEGACY = (
+    "LongTensor",
+    "IntTensor",
+    "FloatTensor",
+    "DoubleTensor",
+    "BoolTensor",
+    "ByteTensor",
+    "HalfTensor",
+    "BFloat16Tensor",
+    "ShortTensor",
+    "CharTensor",
+)
 
 
 class DeviceWatch(TorchFunctionMode):
@@ -158,8 +183,10 @@ class DeviceWatch(TorchFunctionMode):
         if moved is None and "device" in wheres and func not in ALLOWED and len(self.faults) < 5:
             host = [t for t in inputs if _where(t) == "host" and t.dim() > 0 and t.numel() > 0]
             if host:
-                self.faults.append(f"{getattr(func, '__name__', func)} {_graded_line()} mixes a tensor built on the CPU (shape "
-                                   f"{tuple(host[0].shape)}) with tensors on the model's device")
+                self.faults.append(
+                    f"{getattr(func, '__name__', func)} {_graded_line()} mixes a tensor built on the CPU (shape "
+                    f"{tuple(host[0].shape)}) with tensors on the model's device"
+                )
         where = moved or ("device" if "device" in wheres else "host" if "host" in wheres else None)
         if where:
             tag(out, where)
@@ -168,7 +195,9 @@ class DeviceWatch(TorchFunctionMode):
 
 def advice(faults: list[str]) -> str:
     """The feedback for ``faults``: what happens on a GPU and the fix."""
-    return (f"{faults[0]}: on a GPU this raises \"Expected all tensors to be on the same device\" (the models are on "
-            "cuda, the new tensor on the cpu). Build every tensor on the device of the tensors it meets: "
-            "torch.tensor(..., device=input_ids.device), or .to(input_ids.device)"
-            + (f" ({len(faults) - 1} more such place(s))" if len(faults) > 1 else ""))
+    return (
+        f'{faults[0]}: on a GPU this raises "Expected all tensors to be on the same device" (the models are on '
+        "cuda, the new tensor on the cpu). Build every tensor on the device of the tensors it meets: "
+        "torch.tensor(..., device=input_ids.device), or .to(input_ids.device)"
+        + (f" ({len(faults) - 1} more such place(s))" if len(faults) > 1 else "")
+    )

@@ -15,6 +15,7 @@ judged by what it really got, and a draft taken from elsewhere (the target itsel
 unobserved) earns no more than the draft model would have. Drafts that are not the draft model's greedy
 proposal are counted (``off_greedy``) and named; they cost the drafting points, not these.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,7 +29,8 @@ ROUND_RULE = (
     "when use_cache=False) on the text so far, and append exactly the tokens it returns (cut right after a "
     "generated EOS); draft num_speculative_tokens tokens each round, fewer only when fewer than "
     "num_speculative_tokens + 1 new tokens remain (an empty draft, or no draft call, in the last round is fine); "
-    "the target runs only inside those verification calls")
+    "the target runs only inside those verification calls"
+)
 __doc__ = __doc__.replace("ROUND_RULE", ROUND_RULE)
 
 
@@ -55,17 +57,21 @@ class Rounds:
             return self.problem
         if not self.proposed:
             return "no draft token was ever verified: the decoder does not speculate"
-        return (f"its drafts had {self.accepted} tokens accepted where the draft model's own greedy proposals would "
-                f"have had {self.greedy_accepted}: the drafts do not come from the draft model, so the rounds are not "
-                "speculative decoding")
+        return (
+            f"its drafts had {self.accepted} tokens accepted where the draft model's own greedy proposals would "
+            f"have had {self.greedy_accepted}: the drafts do not come from the draft model, so the rounds are not "
+            "speculative decoding"
+        )
 
     @property
     def note(self) -> str:
         if not self.off_greedy:
             return ""
-        return (f"in {self.off_greedy} of {self.rounds} rounds the verified draft was not the draft model's greedy "
-                "proposal: the draft cache still holds rejected draft tokens, or the draft is not the draft model's "
-                "argmax (the drafting tests name it)")
+        return (
+            f"in {self.off_greedy} of {self.rounds} rounds the verified draft was not the draft model's greedy "
+            "proposal: the draft cache still holds rejected draft tokens, or the draft is not the draft model's "
+            "argmax (the drafting tests name it)"
+        )
 
 
 def _result(entry) -> tuple[list[int], int] | None:
@@ -77,8 +83,9 @@ def _result(entry) -> tuple[list[int], int] | None:
         return None
 
 
-def check_rounds(draft_model, prompt: torch.Tensor, output: list[int], log: list, k: int, max_tokens: int,
-                 use_cache: bool = True) -> Rounds:
+def check_rounds(
+    draft_model, prompt: torch.Tensor, output: list[int], log: list, k: int, max_tokens: int, use_cache: bool = True
+) -> Rounds:
     """Replay the rounds ``log`` (`world.recording`) of one ``generate_ids(prompt, max_tokens, k)`` whose
     new tokens ``output`` the caller already found right: the counts and the first broken rule."""
     text = prompt[0].tolist() + list(output)
@@ -87,9 +94,11 @@ def check_rounds(draft_model, prompt: torch.Tensor, output: list[int], log: list
     passes = next((entry[1] for entry in log if entry[0] == "generate"), None)
     done = Rounds(rounds=len(verifies))
     if not verifies:
-        done.problem = ("no verification was observed: generate_ids never called self.verify_tokens_cached / "
-                        "self.verify_tokens_vectorized, so the grader cannot follow its rounds (the rule: "
-                        f"{ROUND_RULE})")
+        done.problem = (
+            "no verification was observed: generate_ids never called self.verify_tokens_cached / "
+            "self.verify_tokens_vectorized, so the grader cannot follow its rounds (the rule: "
+            f"{ROUND_RULE})"
+        )
         return done
     wanted = "verify_tokens_cached" if use_cache else "verify_tokens_vectorized"
     device = next(draft_model.parameters()).device
@@ -98,18 +107,24 @@ def check_rounds(draft_model, prompt: torch.Tensor, output: list[int], log: list
         result = _result(entry)
         where = f"round {r + 1} (new token {position - start})"
         if method != wanted:
-            done.problem = (f"{where}: generate_ids(use_cache={use_cache}) verified with {method}: use_cache is "
-                            f"ignored; verify with self.{wanted} when use_cache is {use_cache}")
+            done.problem = (
+                f"{where}: generate_ids(use_cache={use_cache}) verified with {method}: use_cache is "
+                f"ignored; verify with self.{wanted} when use_cache is {use_cache}"
+            )
         elif length != position:
-            done.problem = (f"{where} verified the text up to position {length}, expected {position}: each round must "
-                            "verify the text so far and append exactly the tokens verification returned")
+            done.problem = (
+                f"{where} verified the text up to position {length}, expected {position}: each round must "
+                "verify the text so far and append exactly the tokens verification returned"
+            )
         elif result is None:
             done.problem = f"{where}: verification did not return (accepted_tokens, accepted_position)"
         budget = max_tokens - (position - start)
         if not done.problem and budget - 1 >= k and proposed != k:
-            done.problem = (f"{where} drafted {proposed} token(s) with num_speculative_tokens={k} and {budget} new "
-                            f"tokens still to go: draft num_speculative_tokens tokens each round (fewer only when "
-                            f"fewer than num_speculative_tokens + 1 new tokens remain)")
+            done.problem = (
+                f"{where} drafted {proposed} token(s) with num_speculative_tokens={k} and {budget} new "
+                f"tokens still to go: draft num_speculative_tokens tokens each round (fewer only when "
+                f"fewer than num_speculative_tokens + 1 new tokens remain)"
+            )
         if done.problem:
             return done
         tokens, n = result
@@ -128,12 +143,16 @@ def check_rounds(draft_model, prompt: torch.Tensor, output: list[int], log: list
         done.proposed += proposed
         position += n + 1
     if position < len(text):
-        done.problem = (f"new tokens {position - start}..{len(text) - start - 1} came from no observed verification "
-                        f"(the rule: {ROUND_RULE})")
+        done.problem = (
+            f"new tokens {position - start}..{len(text) - start - 1} came from no observed verification "
+            f"(the rule: {ROUND_RULE})"
+        )
     elif passes is not None and passes != len(verifies):
-        done.problem = (f"the target ran {passes} times in {len(verifies)} observed rounds: it ran outside "
-                        "self.verify_tokens_cached / self.verify_tokens_vectorized (the rule: one target pass per "
-                        "round, inside the verification call)")
+        done.problem = (
+            f"the target ran {passes} times in {len(verifies)} observed rounds: it ran outside "
+            "self.verify_tokens_cached / self.verify_tokens_vectorized (the rule: one target pass per "
+            "round, inside the verification call)"
+        )
     return done
 
 
@@ -145,6 +164,13 @@ def _matched(draft: list[int], text: list[int], position: int) -> int:
 def _greedy(model, prefix: torch.Tensor, n: int) -> list[int]:
     if n <= 0:
         return []
-    out = model.generate(prefix, attention_mask=torch.ones_like(prefix), do_sample=False, max_new_tokens=n,
-                         min_new_tokens=n, eos_token_id=None, pad_token_id=0)
-    return out[0, prefix.shape[1]:].tolist()
+    out = model.generate(
+        prefix,
+        attention_mask=torch.ones_like(prefix),
+        do_sample=False,
+        max_new_tokens=n,
+        min_new_tokens=n,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
+    return out[0, prefix.shape[1] :].tolist()

@@ -10,6 +10,7 @@ deliberately broken solution per message. The tests are data: `TESTS` at the end
 Tests inside nbgrader's hidden-test markers are the hidden ones: the student kit
 (``python -m specdec_helpers release``) ships this file without them.
 """
+
 from __future__ import annotations
 
 import torch
@@ -32,20 +33,27 @@ from specdec_helpers.assignment.testing.world import Mistake, greedy_tokens
 
 def _check_loaded(info: dict, role: str, vocab: int):
     if not info.get("is_module") or not info.get("has_generate"):
-        raise Mistake(f"initialize_{role}_model must return (model, tokenizer) with a causal LM first, got {info['model']}")
+        raise Mistake(
+            f"initialize_{role}_model must return (model, tokenizer) with a causal LM first, got {info['model']}"
+        )
     if not info.get("has_vocab"):
         raise Mistake(f"initialize_{role}_model must return (model, tokenizer); the second item is {info['tokenizer']}")
     if not info.get("pad_token"):
-        raise Mistake(f"the {role} tokenizer has no pad token: base models ship without one; set "
-                      "tokenizer.pad_token = tokenizer.eos_token")
+        raise Mistake(
+            f"the {role} tokenizer has no pad token: base models ship without one; set "
+            "tokenizer.pad_token = tokenizer.eos_token"
+        )
     if info["training"]:
         raise Mistake(f"the {role} model is in training mode (dropout makes outputs random): call model.eval()")
     if info["device"] != "cpu":
-        raise Mistake(f"the {role} model is on {info['device']}, but the decoder's device is cpu: move it with "
-                      ".to(self.device)")
+        raise Mistake(
+            f"the {role} model is on {info['device']}, but the decoder's device is cpu: move it with .to(self.device)"
+        )
     if info["dtype"] != "float32":
-        raise Mistake(f"the {role} model is {info['dtype']} on a CPU, where half precision is slow (and often "
-                      "unsupported): use float32 on CPU, float16 on a GPU")
+        raise Mistake(
+            f"the {role} model is {info['dtype']} on a CPU, where half precision is slow (and often "
+            "unsupported): use float32 on CPU, float16 on a GPU"
+        )
     if info.get("vocab_size") != vocab:
         raise Mistake(f"initialize_{role}_model did not load the model from the folder it was given")
 
@@ -81,10 +89,16 @@ def init_device(ctx):
     for role in ("target", "draft"):  # "meta": a device the model is not loaded on, as "cuda" would be
         info = _init(ctx, role, device="meta")
         if not info.get("is_module"):
-            raise Mistake(f"initialize_{role}_model must return (model, tokenizer) with a causal LM first, got {info['model']}")
+            raise Mistake(
+                f"initialize_{role}_model must return (model, tokenizer) with a causal LM first, got {info['model']}"
+            )
         if info["device"] != "meta":
-            raise Mistake(f"with self.device = meta the {role} model stays on {info['device']}: the models are never "
-                          "moved to the decoder's device; move them with .to(self.device)")
+            raise Mistake(
+                f"with self.device = meta the {role} model stays on {info['device']}: the models are never "
+                "moved to the decoder's device; move them with .to(self.device)"
+            )
+
+
 ### END HIDDEN TESTS
 
 
@@ -94,9 +108,11 @@ def init_device(ctx):
 def _draft(ctx, decoder, ids, k, what="generate_draft_tokens"):
     out = decoder.generate_draft_tokens(ids.clone(), torch.ones_like(ids), k)
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != (1, k):
-        raise Mistake(f"{what}(input_ids, mask, {k}) must return a tensor of shape [1, {k}], got "
-                      f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))}" +
-                      (": it proposes one token too few (k - 1)" if tuple(getattr(out, "shape", ())) == (1, k - 1) else ""))
+        raise Mistake(
+            f"{what}(input_ids, mask, {k}) must return a tensor of shape [1, {k}], got "
+            f"{type(out).__name__} {tuple(getattr(out, 'shape', ()))}"
+            + (": it proposes one token too few (k - 1)" if tuple(getattr(out, "shape", ())) == (1, k - 1) else "")
+        )
     return out[0].tolist()
 
 
@@ -109,12 +125,16 @@ def draft_greedy(ctx):
         decoder.reset()
         drafts.append(_draft(ctx, decoder, ids, 4))
     if len({tuple(d) for d in drafts}) > 1:
-        raise Mistake("generate_draft_tokens gave different drafts for the same input (it samples): verification by "
-                      "exact match is for greedy drafts, so take the argmax of the draft's logits; a sampled draft "
-                      f"would need rejection sampling (min(1, p/q)) instead. Drafts seen: {drafts[:3]}")
+        raise Mistake(
+            "generate_draft_tokens gave different drafts for the same input (it samples): verification by "
+            "exact match is for greedy drafts, so take the argmax of the draft's logits; a sampled draft "
+            f"would need rejection sampling (min(1, p/q)) instead. Drafts seen: {drafts[:3]}"
+        )
     if drafts[0] != want:
-        raise Mistake(f"generate_draft_tokens proposed {drafts[0]}, but the draft model's greedy continuation is {want}: "
-                      "feed the text, take the argmax of the last position's logits, append it, repeat k times")
+        raise Mistake(
+            f"generate_draft_tokens proposed {drafts[0]}, but the draft model's greedy continuation is {want}: "
+            "feed the text, take the argmax of the last position's logits, append it, repeat k times"
+        )
 
 
 def draft_k(ctx):
@@ -138,15 +158,19 @@ def draft_cache_reuse(ctx):
         # the cache holds the text up to its last token, which is fed again for its logits (4 passes, 4 positions).
         reread = p.draft_positions - p.draft_calls - (text.shape[1] - 1 if round_ == 0 else 0)
         if reread > 0 and reread >= text.shape[1] - 2:
-            raise Mistake(f"in drafting round {round_ + 1} the draft model read {p.draft_positions} positions for 4 "
-                          "tokens: it re-reads the whole text every round. Keep self.draft_cache across rounds, crop "
-                          "it to at most L - 1 positions, and feed only input_ids[:, cache_length(cache):], then one "
-                          "token per step (no draft_model.generate(), which starts from scratch each call)")
+            raise Mistake(
+                f"in drafting round {round_ + 1} the draft model read {p.draft_positions} positions for 4 "
+                "tokens: it re-reads the whole text every round. Keep self.draft_cache across rounds, crop "
+                "it to at most L - 1 positions, and feed only input_ids[:, cache_length(cache):], then one "
+                "token per step (no draft_model.generate(), which starts from scratch each call)"
+            )
         if reread > 0:
             short = "one position" if reread == 1 else f"{reread} positions"
-            raise Mistake(f"in drafting round {round_ + 1} the draft model re-read {short} its cache already held: "
-                          f"the draft cache is cropped {short} short. Crop it to min(cache_length, L - 1) (keep every "
-                          "position but the last, whose logits give the first draft token), not fewer")
+            raise Mistake(
+                f"in drafting round {round_ + 1} the draft model re-read {short} its cache already held: "
+                f"the draft cache is cropped {short} short. Crop it to min(cache_length, L - 1) (keep every "
+                "position but the last, whose logits give the first draft token), not fewer"
+            )
         # The target accepts one draft token and corrects the next: the text grows by two tokens.
         fix = target_text[round_] if target_text[round_] != got[1] else (got[1] + 1) % ctx.world.vocab
         text = torch.cat([text, torch.tensor([[got[0], fix]])], dim=1)
@@ -175,10 +199,14 @@ def _draft_cache_reused_outside(ctx, length: int = 900, rounds: int = 8, margin:
         got = _draft(ctx, decoder, text, 4)
     later = ctx.child.cpu_seconds() - before
     if later > margin * first + 0.1:
-        raise Mistake(f"{rounds} drafting rounds after a {length}-token prompt took {later:.2f} s of CPU time where the "
-                      f"first, which reads the prompt, took {first:.2f} s (measured outside your process): the draft "
-                      "model re-reads the whole text every round. Keep self.draft_cache across rounds, crop it to at "
-                      "most L - 1 positions, and feed only input_ids[:, cache_length(cache):]")
+        raise Mistake(
+            f"{rounds} drafting rounds after a {length}-token prompt took {later:.2f} s of CPU time where the "
+            f"first, which reads the prompt, took {first:.2f} s (measured outside your process): the draft "
+            "model re-reads the whole text every round. Keep self.draft_cache across rounds, crop it to at "
+            "most L - 1 positions, and feed only input_ids[:, cache_length(cache):]"
+        )
+
+
 ### END HIDDEN TESTS
 
 
@@ -190,9 +218,11 @@ def draft_rounds(ctx):
             got = _draft(ctx, decoder, text, 3)
             want = greedy_tokens(ctx.world.draft, text, 3)
             if got != want:
-                raise Mistake(f"round {round_}: generate_draft_tokens proposed {got}, but the draft's greedy continuation "
-                              f"of the text is {want}. After a rejection the draft cache still holds rejected draft "
-                              "tokens: crop it to at most L - 1 positions before feeding new ones")
+                raise Mistake(
+                    f"round {round_}: generate_draft_tokens proposed {got}, but the draft's greedy continuation "
+                    f"of the text is {want}. After a rejection the draft cache still holds rejected draft "
+                    "tokens: crop it to at most L - 1 positions before feeding new ones"
+                )
             correction = (got[1] + 1) % ctx.world.vocab or 1
             text = torch.cat([text, torch.tensor([[got[0], correction]])], dim=1)
 
@@ -205,14 +235,21 @@ def accept_all(ctx):
     g = torch.Generator().manual_seed(ctx.seed)
     draft = torch.randint(1, ctx.world.vocab, (4,), generator=g).tolist()
     bonus = int(torch.randint(1, ctx.world.vocab, (1,), generator=g))
-    tokens, n = unpack(decoder.accept_draft(logits_for(draft + [bonus], ctx.seed, ctx.world.vocab), torch.tensor([draft])), "accept_draft")
+    tokens, n = unpack(
+        decoder.accept_draft(logits_for(draft + [bonus], ctx.seed, ctx.world.vocab), torch.tensor([draft])),
+        "accept_draft",
+    )
     if n != 4:
-        raise Mistake(f"accept_draft: every draft token equals the target's argmax, yet accepted_position = {n} "
-                      "(expected 4): count the leading draft tokens that match")
+        raise Mistake(
+            f"accept_draft: every draft token equals the target's argmax, yet accepted_position = {n} "
+            "(expected 4): count the leading draft tokens that match"
+        )
     if tokens != draft + [bonus]:
         detail = "it is missing" if tokens == draft else f"got {tokens}"
-        raise Mistake(f"accept_draft: when all k draft tokens are accepted, accepted_tokens must end with the free bonus "
-                      f"token (the argmax of the last row, k + 1 tokens in all); {detail}")
+        raise Mistake(
+            f"accept_draft: when all k draft tokens are accepted, accepted_tokens must end with the free bonus "
+            f"token (the argmax of the last row, k + 1 tokens in all); {detail}"
+        )
 
 
 def accept_mismatch(ctx):
@@ -223,14 +260,21 @@ def accept_mismatch(ctx):
         draft = list(target_rows[:4])
         draft[j] = target_rows[j] + 1
         draft[j + 1] = target_rows[j + 1]  # a match right after the mismatch must not count
-        tokens, n = unpack(decoder.accept_draft(logits_for(target_rows, ctx.seed, ctx.world.vocab), torch.tensor([draft])), "accept_draft")
+        tokens, n = unpack(
+            decoder.accept_draft(logits_for(target_rows, ctx.seed, ctx.world.vocab), torch.tensor([draft])),
+            "accept_draft",
+        )
         if n != j:
-            raise Mistake(f"accept_draft: the first mismatch is at draft position {j}, yet accepted_position = {n}: "
-                          "accept only the leading run of matches (stop at the first mismatch)")
+            raise Mistake(
+                f"accept_draft: the first mismatch is at draft position {j}, yet accepted_position = {n}: "
+                "accept only the leading run of matches (stop at the first mismatch)"
+            )
         if tokens != target_rows[: j + 1]:
             detail = "it is missing" if tokens == target_rows[:j] else f"got {tokens}"
-            raise Mistake(f"accept_draft: at the first mismatch accepted_tokens must end with the target's own token "
-                          f"there (the correction, argmax of row {j}): {j + 1} token(s) in all; {detail}")
+            raise Mistake(
+                f"accept_draft: at the first mismatch accepted_tokens must end with the target's own token "
+                f"there (the correction, argmax of row {j}): {j + 1} token(s) in all; {detail}"
+            )
 
 
 def check_verify(ctx, method: str):
@@ -247,22 +291,30 @@ def check_verify(ctx, method: str):
             tokens, n = unpack(decoder.call(method, ids.clone(), torch.tensor([draft]), torch.ones_like(ids)), method)
         if (tokens, n) != (g[: want_n + 1], want_n):
             if want_n == 4 and n < 4:
-                raise Mistake(f"{method} rejected a draft that IS the target's greedy continuation (accepted {n} of 4): "
-                              "it judges draft tokens by the wrong row of logits (off by one). The logits at position "
-                              "i predict token i + 1, so draft token j (at position L + j) is judged by row L - 1 + j")
+                raise Mistake(
+                    f"{method} rejected a draft that IS the target's greedy continuation (accepted {n} of 4): "
+                    "it judges draft tokens by the wrong row of logits (off by one). The logits at position "
+                    "i predict token i + 1, so draft token j (at position L + j) is judged by row L - 1 + j"
+                )
             raise Mistake(f"{method} on {case}: got ({tokens}, {n}), expected ({g[: want_n + 1]}, {want_n})")
         if p.target_calls != 1:
-            raise Mistake(f"{method} ran the target {p.target_calls} times: one forward pass must score every draft "
-                          "token and give the correction/bonus token")
+            raise Mistake(
+                f"{method} ran the target {p.target_calls} times: one forward pass must score every draft "
+                "token and give the correction/bonus token"
+            )
         if method == "verify_tokens_cached":
             held = decoder.cache_length("target")
             if held != ids.shape[1] + n:
-                direction = ("keeps the rejected draft positions: roll them back" if held is not None and
-                             held > ids.shape[1] + n else "cut too much: it dropped kept text (crop to L + accepted_position, "
-                             "not one less)")
-                raise Mistake(f"after verify_tokens_cached the target cache holds {held} positions, expected "
-                              f"L + accepted_position = {ids.shape[1] + n}: it {direction} "
-                              "(crop_cache(self.target_cache, L + accepted_position))")
+                direction = (
+                    "keeps the rejected draft positions: roll them back"
+                    if held is not None and held > ids.shape[1] + n
+                    else "cut too much: it dropped kept text (crop to L + accepted_position, not one less)"
+                )
+                raise Mistake(
+                    f"after verify_tokens_cached the target cache holds {held} positions, expected "
+                    f"L + accepted_position = {ids.shape[1] + n}: it {direction} "
+                    "(crop_cache(self.target_cache, L + accepted_position))"
+                )
 
 
 def verify_vectorized(ctx):
@@ -272,10 +324,10 @@ def verify_vectorized(ctx):
 TESTS = (
     TestCase("init", "loads the target from a local folder, ready for inference", 2, init_target),
     TestCase("init", "loads the draft from a local folder, ready for inference", 2, init_draft),
-### BEGIN HIDDEN TESTS
+    ### BEGIN HIDDEN TESTS
     TestCase("init", "the constructor loads both models and decodes", 1, init_constructor, hidden=True),
     TestCase("init", "the models land on the decoder's device", 1, init_device, hidden=True),
-### END HIDDEN TESTS
+    ### END HIDDEN TESTS
     TestCase("draft", "drafts the draft model's greedy tokens, deterministically", 2, draft_greedy),
     TestCase("draft", "proposes exactly k tokens, also for k = 1", 1, draft_k),
     TestCase("draft", "reuses the draft's KV cache across rounds (never re-reads the text)", 2, draft_cache_reuse),

@@ -1,4 +1,5 @@
 """The decode part's tests (``verify_tokens_cached`` and ``generate_ids``), listed in `TESTS` at the end."""
+
 from __future__ import annotations
 
 import time
@@ -35,8 +36,10 @@ def _verified_with(decoder, method: str, use_cache: bool):
     """Each round verified through ``method``: the one ``use_cache`` asks for."""
     used = sorted({entry[4] for entry in decoder.log if entry[0] == "verify"} - {method})
     if used:
-        raise Mistake(f"generate_ids(use_cache={use_cache}) verified with {used[0]}: use_cache is ignored; verify "
-                      f"with self.{method} when use_cache is {use_cache}")
+        raise Mistake(
+            f"generate_ids(use_cache={use_cache}) verified with {used[0]}: use_cache is ignored; verify "
+            f"with self.{method} when use_cache is {use_cache}"
+        )
 
 
 def decode_vectorized(ctx):
@@ -53,10 +56,12 @@ def decode_cache_reused(ctx):
         new = len(ctx.decode(decoder, ids, 24))
     budget = ids.shape[1] + new + p.target_calls * (4 + 1)
     if p.target_positions > budget:
-        raise Mistake(f"the target read {p.target_positions} positions in {p.target_calls} passes, at most {budget} "
-                      "expected with a KV cache: the target cache is passed around but never reused, so the target "
-                      "re-reads the whole text every round. Keep self.target_cache across rounds and feed only "
-                      "input_ids[:, cache_length(cache):] plus the draft")
+        raise Mistake(
+            f"the target read {p.target_positions} positions in {p.target_calls} passes, at most {budget} "
+            "expected with a KV cache: the target cache is passed around but never reused, so the target "
+            "re-reads the whole text every round. Keep self.target_cache across rounds and feed only "
+            "input_ids[:, cache_length(cache):] plus the draft"
+        )
     ### BEGIN HIDDEN TESTS
     _cache_reused_outside(ctx)
     ### END HIDDEN TESTS
@@ -80,12 +85,14 @@ def _rounds_real_outside(ctx, new: int = 32, ratio: float = 1.6):
     for k, tokens in texts.items():  # deep's logits are the target's, bit for bit
         expect_greedy(tokens, ctx.world.greedy("target", 2, new), f"generate_ids(k = {k})" + EARLIER)
     if used[1] < ratio * used[8]:
-        raise Mistake(f"with a draft that always agrees, decoding {new} tokens took {used[1]:.2f} s of CPU time with "
-                      f"k = 1 and {used[8]:.2f} s with k = 8 (measured outside your process), where speculative "
-                      "decoding takes over twice as long with k = 1 (it runs the target four times as often): "
-                      "the target runs about once per token whatever k is. Each round must run the target once, in "
-                      "the verification call, on the whole draft; the rounds your decoder reports are not the ones it "
-                      "ran")
+        raise Mistake(
+            f"with a draft that always agrees, decoding {new} tokens took {used[1]:.2f} s of CPU time with "
+            f"k = 1 and {used[8]:.2f} s with k = 8 (measured outside your process), where speculative "
+            "decoding takes over twice as long with k = 1 (it runs the target four times as often): "
+            "the target runs about once per token whatever k is. Each round must run the target once, in "
+            "the verification call, on the whole draft; the rounds your decoder reports are not the ones it "
+            "ran"
+        )
 
 
 def _cache_reused_outside(ctx, length: int = 900, new: int = 24, margin: float = 3.0):
@@ -111,15 +118,25 @@ def _cache_reused_outside(ctx, length: int = 900, new: int = 24, margin: float =
     for _ in range(2):  # the faster of two: the first may pay one-time costs
         start = time.thread_time()
         with torch.inference_mode(), grader_threads():  # the child's threads
-            speculative_decode(ctx.world.target, ctx.world.other, prompt, max_new_tokens=new, num_speculative_tokens=4,
-                               eos_token_id=None)
+            speculative_decode(
+                ctx.world.target,
+                ctx.world.other,
+                prompt,
+                max_new_tokens=new,
+                num_speculative_tokens=4,
+                eos_token_id=None,
+            )
         own = min(own, time.thread_time() - start)
     if used > margin * own + 0.2:
-        raise Mistake(f"decoding {new} tokens after a {length}-token prompt took {used:.2f} s of CPU time, where a "
-                      f"decoder that reuses its target cache takes about {own:.2f} s (measured outside your process): "
-                      "the target (or a draft pass hidden from the counters) re-reads the whole text every round. "
-                      "Keep self.target_cache across rounds and feed only input_ids[:, cache_length(cache):] plus the "
-                      "draft")
+        raise Mistake(
+            f"decoding {new} tokens after a {length}-token prompt took {used:.2f} s of CPU time, where a "
+            f"decoder that reuses its target cache takes about {own:.2f} s (measured outside your process): "
+            "the target (or a draft pass hidden from the counters) re-reads the whole text every round. "
+            "Keep self.target_cache across rounds and feed only input_ids[:, cache_length(cache):] plus the "
+            "draft"
+        )
+
+
 ### END HIDDEN TESTS
 
 
@@ -127,9 +144,11 @@ def decode_max_tokens(ctx):
     for max_tokens in (1, 6, 13):
         got = ctx.decode(ctx.decoder(draft="same"), ctx.world.prompts[0], max_tokens)
         if len(got) != max_tokens:
-            raise Mistake(f"generate_ids produced {len(got)} new tokens for max_tokens={max_tokens}: draft at most "
-                          "max_tokens - generated - 1 tokens near the end (the target adds one), so the last round "
-                          "lands exactly on the limit")
+            raise Mistake(
+                f"generate_ids produced {len(got)} new tokens for max_tokens={max_tokens}: draft at most "
+                "max_tokens - generated - 1 tokens near the end (the target adds one), so the last round "
+                "lands exactly on the limit"
+            )
 
 
 def _eos_case(world, n: int):
@@ -153,14 +172,19 @@ def decode_eos(ctx):
     # the drafts that always agree make the rounds certain: with k = i + 2 the first round drafts the EOS and
     # two tokens past it; with k = i the EOS is that round's bonus token. The unrelated draft mostly makes
     # it the target's correction.
-    for draft, k, how in (("same", i + 2, "as an accepted draft token"), ("same", i, "as the bonus token"),
-                          ("other", 4, "as the target's correction")):
+    for draft, k, how in (
+        ("same", i + 2, "as an accepted draft token"),
+        ("same", i, "as the bonus token"),
+        ("other", 4, "as the target's correction"),
+    ):
         got = ctx.decode(ctx.decoder(draft=draft, eos=g[i]), prompt, n, k=k)
         if got != g[: i + 1]:
             if got[: i + 1] == g[: i + 1]:
-                raise Mistake(f"the target generated EOS as new token {i} ({how}), but generate_ids kept "
-                              f"{len(got) - i - 1} more tokens after it: look for EOS among ALL the tokens a round "
-                              "appends (the target's correction/bonus token included), cut right after it and stop")
+                raise Mistake(
+                    f"the target generated EOS as new token {i} ({how}), but generate_ids kept "
+                    f"{len(got) - i - 1} more tokens after it: look for EOS among ALL the tokens a round "
+                    "appends (the target's correction/bonus token included), cut right after it and stop"
+                )
             expect_greedy(got, g[: i + 1], f"generate_ids with eos_token_id={g[i]}" + EARLIER)
 
 
@@ -172,22 +196,27 @@ def decode_one_pass(ctx):
             ctx.decode(decoder, ctx.world.prompts[1], 20, use_cache=use_cache)
         rounds = sum(1 for entry in decoder.log if entry[0] == "verify")
         if not rounds:
-            raise Mistake("generate_ids never called self.verify_tokens_cached / verify_tokens_vectorized; verify "
-                          "each round through them")
+            raise Mistake(
+                "generate_ids never called self.verify_tokens_cached / verify_tokens_vectorized; verify "
+                "each round through them"
+            )
         if p.target_calls != rounds:
-            raise Mistake(f"generate_ids ran the target {p.target_calls} times in {rounds} rounds (use_cache="
-                          f"{use_cache}): each round needs exactly ONE target pass. Verification already returns the "
-                          "correction or bonus token; do not run the target again after a rejection (PA3 did)")
+            raise Mistake(
+                f"generate_ids ran the target {p.target_calls} times in {rounds} rounds (use_cache="
+                f"{use_cache}): each round needs exactly ONE target pass. Verification already returns the "
+                "correction or bonus token; do not run the target again after a rejection (PA3 did)"
+            )
 
 
 def decode_stats(ctx):
     prompt, g, i = _eos_case(ctx.world, 20)
     # the third: a draft that always agrees and k = i + 2, so the round that ends at EOS accepted draft tokens
     # past it: they were accepted by verification and count, though the text is cut after the EOS
-    for eos, ids, what, draft, k in ((None, ctx.world.prompts[1], "", "draft", 4),
-                                     (g[i], prompt, f" with eos_token_id={g[i]}", "draft", 4),
-                                     (g[i], prompt, f" with eos_token_id={g[i]} inside the accepted draft", "same",
-                                      i + 2)):
+    for eos, ids, what, draft, k in (
+        (None, ctx.world.prompts[1], "", "draft", 4),
+        (g[i], prompt, f" with eos_token_id={g[i]}", "draft", 4),
+        (g[i], prompt, f" with eos_token_id={g[i]} inside the accepted draft", "same", i + 2),
+    ):
         decoder = ctx.decoder(draft=draft, eos=eos)
         ctx.decode(decoder, ids, 20, k=k)
         log = [entry for entry in decoder.log if entry[0] == "verify"]
@@ -195,22 +224,36 @@ def decode_stats(ctx):
         accepted = sum(unpack(entry[3], "verify")[1] for entry in log)
         last = unpack(log[-1][3], "verify")[1] if log else 0
         stats = decoder.stats
-        if eos is not None and log and (stats.get("proposed"), stats.get("accepted")) == (proposed - log[-1][2],
-                                                                                          accepted - last):
-            raise Mistake(f"stats{what} miss the round that ended at EOS: stats['proposed'] = {stats.get('proposed')}, "
-                          f"but {proposed} draft tokens were verified. Count each round's draft tokens right after "
-                          "verifying them, before stopping at EOS")
+        if (
+            eos is not None
+            and log
+            and (stats.get("proposed"), stats.get("accepted")) == (proposed - log[-1][2], accepted - last)
+        ):
+            raise Mistake(
+                f"stats{what} miss the round that ended at EOS: stats['proposed'] = {stats.get('proposed')}, "
+                f"but {proposed} draft tokens were verified. Count each round's draft tokens right after "
+                "verifying them, before stopping at EOS"
+            )
         if stats.get("accepted") != accepted:
-            extra = " (it counts the target's correction/bonus tokens as accepted draft tokens)" if \
-                stats.get("accepted") == accepted + len(log) else ""
+            extra = (
+                " (it counts the target's correction/bonus tokens as accepted draft tokens)"
+                if stats.get("accepted") == accepted + len(log)
+                else ""
+            )
             if draft == "same" and eos is not None and not extra:
-                extra = (" (it counts the tokens kept after the cut at EOS: the round's accepted draft tokens are its "
-                         "accepted_position, whatever the cut keeps)")
-            raise Mistake(f"stats['accepted']{what} = {stats.get('accepted')} but verification accepted {accepted} "
-                          f"draft tokens{extra}: only draft tokens that matched count; the token the target adds each "
-                          "round is not a draft token, and counting it inflates the acceptance rate")
+                extra = (
+                    " (it counts the tokens kept after the cut at EOS: the round's accepted draft tokens are its "
+                    "accepted_position, whatever the cut keeps)"
+                )
+            raise Mistake(
+                f"stats['accepted']{what} = {stats.get('accepted')} but verification accepted {accepted} "
+                f"draft tokens{extra}: only draft tokens that matched count; the token the target adds each "
+                "round is not a draft token, and counting it inflates the acceptance rate"
+            )
         if stats.get("proposed") != proposed:
-            raise Mistake(f"stats['proposed']{what} = {stats.get('proposed')} but {proposed} draft tokens were verified")
+            raise Mistake(
+                f"stats['proposed']{what} = {stats.get('proposed')} but {proposed} draft tokens were verified"
+            )
 
 
 def decode_rounds(ctx):
@@ -223,13 +266,17 @@ def decode_rounds(ctx):
         log = decoder.log
         rounds = check_rounds(ctx.world.variant(draft), ctx.world.prompts[index], got, log, k, max_tokens)
         if rounds.problem:
-            raise Mistake(f"the grader cannot follow this decoder's rounds ({draft} draft, k = {k}, max_tokens = "
-                          f"{max_tokens}): {rounds.problem}")
+            raise Mistake(
+                f"the grader cannot follow this decoder's rounds ({draft} draft, k = {k}, max_tokens = "
+                f"{max_tokens}): {rounds.problem}"
+            )
         moves = next((entry[3] for entry in log if entry[0] == "generate"), 0)
         if rounds.rounds >= 2 and moves >= rounds.rounds:
-            raise Mistake(f"generate_ids moved tensors to the CPU {moves} times in {rounds.rounds} rounds (.cpu(), "
-                          ".numpy() or .to('cpu')): it moves the new tokens to the CPU every round, and on a GPU each "
-                          "move waits for the device. Build the new tokens on input_ids.device and keep the text there")
+            raise Mistake(
+                f"generate_ids moved tensors to the CPU {moves} times in {rounds.rounds} rounds (.cpu(), "
+                ".numpy() or .to('cpu')): it moves the new tokens to the CPU every round, and on a GPU each "
+                "move waits for the device. Build the new tokens on input_ids.device and keep the text there"
+            )
 
 
 def decode_device(ctx):
@@ -240,15 +287,19 @@ def decode_device(ctx):
         out, faults = decoder.watched("generate_ids", prompt.clone(), 20, 4, use_cache=use_cache)
         if faults:
             raise Mistake(f"generate_ids(use_cache={use_cache}) would crash on a GPU: {advice(faults)}")
-        got = out[0, prompt.shape[1]:].tolist() if isinstance(out, torch.Tensor) and out.dim() == 2 else []
+        got = out[0, prompt.shape[1] :].tolist() if isinstance(out, torch.Tensor) and out.dim() == 2 else []
         expect_greedy(got, g[: i + 1], f"generate_ids(use_cache={use_cache}) with eos_token_id={g[i]}" + EARLIER)
 
 
 ### BEGIN HIDDEN TESTS
 def decode_edges(ctx):
     g = ctx.world.greedy("target", 2)
-    for name, draft, k in (("always agreeing", "same", 4), ("unrelated", "other", 4), ("k = 1", "draft", 1),
-                           ("k = 8", "draft", 8)):
+    for name, draft, k in (
+        ("always agreeing", "same", 4),
+        ("unrelated", "other", 4),
+        ("k = 1", "draft", 1),
+        ("k = 8", "draft", 8),
+    ):
         got = ctx.decode(ctx.decoder(draft=draft), ctx.world.prompts[2], 17, k=k)
         expect_greedy(got, g[:17], f"generate_ids with a {name} draft" if k == 4 else f"generate_ids, {name}")
 
@@ -262,9 +313,13 @@ def decode_eos_in_prompt(ctx):
             break
     got = ctx.decode(ctx.decoder(eos=eos), prompt, 16)
     if len(got) < 16 and eos not in got:
-        raise Mistake(f"generate_ids stopped after {len(got)} of 16 new tokens although the target never generated "
-                      f"EOS: the prompt contains the EOS id ({eos}); look for EOS only among the new tokens")
+        raise Mistake(
+            f"generate_ids stopped after {len(got)} of 16 new tokens although the target never generated "
+            f"EOS: the prompt contains the EOS id ({eos}); look for EOS only among the new tokens"
+        )
     expect_greedy(got, want, "generate_ids with an EOS id in the prompt")
+
+
 ### END HIDDEN TESTS
 
 
@@ -274,15 +329,19 @@ TESTS = (
     TestCase("decode", "equals the target's greedy output (no cache)", 1, decode_vectorized),
     TestCase("decode", "the target's KV cache is reused across rounds", 1, decode_cache_reused),
     TestCase("decode", "never exceeds max_tokens", 1, decode_max_tokens),
-    TestCase("decode", "stops right after a generated EOS token, also when the target's own token is the EOS", 1,
-             decode_eos),
+    TestCase(
+        "decode", "stops right after a generated EOS token, also when the target's own token is the EOS", 1, decode_eos
+    ),
     TestCase("decode", "one target pass per round", 1, decode_one_pass),
     TestCase("decode", "counts proposed and accepted draft tokens correctly", 1, decode_stats),
-    TestCase("decode", "rounds the grader can follow: k drafted, verified once, tokens kept on the device", 1,
-             decode_rounds),
+    TestCase(
+        "decode", "rounds the grader can follow: k drafted, verified once, tokens kept on the device", 1, decode_rounds
+    ),
     TestCase("decode", "builds every tensor on the models' device (checked with a simulated GPU)", 1, decode_device),
-### BEGIN HIDDEN TESTS
-    TestCase("decode", "equals greedy with drafts that always / never agree, k = 1 and 8", 2, decode_edges, hidden=True),
+    ### BEGIN HIDDEN TESTS
+    TestCase(
+        "decode", "equals greedy with drafts that always / never agree, k = 1 and 8", 2, decode_edges, hidden=True
+    ),
     TestCase("decode", "an EOS id inside the prompt does not stop decoding", 1, decode_eos_in_prompt, hidden=True),
-### END HIDDEN TESTS
+    ### END HIDDEN TESTS
 )

@@ -1,5 +1,6 @@
 """What crosses between the grader and the student's child: answers as JSON (never pickle: the grader must not
 run what student code returned), and the error the child reports when student code raised."""
+
 from __future__ import annotations
 
 import torch
@@ -13,7 +14,6 @@ class StudentError(Exception):
     def __init__(self, kind: str, message: str, where: str = ""):
         super().__init__(f"{kind}: {message}{where}")
         self.kind, self.message, self.where = kind, message, where
-
 
 
 def encode(value, depth: int = 0):

@@ -5,6 +5,7 @@ seed in the grader and in the child that runs student code, plus the child's ins
 The grader picks the seed at grade time (`grading_seed`), so no test input can be known in advance; the
 tests and a regrade fix it with ``$SPECDEC_GRADE_SEED`` or ``grade --seed`` (each grading names its world).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
 
 class Mistake(AssertionError):
     """A test found wrong behaviour; the message is the feedback the student sees."""
@@ -57,8 +59,10 @@ def grading_seed(seed: int | None = None) -> int:
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"{SEED_ENV}={value!r} is not a whole number: set it to one to grade in a fixed world "
-                         "(tests, a regrade), or unset it to draw a fresh world per grading") from None
+        raise ValueError(
+            f"{SEED_ENV}={value!r} is not a whole number: set it to one to grade in a fixed world "
+            "(tests, a regrade), or unset it to draw a fresh world per grading"
+        ) from None
 
 
 def perturbed_copy(model, scale: float = 0.15, seed: int = 1):
@@ -97,8 +101,10 @@ class World:
         self.seed = seed
         self.tokenizer = copy.deepcopy(tokenizer)
         self.vocab = int(target.config.vocab_size)
-        self._plain = {"target": _quiet(perturbed_copy(target, 0.1, seed)),  # saved for the init tests
-                       "draft": _quiet(perturbed_copy(draft, 0.1, seed + 1))}
+        self._plain = {
+            "target": _quiet(perturbed_copy(target, 0.1, seed)),  # saved for the init tests
+            "draft": _quiet(perturbed_copy(draft, 0.1, seed + 1)),
+        }
         self.target = as_timed(self._plain["target"])
         self.draft = as_timed(self._plain["draft"])  # agrees often, not always
         self.same = as_timed(self._plain["target"])  # agrees always: every round ends with a bonus token
@@ -154,9 +160,15 @@ class World:
 
 def greedy_tokens(model, ids, n, eos=None) -> list[int]:
     with torch.inference_mode():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
-                             eos_token_id=eos, pad_token_id=0 if eos is None else eos)
-    return out[0, ids.shape[1]:].tolist()
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=n,
+            eos_token_id=eos,
+            pad_token_id=0 if eos is None else eos,
+        )
+    return out[0, ids.shape[1] :].tolist()
 
 
 def deepened(model, times: int):
@@ -174,8 +186,12 @@ def deepened(model, times: int):
             for norm in (layer.input_layernorm, layer.post_attention_layernorm):
                 norm.weight.zero_()
                 norm.bias.zero_()
-            for linear in (layer.attention.query_key_value, layer.attention.dense, layer.mlp.dense_h_to_4h,
-                           layer.mlp.dense_4h_to_h):
+            for linear in (
+                layer.attention.query_key_value,
+                layer.attention.dense,
+                layer.mlp.dense_h_to_4h,
+                layer.mlp.dense_4h_to_h,
+            ):
                 linear.bias.zero_()
         layers.append(layer)
     deep.config.num_hidden_layers = len(layers)
@@ -214,8 +230,10 @@ class Probe:
         self.target_calls += 1
         self.target_positions += 0 if ids is None else int(ids.shape[-1])
         if self.target_calls > self.limit:
-            raise Mistake(f"no progress: the target ran {self.limit} times without the loop finishing; each round "
-                          "must append at least one token (the target's correction/bonus token)")
+            raise Mistake(
+                f"no progress: the target ran {self.limit} times without the loop finishing; each round "
+                "must append at least one token (the target's correction/bonus token)"
+            )
 
     def _on_draft(self, module, args, kwargs):
         ids = kwargs.get("input_ids", kwargs.get("input", args[0] if args else None))
@@ -258,6 +276,7 @@ class CpuMoves:
                 if sys._getframe(1).f_code.co_filename.startswith("<graded cell"):
                     self.count += 1
             return real(tensor, *args, **kwargs)
+
         return counted
 
     def __enter__(self):
@@ -275,6 +294,7 @@ def recording(cls):
     """A subclass of the student's class that records what the grader judges rounds by: every draft,
     every verification (method, text length, the draft verified, the result), and per decode the
     target's and the draft's forward passes and the explicit moves to the CPU."""
+
     class Recorded(cls):
         def generate_draft_tokens(self, input_ids, attention_mask=None, num_speculative_tokens=5):
             out = super().generate_draft_tokens(input_ids, attention_mask, num_speculative_tokens)
@@ -283,14 +303,30 @@ def recording(cls):
 
         def verify_tokens_vectorized(self, input_ids, draft_tokens, attention_mask=None):
             out = super().verify_tokens_vectorized(input_ids, draft_tokens, attention_mask)
-            self.log.append(("verify", input_ids.shape[1], draft_tokens.shape[-1], out, "verify_tokens_vectorized",
-                             _as_list(draft_tokens)))
+            self.log.append(
+                (
+                    "verify",
+                    input_ids.shape[1],
+                    draft_tokens.shape[-1],
+                    out,
+                    "verify_tokens_vectorized",
+                    _as_list(draft_tokens),
+                )
+            )
             return out
 
         def verify_tokens_cached(self, input_ids, draft_tokens, attention_mask=None):
             out = super().verify_tokens_cached(input_ids, draft_tokens, attention_mask)
-            self.log.append(("verify", input_ids.shape[1], draft_tokens.shape[-1], out, "verify_tokens_cached",
-                             _as_list(draft_tokens)))
+            self.log.append(
+                (
+                    "verify",
+                    input_ids.shape[1],
+                    draft_tokens.shape[-1],
+                    out,
+                    "verify_tokens_cached",
+                    _as_list(draft_tokens),
+                )
+            )
             return out
 
         def generate_ids(self, input_ids, max_tokens=100, num_speculative_tokens=5, use_cache=True):

@@ -12,6 +12,7 @@ Half of the passages (chosen by a hash of their title) become chat samples throu
 chat template, a question as the user turn and the passage as the assistant turn: the instruct model's
 usual context. One in `HELD_OUT_EVERY` passages (again by hash) is held out.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,12 +25,37 @@ from specdec_helpers.models.toy import toy_documents
 CORPUS_VERSION = 1  # bump when the passages or their formatting change
 HELD_OUT_EVERY = 10
 PIECE_CHARS = 1200  # a passage is cut at paragraph ends into pieces of about this size
-STDLIB_MODULES = ("argparse", "collections", "csv", "dataclasses", "datetime", "functools", "heapq", "itertools",
-                  "json", "logging", "math", "os", "pathlib", "random", "re", "shutil", "statistics", "string",
-                  "subprocess", "textwrap", "typing")
+STDLIB_MODULES = (
+    "argparse",
+    "collections",
+    "csv",
+    "dataclasses",
+    "datetime",
+    "functools",
+    "heapq",
+    "itertools",
+    "json",
+    "logging",
+    "math",
+    "os",
+    "pathlib",
+    "random",
+    "re",
+    "shutil",
+    "statistics",
+    "string",
+    "subprocess",
+    "textwrap",
+    "typing",
+)
 NUMPY_MAX_CHARS = 300_000  # numpy's docstrings are long: a deterministic share of them
-_QUESTIONS = ("Explain {} in Python.", "What does {} do?", "How do I use {}?", "Tell me about {}.",
-              "Can you document {} for me?")
+_QUESTIONS = (
+    "Explain {} in Python.",
+    "What does {} do?",
+    "How do I use {}?",
+    "Tell me about {}.",
+    "Can you document {} for me?",
+)
 
 
 def _digest(text: str) -> int:
@@ -42,8 +68,12 @@ def _docstrings(module_name: str) -> list[tuple[str, str]]:
     found = [(module_name, inspect.getdoc(module) or "")]
     for name in sorted(dir(module)):
         member = getattr(module, name, None)
-        if name.startswith("_") or not (inspect.isfunction(member) or inspect.isclass(member)
-                                        or inspect.isbuiltin(member) or type(member).__name__ == "ufunc"):
+        if name.startswith("_") or not (
+            inspect.isfunction(member)
+            or inspect.isclass(member)
+            or inspect.isbuiltin(member)
+            or type(member).__name__ == "ufunc"
+        ):
             continue
         found.append((f"{module_name}.{name}", inspect.getdoc(member) or ""))
     return [(title, doc) for title, doc in found if len(doc) >= 80]
@@ -101,8 +131,11 @@ def corpus_texts(tokenizer, held_out: bool = False) -> list[str]:
             question = _QUESTIONS[_digest(title) % len(_QUESTIONS)].format(title)
             if number:
                 question += " Go on."
-            texts.append(tokenizer.apply_chat_template(
-                [{"role": "user", "content": question}, {"role": "assistant", "content": piece}], tokenize=False))
+            texts.append(
+                tokenizer.apply_chat_template(
+                    [{"role": "user", "content": question}, {"role": "assistant", "content": piece}], tokenize=False
+                )
+            )
     return texts
 
 
@@ -121,5 +154,6 @@ def corpus_meta(tokenizer) -> dict:
     import numpy
 
     digest = hashlib.sha256("\x00".join(corpus_texts(tokenizer) + corpus_texts(tokenizer, True)).encode())
-    return dict(version=CORPUS_VERSION, python=sys.version.split()[0], numpy=numpy.__version__,
-                sha256=digest.hexdigest())
+    return dict(
+        version=CORPUS_VERSION, python=sys.version.split()[0], numpy=numpy.__version__, sha256=digest.hexdigest()
+    )

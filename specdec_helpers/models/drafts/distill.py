@@ -18,6 +18,7 @@ trained to predict the target's own greedy tokens on text the target wrote itsel
 Deterministic for a given seed and thread count; cached in a versioned folder like the toy pair.
 Speculative decoding stays lossless whatever the draft proposes: the target verifies every token.
 """
+
 from __future__ import annotations
 
 import copy
@@ -86,8 +87,9 @@ def _train(draft, data, recipe: DistillRecipe, progress: bool) -> list[float]:
         input_ids, mask = _right_padded([ids for ids, _ in batch])
         hidden = draft.model(input_ids=input_ids.to(device), attention_mask=mask.to(device)).last_hidden_state
         # Only the positions where the target wrote: their logits predict its next token.
-        logits = torch.cat([head.subset_logits(hidden[row, start - 1 : len(ids) - 1])
-                            for row, (ids, start) in enumerate(batch)])
+        logits = torch.cat(
+            [head.subset_logits(hidden[row, start - 1 : len(ids) - 1]) for row, (ids, start) in enumerate(batch)]
+        )
         labels = torch.cat([to_subset[ids[start:]] for ids, start in batch]).to(device)
         return F.cross_entropy(logits, labels, ignore_index=-100)
 
@@ -98,29 +100,54 @@ def distilled_dir(name: str) -> Path:
     return cache_root() / f"{name}-distilled-draft-v{DISTILL_VERSION}"
 
 
-def distill_draft(target, tokenizer, *, name: str, recipe: DistillRecipe = DistillRecipe(),
-                  prompts=DISTILL_PROMPTS, progress: bool = True, folder: Path | None = None) -> Path:
+def distill_draft(
+    target,
+    tokenizer,
+    *,
+    name: str,
+    recipe: DistillRecipe = DistillRecipe(),
+    prompts=DISTILL_PROMPTS,
+    progress: bool = True,
+    folder: Path | None = None,
+) -> Path:
     """Have ``target`` write text (cached), train a truncated draft on it, save it (atomically); returns the folder."""
     start = time.perf_counter()
     folder, text_folder, data, say = start_training(
-        target, tokenizer, name=name, seed=recipe.seed, text_recipe=recipe, prompts=prompts, folder=folder,
-        default=distilled_dir(name), progress=progress,
+        target,
+        tokenizer,
+        name=name,
+        seed=recipe.seed,
+        text_recipe=recipe,
+        prompts=prompts,
+        folder=folder,
+        default=distilled_dir(name),
+        progress=progress,
         what=f"distilling a draft from the target ({len(prompts)} prompts, {recipe.epochs} epochs; about 15 minutes "
-             "on 2 CPU cores, once)")
+        "on 2 CPU cores, once)",
+    )
     text_s = time.perf_counter() - start  # the target writing it, or reading it from the cache
     token_ids = _token_subset(data, tokenizer)
     draft = truncated_copy(target, recipe.layers, token_ids)
     with torch.enable_grad():
         losses = _train(draft, data, recipe, progress)
     meta = dict(
-        version=DISTILL_VERSION, target=_fingerprint(target), recipe=asdict(recipe), prompts=len(prompts),
-        tokens_written=sum(len(ids) - begin for ids, begin in data), vocab_subset=int(token_ids.numel()),
-        epoch_losses=losses, text=text_meta(text_folder), text_s=round(text_s, 1), total_s=round(time.perf_counter() - start, 1),
+        version=DISTILL_VERSION,
+        target=_fingerprint(target),
+        recipe=asdict(recipe),
+        prompts=len(prompts),
+        tokens_written=sum(len(ids) - begin for ids, begin in data),
+        vocab_subset=int(token_ids.numel()),
+        epoch_losses=losses,
+        text=text_meta(text_folder),
+        text_s=round(text_s, 1),
+        total_s=round(time.perf_counter() - start, 1),
         threads=torch.get_num_threads(),
     )
     save_draft(folder, {k: v for k, v in draft.state_dict().items() if not k.startswith("model.embed_tokens")}, meta)
-    say(f"{name}: draft distilled in {meta['total_s']:.0f} s (the target's text {text_s:.0f} s of it); "
-        f"{meta['tokens_written']} tokens, head over {meta['vocab_subset']} token ids, losses {[round(x, 3) for x in losses]}")
+    say(
+        f"{name}: draft distilled in {meta['total_s']:.0f} s (the target's text {text_s:.0f} s of it); "
+        f"{meta['tokens_written']} tokens, head over {meta['vocab_subset']} token ids, losses {[round(x, 3) for x in losses]}"
+    )
     return folder
 
 

@@ -33,6 +33,7 @@ chose most often (frozen, not saved). The kit ships that draft for SmolLM2 in fp
 
 Speculative decoding stays lossless whatever this draft proposes: the target verifies every token.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -95,17 +96,25 @@ class FeatureDraft(torch.nn.Module):
             self.fc.bias.zero_()
         self.body = body
         self.layers = tuple(int(i) for i in layers)
-        self.lm_head = VocabSubsetHead(target.get_output_embeddings().weight.detach(), token_ids, body.config.vocab_size)
+        self.lm_head = VocabSubsetHead(
+            target.get_output_embeddings().weight.detach(), token_ids, body.config.vocab_size
+        )
         self.config = body.config
         self.to(embeddings.weight.device, embeddings.weight.dtype)
 
-    def forward(self, features: torch.Tensor, next_tokens: torch.Tensor, cache=None, attention_mask=None,
-                position_ids=None):
+    def forward(
+        self, features: torch.Tensor, next_tokens: torch.Tensor, cache=None, attention_mask=None, position_ids=None
+    ):
         """Predicted features ``[B, T, H]`` of the positions after those of ``features``."""
         # detach: the target's embeddings are read, never trained (and get no gradient).
         x = self.fc(torch.cat([features, self.embed[0](next_tokens).detach()], dim=-1))
-        out = self.body(inputs_embeds=x, attention_mask=attention_mask, **cache_kwargs(self.body, cache),
-                        use_cache=cache is not None, position_ids=position_ids)
+        out = self.body(
+            inputs_embeds=x,
+            attention_mask=attention_mask,
+            **cache_kwargs(self.body, cache),
+            use_cache=cache is not None,
+            position_ids=position_ids,
+        )
         return out.last_hidden_state
 
 
@@ -135,8 +144,15 @@ def unrolled(draft: FeatureDraft, feats: torch.Tensor, tokens: torch.Tensor, mas
         dtype = feats.dtype
         additive = torch.zeros(1, 1, *allow.shape, dtype=dtype).masked_fill_(~allow, torch.finfo(dtype).min)
         positions = (chain + step - 1).to(feats.device).expand(tokens.shape[0], -1)
-        predicted.append(draft(predicted[-1][:, :length], tokens[:, step - 1 :], cache,
-                               attention_mask=additive.to(feats.device), position_ids=positions))
+        predicted.append(
+            draft(
+                predicted[-1][:, :length],
+                tokens[:, step - 1 :],
+                cache,
+                attention_mask=additive.to(feats.device),
+                position_ids=positions,
+            )
+        )
     return predicted
 
 
@@ -173,11 +189,15 @@ class FeatureDrafter(TreeDrafter):
             known, width = self.features.shape[1:]
             start = n_kept - target_features.shape[1]
             if target_features.shape[-1] != width:
-                raise ValueError(f"the target's features have {target_features.shape[-1]} dimensions but this feature "
-                                 f"draft reads {width}: it was made for another target; train one for this target")
+                raise ValueError(
+                    f"the target's features have {target_features.shape[-1]} dimensions but this feature "
+                    f"draft reads {width}: it was made for another target; train one for this target"
+                )
             if not 0 <= start <= known:
-                raise ValueError(f"features from position {start} leave a gap after the {known} positions held: "
-                                 "pass every position the target computed")
+                raise ValueError(
+                    f"features from position {start} leave a gap after the {known} positions held: "
+                    "pass every position the target computed"
+                )
             self.features = torch.cat([self.features[:, :start], target_features.to(self.features.dtype)], dim=1)
         # Rows past the kept text, or read from predicted (or replaced) features, are stale.
         self.true_length = min(self.true_length, start, max(n_kept - 1, 0))
@@ -206,9 +226,11 @@ class FeatureDrafter(TreeDrafter):
         to the rest). The last position (length - 2) is always among them: its output gives the first token."""
         length = input_ids.shape[1]
         if self.true_length >= length - 1:
-            raise ValueError(f"the feature draft's cache holds {self.true_length} positions, all the text it can read: "
-                             "propose was called again without update in between; call drafter.update(n_kept, "
-                             "target_features) after each round (update(0) for a new text)")
+            raise ValueError(
+                f"the feature draft's cache holds {self.true_length} positions, all the text it can read: "
+                "propose was called again without update in between; call drafter.update(n_kept, "
+                "target_features) after each round (update(0) for a new text)"
+            )
         features = self.features[:, self.true_length : length - 1]
         fed = input_ids[:, self.true_length + 1 : length]
         self.true_length = length - 1
@@ -239,10 +261,13 @@ class FeatureDrafter(TreeDrafter):
             level = range(start, len(tree))
             mask = tree_attention_mask(tree, length - 1, length - 1 + start, start, len(tree), outputs.dtype)
             device = input_ids.device
-            outputs = self.draft(outputs[:, [row[tree.parents[i]] for i in level]],
-                                 torch.tensor([tree.tokens[start:]], device=device), self.cache,
-                                 attention_mask=mask.to(device),
-                                 position_ids=torch.tensor([[length - 1 + depth] * len(level)], device=device))
+            outputs = self.draft(
+                outputs[:, [row[tree.parents[i]] for i in level]],
+                torch.tensor([tree.tokens[start:]], device=device),
+                self.cache,
+                attention_mask=mask.to(device),
+                position_ids=torch.tensor([[length - 1 + depth] * len(level)], device=device),
+            )
             row = {node: j for j, node in enumerate(level)}
             passes += 1
         return tree, passes
@@ -297,10 +322,9 @@ def load_eagle(target, folder: Path) -> FeatureDraft:
     draft = FeatureDraft(target, state["lm_head.token_ids"], meta["recipe"]["layers"])
     # A draft whose head is the target's own rows saves no head weight: it keeps the rows copied from the target.
     missing, unexpected = draft.load_state_dict(
-        {k: v.to(draft.fc.weight.dtype) if v.is_floating_point() else v for k, v in state.items()}, strict=False)
+        {k: v.to(draft.fc.weight.dtype) if v.is_floating_point() else v for k, v in state.items()}, strict=False
+    )
     if unexpected or set(missing) - {_HEAD_WEIGHT}:
         raise ValueError(f"{folder} does not match this feature draft: missing {missing}, unexpected {unexpected}")
     draft.meta = meta
     return draft.eval()
-
-

@@ -3,6 +3,7 @@
 Why a module of its own: getting the data (the corpus, the target's own answers, one teacher-forced target
 pass over them, cached) is a different job from the draft and its training loop, and the slow part.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -20,8 +21,9 @@ from specdec_helpers.models.store import cache_root
 
 def target_features(target, input_ids: torch.Tensor, attention_mask=None, logits_to_keep: int = 0):
     """``(logits, features)`` from one target pass; features are its last hidden states ``[B, T, H]``."""
-    out = target(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
-                 logits_to_keep=logits_to_keep)
+    out = target(
+        input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=logits_to_keep
+    )
     return out.logits, last_hidden(out)
 
 
@@ -71,7 +73,9 @@ def training_batch(data, features, indices, to_subset: torch.Tensor, eos: set[in
 
 def corpus_data(tokenizer, held_out: bool = False, max_chunks: int | None = None) -> list[tuple[torch.Tensor, int]]:
     """The corpus (`corpus`) as ``(ids, 0)`` items, as `_feature_data` and `training_batch` take them."""
-    return [(torch.tensor(ids, dtype=torch.long), 0) for ids in corpus_chunks(tokenizer, held_out, max_chunks=max_chunks)]
+    return [
+        (torch.tensor(ids, dtype=torch.long), 0) for ids in corpus_chunks(tokenizer, held_out, max_chunks=max_chunks)
+    ]
 
 
 def cached_features(target, data, progress: bool = True):
@@ -101,13 +105,20 @@ def corpus_features(target, tokenizer, held_out: bool = False, max_chunks: int |
     return data, cached_features(target, data, progress)
 
 
-def own_text_features(target, tokenizer, name: str, text_recipe: DistillRecipe = DistillRecipe(), prompts=None,
-                      progress: bool = True):
+def own_text_features(
+    target, tokenizer, name: str, text_recipe: DistillRecipe = DistillRecipe(), prompts=None, progress: bool = True
+):
     """``(train, held_out)``, each ``(data, features)``: the text the target wrote for `distill` (its chat answers
     to `DISTILL_PROMPTS`, cached; ~5 minutes to write once on 2 cores) and its features. Every `HELD_OUT_EVERY`-th prompt
     is held out. The corpus is documentation; this is the instruct model's own register, which it decodes."""
-    data = target_text(target, tokenizer, recipe=text_recipe, prompts=DISTILL_PROMPTS if prompts is None else prompts,
-                       folder=text_dir(name), progress=progress)
+    data = target_text(
+        target,
+        tokenizer,
+        recipe=text_recipe,
+        prompts=DISTILL_PROMPTS if prompts is None else prompts,
+        folder=text_dir(name),
+        progress=progress,
+    )
     split = [[item for n, item in enumerate(data) if (n % HELD_OUT_EVERY == 0) == held] for held in (False, True)]
     return [(part, cached_features(target, part, progress)) for part in split]
 

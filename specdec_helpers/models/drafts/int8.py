@@ -1,4 +1,5 @@
 """A draft with no training: the target itself, its Linear layers quantized to int8 (CPU only)."""
+
 from __future__ import annotations
 
 import copy

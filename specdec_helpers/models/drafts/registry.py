@@ -2,6 +2,7 @@
 factories that make those drafts. A name may carry an argument after a colon ('prompt-lookup:2',
 'hybrid:eagle'); anything not named here is a hub id or a folder, which `models.pairs` loads.
 """
+
 from __future__ import annotations
 
 import sys
@@ -43,8 +44,10 @@ def _prompt_lookup(request: DraftRequest):
         return PromptLookupDrafter()
     n = request.argument  # the kit's: n-grams of N tokens or more, proposals grow with the match
     if not n.isdigit() or int(n) < 1:
-        raise ValueError(f"draft='prompt-lookup:{n}': write 'prompt-lookup:N' with N >= 1 the shortest n-gram to "
-                         "match, e.g. 'prompt-lookup:2'")
+        raise ValueError(
+            f"draft='prompt-lookup:{n}': write 'prompt-lookup:N' with N >= 1 the shortest n-gram to "
+            "match, e.g. 'prompt-lookup:2'"
+        )
     return PromptLookupDrafter(max_ngram=max(3, int(n)), min_ngram=int(n), grow_with_match=True)
 
 
@@ -57,8 +60,10 @@ def _hybrid(request: DraftRequest):
         return HybridDrafter(inner, model_tokens=HYBRID_TOKENS)
     model = inner if isinstance(inner, torch.nn.Module) else inner.model
     if model is None:
-        raise ValueError(f"draft='hybrid' puts n-gram lookup before a draft model, but this pair's draft is a "
-                         f"{type(inner).__name__} with no model: load a model draft first")
+        raise ValueError(
+            f"draft='hybrid' puts n-gram lookup before a draft model, but this pair's draft is a "
+            f"{type(inner).__name__} with no model: load a model draft first"
+        )
     return HybridDrafter(model)
 
 
@@ -67,21 +72,32 @@ def _no_argument(name: str, make: Callable[[DraftRequest], object]) -> Callable[
         if request.argument is not None:
             raise ValueError(f"draft='{name}:{request.argument}': '{name}' takes no argument; write draft='{name}'")
         return make(request)
+
     return checked
 
 
 DRAFTS: dict[str, DraftKind] = {
-    "prompt-lookup": DraftKind(_prompt_lookup, "n-gram lookup in the text so far, no model, as HF's; 'prompt-lookup:N' "
-                                               "matches N tokens or more and proposes up to twice as many as matched"),
-    "int8": DraftKind(_no_argument("int8", lambda r: int8_copy(r.target)),
-                      "an int8 dynamic-quantized copy of the target, for the CPU", announce=True),
-    "eagle": DraftKind(_no_argument("eagle", lambda r: eagle_drafter(r.target, r.tokenizer, r.name, progress=r.progress)),
-                       "a layer reading the target's features, after EAGLE: shipped for smollm2-135m (trained on "
-                                "existing text), else trained here on first use", announce=True),
-    "distilled": DraftKind(_no_argument("distilled", lambda r: distilled_draft(r.target, r.tokenizer, r.name,
-                                                                               progress=r.progress)),
-                           "a truncated copy of the target distilled on its own text, trained here on first use",
-                           announce=True),
+    "prompt-lookup": DraftKind(
+        _prompt_lookup,
+        "n-gram lookup in the text so far, no model, as HF's; 'prompt-lookup:N' "
+        "matches N tokens or more and proposes up to twice as many as matched",
+    ),
+    "int8": DraftKind(
+        _no_argument("int8", lambda r: int8_copy(r.target)),
+        "an int8 dynamic-quantized copy of the target, for the CPU",
+        announce=True,
+    ),
+    "eagle": DraftKind(
+        _no_argument("eagle", lambda r: eagle_drafter(r.target, r.tokenizer, r.name, progress=r.progress)),
+        "a layer reading the target's features, after EAGLE: shipped for smollm2-135m (trained on "
+        "existing text), else trained here on first use",
+        announce=True,
+    ),
+    "distilled": DraftKind(
+        _no_argument("distilled", lambda r: distilled_draft(r.target, r.tokenizer, r.name, progress=r.progress)),
+        "a truncated copy of the target distilled on its own text, trained here on first use",
+        announce=True,
+    ),
     "hybrid": DraftKind(_hybrid, "n-gram lookup first, else the preset's draft; 'hybrid:<name>': else that draft"),
 }
 

@@ -5,6 +5,7 @@ used (`VocabSubsetHead`), the shared training loop (`fit`), and saving a trained
 target's fingerprint so that it is never loaded for another target. Getting the text they train on is
 `training_text`'s job; each draft's own model and loss stay in its module.
 """
+
 from __future__ import annotations
 
 import copy
@@ -26,7 +27,12 @@ class VocabSubsetHead(torch.nn.Module):
     def __init__(self, weight: torch.Tensor, token_ids: torch.Tensor, vocab_size: int):
         super().__init__()
         token_ids = torch.as_tensor(token_ids, dtype=torch.long)
-        if token_ids.dim() != 1 or token_ids.numel() == 0 or int(token_ids.max()) >= vocab_size or int(token_ids.min()) < 0:
+        if (
+            token_ids.dim() != 1
+            or token_ids.numel() == 0
+            or int(token_ids.max()) >= vocab_size
+            or int(token_ids.min()) < 0
+        ):
             raise ValueError(f"token_ids must be a non-empty 1-D list of ids below vocab_size={vocab_size}")
         self.vocab_size = vocab_size
         self.out_features = vocab_size  # what the rest of the kit reads as the head's width
@@ -90,7 +96,9 @@ def _right_padded(sequences) -> tuple[torch.Tensor, torch.Tensor]:
 # --------------------------------------------------------------------------- training
 
 
-def fit(model, params, n_items: int, recipe, loss_of, desc: str, progress: bool, clip: float | None = None) -> list[float]:
+def fit(
+    model, params, n_items: int, recipe, loss_of, desc: str, progress: bool, clip: float | None = None
+) -> list[float]:
     """The training loop both trained drafts share: AdamW with a one-cycle schedule over ``recipe.epochs``
     shuffled passes (``recipe.seed``) in batches of ``recipe.batch_size`` item indices; ``loss_of(indices)``
     gives a batch's loss. Returns the mean loss of each epoch."""
@@ -136,8 +144,12 @@ def subset_labels(head: VocabSubsetHead) -> torch.Tensor:
 def _fingerprint(target) -> dict:
     """Enough of the target to notice a draft saved for another one (shapes and an embedding checksum)."""
     weight = target.get_input_embeddings().weight.detach()
-    return dict(vocab_size=int(weight.shape[0]), hidden_size=int(weight.shape[1]),
-                layers=len(_llama_parts(target)[1]), embedding_checksum=round(float(weight[:64].double().abs().sum()), 3))
+    return dict(
+        vocab_size=int(weight.shape[0]),
+        hidden_size=int(weight.shape[1]),
+        layers=len(_llama_parts(target)[1]),
+        embedding_checksum=round(float(weight[:64].double().abs().sum()), 3),
+    )
 
 
 def save_draft(folder: Path, state: dict, meta: dict) -> None:
@@ -160,7 +172,9 @@ def read_draft(target, folder: Path, kind: str) -> tuple[dict, dict]:
 
     meta = json.loads((Path(folder) / "draft.json").read_text())
     if meta.get("target") != _fingerprint(target):
-        raise ValueError(f"the {kind} draft in {folder} was trained from another target ({meta.get('target')}, this one "
-                         f"is {_fingerprint(target)}): delete that folder, or run "
-                         f"`python -m specdec_helpers distill --draft {kind} --force`")
+        raise ValueError(
+            f"the {kind} draft in {folder} was trained from another target ({meta.get('target')}, this one "
+            f"is {_fingerprint(target)}): delete that folder, or run "
+            f"`python -m specdec_helpers distill --draft {kind} --force`"
+        )
     return meta, load_file(Path(folder) / "draft.safetensors")

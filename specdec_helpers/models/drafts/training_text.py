@@ -5,6 +5,7 @@ as decoding will. The target answers `DISTILL_PROMPTS` (instructions built from 
 none of them is a benchmark prompt); writing that text is the slow part of training a draft, so it is
 cached in a folder keyed by the target, the prompts and how they were answered, and both drafts share it.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,13 +32,45 @@ _TEMPLATES = [
     "Write a friendly email to a colleague about {}.",
 ]
 _TOPICS = [
-    "the ocean", "a lighthouse keeper", "volcanoes", "learning to cook", "the moon landing", "honey bees",
-    "a city at night", "friendship", "rainforests", "the history of bread", "mountain climbing", "trains",
-    "a lost dog finding its way home", "saving money", "the water cycle", "chess", "a dragon who is afraid of fire",
-    "gardening in spring", "the human heart", "recycling", "a rainy afternoon", "photosynthesis", "sleep",
-    "a small bakery", "the planets of the solar system", "kindness", "winter holidays", "dinosaurs",
-    "time management", "a trip to the mountains", "electric cars", "a wizard's apprentice", "the Roman Empire",
-    "coffee", "bicycles", "a haunted house", "healthy breakfasts", "birds that migrate", "public libraries",
+    "the ocean",
+    "a lighthouse keeper",
+    "volcanoes",
+    "learning to cook",
+    "the moon landing",
+    "honey bees",
+    "a city at night",
+    "friendship",
+    "rainforests",
+    "the history of bread",
+    "mountain climbing",
+    "trains",
+    "a lost dog finding its way home",
+    "saving money",
+    "the water cycle",
+    "chess",
+    "a dragon who is afraid of fire",
+    "gardening in spring",
+    "the human heart",
+    "recycling",
+    "a rainy afternoon",
+    "photosynthesis",
+    "sleep",
+    "a small bakery",
+    "the planets of the solar system",
+    "kindness",
+    "winter holidays",
+    "dinosaurs",
+    "time management",
+    "a trip to the mountains",
+    "electric cars",
+    "a wizard's apprentice",
+    "the Roman Empire",
+    "coffee",
+    "bicycles",
+    "a haunted house",
+    "healthy breakfasts",
+    "birds that migrate",
+    "public libraries",
     "a first day at a new school",
 ]
 _QUESTIONS = [
@@ -51,17 +84,51 @@ _QUESTIONS = [
     "Write a product description for something related to {}.",
 ]
 _SUBJECTS = [
-    "a refrigerator", "vaccines", "the stock market", "solar panels", "the internet", "democracy", "composting",
-    "a violin", "earthquakes", "public transport", "yoga", "the printing press", "weather forecasts", "soap",
-    "a compass", "remote work", "the immune system", "museums", "rainbows", "board games", "airplanes",
-    "tea ceremonies", "glaciers", "podcasts", "the Olympic Games", "volunteering", "a microwave oven", "forests",
-    "learning a second language", "traffic lights", "the printing of money", "jazz music", "a camera",
-    "ancient Egypt", "running a marathon", "video calls", "bridges", "the postal service", "bees and flowers",
+    "a refrigerator",
+    "vaccines",
+    "the stock market",
+    "solar panels",
+    "the internet",
+    "democracy",
+    "composting",
+    "a violin",
+    "earthquakes",
+    "public transport",
+    "yoga",
+    "the printing press",
+    "weather forecasts",
+    "soap",
+    "a compass",
+    "remote work",
+    "the immune system",
+    "museums",
+    "rainbows",
+    "board games",
+    "airplanes",
+    "tea ceremonies",
+    "glaciers",
+    "podcasts",
+    "the Olympic Games",
+    "volunteering",
+    "a microwave oven",
+    "forests",
+    "learning a second language",
+    "traffic lights",
+    "the printing of money",
+    "jazz music",
+    "a camera",
+    "ancient Egypt",
+    "running a marathon",
+    "video calls",
+    "bridges",
+    "the postal service",
+    "bees and flowers",
     "a telescope",
 ]
 # Two families of 320 instructions (answers in the target's own words); the benchmark prompts are not among them.
-DISTILL_PROMPTS = ([template.format(topic) for topic in _TOPICS for template in _TEMPLATES]
-                   + [question.format(subject) for subject in _SUBJECTS for question in _QUESTIONS])
+DISTILL_PROMPTS = [template.format(topic) for topic in _TOPICS for template in _TEMPLATES] + [
+    question.format(subject) for subject in _SUBJECTS for question in _QUESTIONS
+]
 
 
 def _generate_data(target, tokenizer, prompts, recipe, progress: bool) -> list[tuple[torch.Tensor, int]]:
@@ -72,8 +139,9 @@ def _generate_data(target, tokenizer, prompts, recipe, progress: bool) -> list[t
     eos = target.generation_config.eos_token_id
     eos = set(eos if isinstance(eos, list) else [eos])
     encoded = [
-        tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
-                                      return_tensors="pt", return_dict=True)["input_ids"][0]
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )["input_ids"][0]
         for p in prompts
     ]
     data = []
@@ -85,11 +153,16 @@ def _generate_data(target, tokenizer, prompts, recipe, progress: bool) -> list[t
         input_ids = torch.full((len(group), width), pad, dtype=torch.long)
         mask = torch.zeros_like(input_ids)
         for row, ids in enumerate(group):
-            input_ids[row, width - len(ids):] = ids
-            mask[row, width - len(ids):] = 1
+            input_ids[row, width - len(ids) :] = ids
+            mask[row, width - len(ids) :] = 1
         with torch.inference_mode():
-            out = target.generate(input_ids.to(target.device), attention_mask=mask.to(target.device), do_sample=False,
-                                  max_new_tokens=recipe.max_new_tokens, pad_token_id=pad)
+            out = target.generate(
+                input_ids.to(target.device),
+                attention_mask=mask.to(target.device),
+                do_sample=False,
+                max_new_tokens=recipe.max_new_tokens,
+                pad_token_id=pad,
+            )
         for row, ids in enumerate(group):
             answer = out[row, width:].cpu().tolist()
             ends = [i for i, t in enumerate(answer) if t in eos]
@@ -103,16 +176,22 @@ def _text_key(target, recipe, prompts) -> dict:
     import hashlib
 
     digest = hashlib.sha256("\n".join(prompts).encode()).hexdigest()[:16]
-    return dict(target=_fingerprint(target), prompts=len(prompts), prompts_sha256=digest,
-                max_new_tokens=recipe.max_new_tokens, generate_batch=recipe.generate_batch)
+    return dict(
+        target=_fingerprint(target),
+        prompts=len(prompts),
+        prompts_sha256=digest,
+        max_new_tokens=recipe.max_new_tokens,
+        generate_batch=recipe.generate_batch,
+    )
 
 
 def text_dir(name: str) -> Path:
     return cache_root() / f"{name}-target-text-v{TEXT_VERSION}"
 
 
-def target_text(target, tokenizer, *, recipe, prompts, folder: Path,
-                progress: bool = True) -> list[tuple[torch.Tensor, int]]:
+def target_text(
+    target, tokenizer, *, recipe, prompts, folder: Path, progress: bool = True
+) -> list[tuple[torch.Tensor, int]]:
     """`_generate_data`, cached in ``folder`` (the slow part: the target writes every answer), so
     every draft trained on the target's text (`distill`, `eagle`) pays for it once. ``recipe``: a
     `distill.DistillRecipe`, whose ``max_new_tokens`` and ``generate_batch`` decide the text."""
@@ -123,12 +202,22 @@ def target_text(target, tokenizer, *, recipe, prompts, folder: Path,
     if not (meta_file.is_file() and json.loads(meta_file.read_text()).get("key") == key):
         start = time.perf_counter()
         data = _generate_data(target, tokenizer, prompts, recipe, progress)
-        meta = dict(key=key, generate_s=round(time.perf_counter() - start, 1), threads=torch.get_num_threads(),
-                    tokens_written=sum(len(ids) - begin for ids, begin in data))
+        meta = dict(
+            key=key,
+            generate_s=round(time.perf_counter() - start, 1),
+            threads=torch.get_num_threads(),
+            tokens_written=sum(len(ids) - begin for ids, begin in data),
+        )
         shutil.rmtree(folder, ignore_errors=True)  # text of other prompts or another target
         with atomic_folder(folder, lambda f: (f / "text.json").is_file()) as tmp:
-            save_file({"ids": torch.cat([ids for ids, _ in data]), "lengths": torch.tensor([len(ids) for ids, _ in data]),
-                       "starts": torch.tensor([begin for _, begin in data])}, tmp / "text.safetensors")
+            save_file(
+                {
+                    "ids": torch.cat([ids for ids, _ in data]),
+                    "lengths": torch.tensor([len(ids) for ids, _ in data]),
+                    "starts": torch.tensor([begin for _, begin in data]),
+                },
+                tmp / "text.safetensors",
+            )
             (tmp / "text.json").write_text(json.dumps(meta, indent=1))
     tensors = load_file(folder / "text.safetensors")
     pieces = torch.split(tensors["ids"], tensors["lengths"].tolist())
