@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import io
+import os
 import re
 import shutil
 import textwrap
@@ -529,8 +530,10 @@ def kit_copy_sources() -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- misbehaving students
-#: The argument of the fork storm's `sleep` processes: how the test finds any that survived.
-STORM_MARK = "3599.25"
+#: The argument of the fork storm's `sleep` processes: how the test finds any that survived. One of this process's
+#: own (3000-3599 s, far past the hangs' limit): a class graded beside it elsewhere on the machine (a benchmark, a
+#: second test run) storms with another, so its sleeps are not counted as this run's survivors.
+STORM_MARK = f"{3000 + os.getpid() % 600}.25"
 HANG = "import time\nwhile True:\n    time.sleep(1)\n"
 MISBEHAVING = {
     # the child process dies while loading the cells (a segfault): every part fails
@@ -599,12 +602,17 @@ def misbehaving_sources(name: str) -> dict[str, str]:
 STUB_VARIANTS = 9
 FULL = {"init": 5.0, "draft": 5.0, "verify": 5.0, "decode": 10.0}
 NONE = dict.fromkeys(FULL, 0.0)
+#: The class the test suite grades (tests/test_classroom.py): every case of the full class once. Two copies that
+#: between them use every disguise of `COPY_KINDS` (one a folder, one a zip; each disguise alone is flagged in
+#: tests/test_similarity.py, "renamed" also end to end in test_classroom), one released stub per upload form (a
+#: folder, a zip, a Colab copy). 22 hand-ins; benchmarks/class_grading.py grades the full class of 30.
+SUITE_CLASS = {"copy_kinds": ("renamed+reordered+comments", "padded+reordered"), "stub_variants": 3}
 
 
-def build_class(folder: Path) -> dict[str, dict]:
-    """Write a class of hand-ins into ``folder``; returns ``{student: expected}`` where expected holds
-    ``points`` per part, ``status`` (the statuses allowed) and ``flags``: ``{(part, other)}``, other a
-    classmate, "reference" or "kit"."""
+def build_class(folder: Path, copy_kinds=COPY_KINDS, stub_variants: int = STUB_VARIANTS) -> dict[str, dict]:
+    """Write a class of hand-ins into ``folder`` (30 with the defaults; `SUITE_CLASS` for the suite's smaller
+    one); returns ``{student: expected}`` where expected holds ``points`` per part, ``status`` (the statuses
+    allowed) and ``flags``: ``{(part, other)}``, other a classmate, "reference" or "kit"."""
     folder.mkdir(parents=True)
     expected = {}
 
@@ -617,9 +625,9 @@ def build_class(folder: Path) -> dict[str, dict]:
         }
 
     compared = ("draft", "verify", "decode")
-    copies = ["reference"] + [f"copy_{i}" for i in range(len(COPY_KINDS))]
+    copies = ["reference"] + [f"copy_{i}" for i in range(len(copy_kinds))]
     add("reference", reference_sources(), FULL)
-    for i, how in enumerate(COPY_KINDS):
+    for i, how in enumerate(copy_kinds):
         add(f"copy_{i}", copied_sources(how), FULL, zipped=i % 2 == 1)
     for name in copies:  # each copy is flagged with the reference solution and with every other copy
         expected[name]["flags"] = {(p, o) for p in compared for o in ["reference"] + [c for c in copies if c != name]}
@@ -635,7 +643,7 @@ def build_class(folder: Path) -> dict[str, dict]:
     )
     expected["ind_b"]["flags"] = {("verify", "ind_b_verify_copy")}
     add("kit_copy", kit_copy_sources(), {**NONE, "draft": 5.0, "verify": 5.0}, flags={(p, "kit") for p in compared})
-    for i in range(STUB_VARIANTS):  # released notebooks, as folders, zips and Colab copies
+    for i in range(stub_variants):  # released notebooks, as folders, zips and Colab copies
         names = {n: f"Copy of {n}" for n in GRADED_NOTEBOOKS} if i % 3 == 2 else None
         add(f"stub_{i}", None, zipped=i % 3 == 1, names=names)
     for name in MISBEHAVING:
@@ -653,3 +661,25 @@ def build_class(folder: Path) -> dict[str, dict]:
     (folder / "no_notebooks" / "README.md").write_text("I forgot the notebooks\n")
     expected["no_notebooks"] = {"points": dict(NONE), "status": {"no submission"}, "flags": set()}
     return expected
+
+
+def wrong_rows(expected: dict[str, dict], rows: dict[str, dict]) -> dict[str, tuple]:
+    """The gradebook rows (``gradebook.csv``, by student) that differ from ``expected``: points per part, total, status."""
+    wrong = {}
+    for name, want in expected.items():
+        row = rows[name]
+        got = {part: float(row[part]) for part in want["points"]}
+        total = float(row["total"])
+        if got != want["points"] or total != sum(want["points"].values()) or row["status"] not in want["status"]:
+            wrong[name] = (got, total, row["status"], want)
+    return wrong
+
+
+def flags_found(expected: dict[str, dict], matches: list[dict]) -> dict[str, set]:
+    """``{student: {(part, other)}}`` from a class's ``similarity.json``, a match between classmates counted for both."""
+    got = {name: set() for name in expected}
+    for m in matches:
+        got[m["student"]].add((m["part"], m["other"]))
+        if m["kind"] == "student":
+            got[m["other"]].add((m["part"], m["student"]))
+    return got

@@ -1,4 +1,5 @@
-"""The Gradescope autograder bundle, run in a temporary root laid out like Gradescope's."""
+"""The Gradescope autograder bundle, run in a temporary root laid out like Gradescope's. That run_autograder gives
+the verdict `grade` gives is checked on a real hand-in in tests/test_course.py (one Gradescope grading less here)."""
 
 from __future__ import annotations
 
@@ -67,26 +68,6 @@ def test_bundle_layout(bundle):
     assert os.access(bundle / "run_autograder", os.X_OK) and os.access(bundle / "setup.sh", os.X_OK)
     assert "torch==" in (bundle / "constraints.txt").read_text()
     assert not [r for r in rel if "__pycache__" in r]
-
-
-@pytest.mark.slow
-def test_run_autograder_writes_what_grade_writes(bundle, tmp_path):
-    submission = {
-        "notebooks/01_model_init.ipynb": json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}),
-        "report/REPORT.md": "# report\n",
-    }
-    root = gradescope_root(tmp_path, bundle, submission)
-    done = run_autograder(root)
-    assert done.returncode == 0, done.stderr
-    data = json.loads((root / "results" / "results.json").read_text())
-    assert "autograder failed" not in data.get("output", ""), data
-    assert {"score", "tests"} <= set(data)
-    # The same command run directly here gives the same verdict.
-    direct = tmp_path / "direct.json"
-    cli.grade([str(root / "submission"), "--config", str(bundle / "points.toml"), "--results", str(direct)])
-    expected = json.loads(direct.read_text())
-    strip = lambda d: {k: v for k, v in d.items() if k != "execution_time"}
-    assert strip(data) == strip(expected)
 
 
 @pytest.mark.slow

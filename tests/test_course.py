@@ -25,6 +25,7 @@ import pytest
 
 from course_notebooks import solution_lines
 from leftovers import leftovers
+from specdec_helpers import cli
 from specdec_helpers.assignment.authoring import autograder, notebook_sync, release
 
 from specdec_helpers.assignment.student import handin
@@ -159,6 +160,18 @@ def test_stubs_are_refused_per_notebook(course, stubs):
         if "raise NotImplementedError()" in p.read_text()
     }
     assert expected and unfinished == expected
+
+
+def test_run_autograder_writes_what_grade_writes(course, stubs):
+    """The bundle's run_autograder gives the verdict `grade` gives here: the stubs' upload, graded again directly
+    with the bundle's points.toml and the same arguments, gets the same results.json (moved here from
+    tests/test_autograder.py, which graded an empty notebook twice for it)."""
+    tmp, students, bundle = course
+    _, data = stubs
+    direct, upload = tmp / "direct.json", tmp / "gs-stubs" / "autograder" / "submission"  # as run_autograder saw it
+    cli.grade([str(upload), "--config", str(bundle / "points.toml"), "--no-nbval", "--results", str(direct)])
+    strip = lambda d: {k: v for k, v in d.items() if k != "execution_time"}
+    assert strip(data) == strip(json.loads(direct.read_text()))
 
 
 def test_both_hand_ins_are_graded_by_the_grader(solved, stubs):
