@@ -179,8 +179,7 @@ def test_sweep_on_a_decoder_fills_tables_and_says_whose(pair, tmp_path):
 
 
 def test_token_explorer_runs_the_decoder(pair):
-    pytest.importorskip("ipywidgets")
-    from specdec_helpers.present.widgets import TokenExplorer
+    from specdec_helpers.present.widgets import TokenExplorer  # ipywidgets is a hard dependency: no skip
 
     tok = SimpleNamespace(decode=lambda ids, **kw: "".join(f"<{i}>" for i in ids))
     shown = SimpleNamespace(

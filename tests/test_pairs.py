@@ -81,13 +81,17 @@ def test_cache_root_follows_env(monkeypatch, tmp_path):
 # --------------------------------------------------------------------------- hub errors and auto
 
 
-def test_hub_unreachable_names_the_offline_presets(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    preset = presets.PRESETS["pythia-1.4b/160m"]
-    from huggingface_hub import try_to_load_from_cache
+def test_hub_unreachable_names_the_offline_presets(monkeypatch, tmp_path):
+    """Against an empty hub cache (so a Pythia download on this machine cannot turn the test into a skip)."""
+    from huggingface_hub import constants, try_to_load_from_cache
 
-    if isinstance(try_to_load_from_cache(preset.target, "config.json"), str):
-        pytest.skip("the model is in the local HF cache here")
+    for name, value in {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path), "HF_HUB_CACHE": str(tmp_path / "hub")}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HOME", str(tmp_path))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    preset = presets.PRESETS["pythia-1.4b/160m"]
+    assert try_to_load_from_cache(preset.target, "config.json") is None
     tried = _no_network(monkeypatch)  # at once: offline means no connection is even tried (no timing asserted)
     with pytest.raises(HubUnreachableError) as info:
         load_pair("pythia-1.4b/160m", progress=False)
