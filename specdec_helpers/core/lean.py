@@ -18,7 +18,6 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
-from transformers.models.llama.modeling_llama import repeat_kv, rotate_half
 
 from specdec_helpers.core.cache import StaticKV, cache_kwargs
 from specdec_helpers.core.cpu_kernels import OneDNNLinear, pack_weight, packed_linear
@@ -71,6 +70,11 @@ class LeanForward:
         # A weak reference (the check's table must not keep the model alive); its modules are read at each pass, so
         # Linear layers swapped later (`cpu_kernels`) are the ones used.
         self._model = weakref.ref(model)
+        # transformers' own helpers, imported here rather than with the kit: modeling_llama brings modeling_utils,
+        # dynamo and scipy along, about 2 CPU s in every process that imports the kit and never builds this.
+        from transformers.models.llama.modeling_llama import repeat_kv, rotate_half
+
+        self.repeat_kv, self.rotate_half = repeat_kv, rotate_half
         config = model.config
         self.config, self.device, self.dtype = config, model.device, model.dtype
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
@@ -160,7 +164,7 @@ class LeanForward:
         q = q.view(1, n, self.heads, self.head_dim).transpose(1, 2)
         k = k.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
         v = v.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        q, k = q * cos + self.rotate_half(q) * sin, k * cos + self.rotate_half(k) * sin
         layer = cache.layer(i, k)
         layer.keys[:, :, past : past + n] = k
         layer.values[:, :, past : past + n] = v
@@ -171,7 +175,7 @@ class LeanForward:
             out = F.scaled_dot_product_attention(q, k, v, scale=attention.scaling, is_causal=n > 1, **options)
         else:  # several queries after cached rows: heads repeated, then the boolean mask (as transformers does)
             if groups > 1:
-                k, v = repeat_kv(k, groups), repeat_kv(v, groups)
+                k, v = self.repeat_kv(k, groups), self.repeat_kv(v, groups)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attention.scaling)
         return attention.o_proj(out.transpose(1, 2).contiguous().reshape(1, n, -1).contiguous())
 
