@@ -338,7 +338,8 @@ def print_pa3(results: dict, file=None) -> None:
         if m:
             rates[role] = m["median_tokens_per_second"]
             say(
-                f"{role.capitalize()} decoding: median time {m['median_time']:.2f} seconds over {len(m['times'])} runs, "
+                # Four significant digits: enough to recompute the printed speedup from the printed times.
+                f"{role.capitalize()} decoding: median time {m['median_time']:#.4g} seconds over {len(m['times'])} runs, "
                 f"{rates[role]:.2f} tokens per second (new tokens / median time)"
             )
     if "speedup" in results and len(rates) == 2:

@@ -16,10 +16,11 @@ from specdec_helpers.measure import bench
 from specdec_helpers.measure import results as results_io
 from specdec_helpers.measure.methods import draft_label
 from specdec_helpers.measure.sweep import Case, run_sweep
-from specdec_helpers.present import plots, tables
+from specdec_helpers.present import headline, plots, tables
 
 METHOD_LABELS = results_io.METHOD_LABELS
 best_k = results_io.best_k
+speedup_to_report = headline.speedup_to_report  # the one speedup notebook 05 says to report
 
 
 def export_dir(default: str = "report") -> Path:
@@ -54,15 +55,21 @@ def benchmark(pair, decoder=None, prompt_ids=None, **kwargs) -> dict:
 
 
 def print_methods(result: dict) -> None:
-    """PA3's printout, then one line per method: median time, speed-up, and whether it matches greedy."""
+    """PA3's printout, then one line per method: median time (four significant digits, enough to recompute the
+    speedup), speed-up against HF greedy, and whether it matches greedy; the sample named first."""
+    timed_runs = next((len(m["times"]) for m in result["methods"].values() if "times" in m), 0)
+    print(
+        f"One prompt, {timed_runs} interleaved timed runs per method (medians; not the figure to report: that is the sweep's, below)"
+    )
     bench.print_pa3(result)
+    base = METHOD_LABELS[results_io.BASELINE]
     for name, m in result["methods"].items():
         if "median_time" not in m:
             continue
         same = "identical" if m["identical"] else "equal up to near-ties" if m.get("matches_greedy") else "DIFFERS"
         print(
-            f"{METHOD_LABELS[name]:28s} median {m['median_time'] * 1e3:8.1f} ms  "
-            f"speedup {m.get('speedup', float('nan')):5.2f}x  vs HF greedy: {same}"
+            f"{METHOD_LABELS[name]:28s} median {m['median_time'] * 1e3:#8.4g} ms  "
+            f"speedup vs {base} {m.get('speedup', float('nan')):5.2f}x  output vs HF greedy: {same}"
         )
 
 
@@ -105,7 +112,7 @@ def _whose(decoder) -> str:
 def theory_markdown(results: dict, expected_tokens) -> str:
     """The theory-vs-measurement table, with ``expected_tokens(alpha, k)`` (the student's) as E[tokens]."""
     rows = [
-        "| k | α | c | v | E[tokens] | measured tokens/pass | predicted | refined | measured (vs our greedy) |",
+        "| k | α | c | v | E[tokens] | measured tokens/pass | predicted | refined | measured vs ours greedy (prompts pooled) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results["theory"]:

@@ -52,25 +52,45 @@ def _log2_k_axis(ax, ks) -> None:
     ax.set_xlabel("draft length k")
 
 
+def _yerr(rows: list[dict]) -> list[list[float]]:
+    """Each point's distance to the ends of its spread (`speedup_low`/`speedup_high`: the interleaved rounds'
+    ratios). Clipped at 0: the plotted ratio (of summed medians) can sit just outside the rounds' range."""
+    return [
+        [max(0.0, r["speedup"] - r.get("speedup_low", r["speedup"])) for r in rows],
+        [max(0.0, r.get("speedup_high", r["speedup"]) - r["speedup"]) for r in rows],
+    ]
+
+
+def _spread_words(rows: list[dict]) -> str:
+    words = next((r["speedup_rounds_words"] for r in rows if r.get("speedup_rounds_words")), None)
+    return f"bars: {words}" if words else "no spread recorded"
+
+
 def plot_speedup_vs_k(results: dict) -> Figure:
-    """Speedup over HF greedy generate for each speculative method, per k."""
-    fig, ax = _figure()
+    """Speedup over HF greedy generate for each speculative method, per k, with the spread over the
+    interleaved rounds as error bars (methods nudged apart along k so their bars do not cover each other)."""
+    fig, ax = _figure(5.4, 3.6)
     ks = results["config"]["ks"]
+    drawn = []
     for preset, drafter in _series(results):
-        for method, style in SPEC_STYLES.items():
+        for m, (method, style) in enumerate(SPEC_STYLES.items()):
             rows = [r for r in _rows(results, preset, drafter, method) if r.get("speedup")]
             if rows:
-                ax.plot(
-                    [r["k"] for r in rows],
+                nudge = 2 ** (0.06 * (m - 1) + 0.02 * len(drawn))
+                ax.errorbar(
+                    [r["k"] * nudge for r in rows],
                     [r["speedup"] for r in rows],
-                    style,
+                    yerr=_yerr(rows),
+                    fmt=style,
+                    capsize=3,
                     label=f"{METHOD_LABELS[method]} ({_label(preset, drafter, results)})",
                 )
+                drawn += rows
     ax.axhline(1.0, color="grey", lw=1, ls="--")
     _log2_k_axis(ax, ks)
     ax.set_ylabel(f"speedup vs {METHOD_LABELS[BASELINE]}")
-    ax.set_title("Speedup vs draft length")
-    ax.legend(fontsize=7)
+    ax.set_title("Speedup vs draft length (prompts pooled)")
+    ax.legend(fontsize=8, title=_spread_words(drawn), title_fontsize=8)
     return fig
 
 
@@ -91,7 +111,7 @@ def plot_acceptance_vs_k(results: dict) -> Figure:
     ax.set_ylim(0, 1.02)
     ax.set_ylabel("fraction of draft tokens accepted")
     ax.set_title("Acceptance vs draft length")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=8)
     return fig
 
 
@@ -103,38 +123,47 @@ def _pooled_runs(results, preset, drafter, k):
     ]
 
 
+#: Below this many proposals a position's bar is labelled with its count: a rate from a handful is a guess.
+FEW_SAMPLES = 20
+
+
+def acceptance_by_position(results: dict, preset: str, drafter: str, k: int) -> tuple[list[int], list[int]]:
+    """(proposed, accepted) per draft position j = 0, 1, ... (notebook 03's numbering), prompts pooled."""
+    stats = _pooled_runs(results, preset, drafter, k)
+    width = max((len(s["by_position"]["proposed"]) for s in stats), default=0)
+    proposed, accepted = [0] * width, [0] * width
+    for s in stats:
+        for j, (p, a) in enumerate(zip(s["by_position"]["proposed"], s["by_position"]["accepted"])):
+            proposed[j] += p
+            accepted[j] += a
+    return proposed, accepted
+
+
 def plot_acceptance_by_position(results: dict, preset: str | None = None, drafter: str | None = None) -> Figure:
-    """P(draft position j accepted | proposed), one line per k: acceptance decays along the block."""
-    fig, ax = _figure()
+    """P(draft token j accepted | proposed) as bars, one colour per k side by side at each j (so a long
+    block's bars never hide a short one's); a bar resting on fewer than `FEW_SAMPLES` proposals carries
+    its count."""
     preset, drafter = (preset, drafter) if preset else _series(results)[0]
-    ks = results["config"]["ks"]
-    for i, k in enumerate(ks):
-        stats = _pooled_runs(results, preset, drafter, k)
-        if not stats:
-            continue
-        width = max(len(s["by_position"]["proposed"]) for s in stats)
-        proposed, accepted = [0] * width, [0] * width
-        for s in stats:
-            for j, (p, a) in enumerate(zip(s["by_position"]["proposed"], s["by_position"]["accepted"])):
-                proposed[j] += p
-                accepted[j] += a
-        positions = [j + 1 for j in range(width) if proposed[j]]
-        # Lines of different k overlap where their blocks agree: each k its own dash and marker, smaller k on top.
-        ax.plot(
-            positions,
-            [accepted[j - 1] / proposed[j - 1] for j in positions],
-            label=f"k={k}",
-            linestyle=LINE_STYLES[i % len(LINE_STYLES)],
-            marker=MARKERS[i % len(MARKERS)],
-            ms=4 + (i % 3),
-            mfc="none" if i % 2 else None,
-            zorder=2 + len(ks) - i,
-        )
-    ax.set_xlabel("position j in the draft block")
+    counts = {k: acceptance_by_position(results, preset, drafter, k) for k in results["config"]["ks"]}
+    counts = {k: c for k, c in counts.items() if any(c[0])}
+    width = max((len(p) for p, _ in counts.values()), default=1)
+    fig, ax = _figure(max(5.0, 2.0 + 0.4 * width), 3.6)
+    bar = 0.8 / max(len(counts), 1)
+    for i, (k, (proposed, accepted)) in enumerate(counts.items()):
+        js = [j for j in range(len(proposed)) if proposed[j]]
+        xs = [j + (i - (len(counts) - 1) / 2) * bar for j in js]
+        rates = [accepted[j] / proposed[j] for j in js]
+        ax.bar(xs, rates, bar, color=f"C{i}", label=f"k={k}")
+        for x, rate, j in zip(xs, rates, js):
+            if proposed[j] < FEW_SAMPLES:
+                ax.text(x, rate + 0.02, str(proposed[j]), rotation=90, ha="center", va="bottom", fontsize=6)
+    ax.set_xticks(range(width))
+    ax.set_xlabel("draft token j (0 = the first drafted token, as in notebook 03)")
     ax.set_ylabel("P(accepted | proposed)")
-    ax.set_ylim(0, 1.02)
-    ax.set_title(f"Acceptance by position ({drafter})")
-    ax.legend(fontsize=7)
+    ax.set_ylim(0, 1.18)
+    ax.set_title(f"Acceptance by position ({drafter}); small numbers: times proposed, where under {FEW_SAMPLES}")
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=8, ncol=len(counts), loc="upper right")
     return fig
 
 
@@ -151,9 +180,10 @@ def plot_accepted_length_hist(
             counts[a] += 1
     total = sum(counts) or 1
     ax.bar(range(k + 1), [c / total for c in counts], color="tab:blue")
+    ax.set_xticks(range(k + 1))
     ax.set_xlabel("accepted draft tokens in a round")
     ax.set_ylabel("fraction of rounds")
-    ax.set_title(f"Accepted lengths ({drafter}, k={k})")
+    ax.set_title(f"Accepted lengths ({drafter}, k={k}, {sum(counts)} rounds)")
     return fig
 
 
@@ -184,7 +214,7 @@ def plot_tokens_per_second(
         if not r.get("matches_greedy", r.get("identical", True)):
             ax.annotate("output differs!", (i, tps[i]), ha="center", va="bottom", color="red", fontsize=7)
     ax.set_ylabel("new tokens / s")
-    ax.set_title(f"Throughput per method ({drafter}, k={k})")
+    ax.set_title(f"Throughput per method ({drafter}, k={k}; bars: quartiles)")
     return fig
 
 
@@ -213,47 +243,51 @@ def plot_forward_cost(results_or_cost: dict, preset: str | None = None, drafter:
     ax.set_xlabel("tokens in one forward pass (with a KV cache)")
     ax.set_ylabel("time (ms)")
     ax.set_ylim(bottom=0)
-    ax.set_title("Forward cost vs tokens per pass")
+    ax.set_title(
+        "Forward cost vs tokens per pass"
+        + (" (band: quartiles)" if any(c.get("q1_s") for c in curves.values()) else "")
+    )
     if len(curves) > 1:
         ax.legend(fontsize=7)
     return fig
 
 
+#: The four series of `plot_theory_vs_measured`: theory row key, label, colour, marker, line.
+THEORY_SERIES = [
+    ("predicted_speedup", "theory, verify = 1 step", "tab:blue", "v", ":"),
+    ("refined_speedup", "theory, measured verify v", "tab:purple", "^", "--"),
+    ("measured_speedup_vs_greedy", "measured vs ours greedy", "tab:green", "o", "-"),
+    ("measured_speedup", f"measured vs {METHOD_LABELS[BASELINE]}", "tab:orange", "s", "-"),
+]
+
+
 def plot_theory_vs_measured(results: dict) -> Figure:
-    """Leviathan et al.'s predicted speedup (and the one with measured verify cost) vs measured; the legend
-    sits below the axes, where it covers no curve."""
-    fig, ax = _figure(5.0, 4.6)
+    """Leviathan et al.'s predicted speedup (and the one with measured verify cost) vs measured: each kind of
+    series its own colour and marker, the measured one vs HF greedy with its spread; the legend sits below
+    the axes, where it covers no curve. Several presets/drafters: hollow markers and other dashes tell them apart."""
+    fig, ax = _figure(5.6, 4.8)
     series = list(dict.fromkeys((r["preset"], r["drafter"]) for r in results["theory"]))
     for i, (preset, drafter) in enumerate(series):
         rows = sorted(
             [r for r in results["theory"] if (r["preset"], r["drafter"]) == (preset, drafter)], key=lambda r: r["k"]
         )
         ks = [r["k"] for r in rows]
-        color = f"C{i}"
-        label = _label(preset, drafter, results)
-        ax.plot(
-            ks, [r["predicted_speedup"] for r in rows], ":", color=color, label=f"theory, verify = 1 step ({label})"
-        )
-        ax.plot(ks, [r["refined_speedup"] for r in rows], "--", color=color, label=f"theory, measured verify ({label})")
-        ax.plot(
-            ks,
-            [r["measured_speedup_vs_greedy"] or float("nan") for r in rows],
-            "o-",
-            color=color,
-            label=f"measured vs our greedy ({label})",
-        )
-        ax.plot(
-            ks,
-            [r["measured_speedup"] or float("nan") for r in rows],
-            "x",
-            color=color,
-            label=f"measured vs HF greedy ({label})",
-        )
+        suffix = f" ({_label(preset, drafter, results)})" if len(series) > 1 else ""
+        for key, label, color, marker, line in THEORY_SERIES:
+            values = [r[key] or float("nan") for r in rows]
+            style = dict(color=color, marker=marker, ls=LINE_STYLES[i % len(LINE_STYLES)] if i else line)
+            style.update(mfc="none" if i % 2 else color, label=label + suffix)
+            if key == "measured_speedup":
+                spec = {r["k"]: r for r in _rows(results, preset, drafter, SPECULATIVE) if r.get("speedup")}
+                if all(k in spec for k in ks):
+                    ax.errorbar(ks, values, yerr=_yerr([spec[k] for k in ks]), capsize=3, **style)
+                    continue
+            ax.plot(ks, values, **style)
     ax.axhline(1.0, color="grey", lw=1, ls="--")
     _log2_k_axis(ax, results["config"]["ks"])
     ax.set_ylabel("speedup")
-    ax.set_title("Theory vs measurement")
-    fig.legend(loc="outside lower center", ncol=2, fontsize=6, frameon=False)
+    ax.set_title("Theory vs measurement (prompts pooled)")
+    fig.legend(loc="outside lower center", ncol=2, fontsize=8, frameon=False)
     return fig
 
 
