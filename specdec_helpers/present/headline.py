@@ -50,14 +50,15 @@ def speedup_to_report(results: dict, k: int | None = None) -> str:
         return "No speedup to report: the sweep timed no KV-cache speculative run against HF greedy."
     row, n = chosen["row"], chosen["prompts"]
     how = "the k you chose" if k is not None else f"the best of the {len(results['config']['ks'])} k measured"
+    sample = f"{n} prompts pooled" if n > 1 else "1 prompt"
     prompts = (
         f"; one prompt at a time they ranged {chosen['prompt_low']:.2f}-{chosen['prompt_high']:.2f}x"
         if n > 1
-        else " (a single prompt: time more for a figure that speaks for more than one text)"
+        else "; a single prompt speaks for one text only: time several for a figure to hand in"
     )
     warnings = "".join(f"\n\n**Measurement warning:** {w}." for w in row.get("speedup_warnings", []))
     return (
         f"**Speedup to report: {in_words(row['speedup'])}**, {METHOD_LABELS[SPECULATIVE]} at k = {row['k']} "
-        f"({how}) against {METHOD_LABELS[BASELINE]}, {n} prompt{'s' if n != 1 else ''} pooled "
-        f"({row.get('new_tokens', 0):.0f} new tokens), {spread_words(row)}{prompts}.{warnings}"
+        f"({how}) against {METHOD_LABELS[BASELINE]}, {sample} ({row.get('new_tokens', 0):.0f} new tokens), "
+        f"{spread_words(row)}{prompts}.{warnings}"
     )

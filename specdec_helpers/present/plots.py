@@ -245,7 +245,8 @@ def plot_forward_cost(results_or_cost: dict, preset: str | None = None, drafter:
     ax.set_ylim(bottom=0)
     ax.set_title(
         "Forward cost vs tokens per pass"
-        + (" (band: quartiles)" if any(c.get("q1_s") for c in curves.values()) else "")
+        # One timed pass per size (a quick run) has no spread: then no band is drawn, and none is named.
+        + (" (band: quartiles)" if any(c.get("q1_s") != c.get("q3_s") for c in curves.values()) else "")
     )
     if len(curves) > 1:
         ax.legend(fontsize=7)
