@@ -42,9 +42,12 @@ class Backend:
         return f"{self.name} ({self.reason})"
 
 
-def choose(target, drafter, use_cache: bool, compile: bool, graphs: bool | None, score=None) -> tuple[str, str]:
+def choose(
+    target, drafter, use_cache: bool, compile: bool, graphs: bool | None, score=None, lean: bool = True
+) -> tuple[str, str]:
     """``(backend name, why)`` for a decode: the caller's explicit wishes first, then the fastest backend that gives
-    the target's own logits on this device."""
+    the target's own logits on this device. ``lean=False`` with ``graphs=False`` runs the model itself, eagerly,
+    as a decoder of one's own does (notebook 05 times its greedy baseline so)."""
     if not use_cache or score is not None:
         return "uncached", "use_cache=False" if not use_cache else "a caller's score= reads no cache"
     if compile:
@@ -54,7 +57,8 @@ def choose(target, drafter, use_cache: bool, compile: bool, graphs: bool | None,
     why_not_graphs = graphs_unfit(target, drafter) if graphs is None else "graphs=False"
     if why_not_graphs is None:
         return "graphs", "a CUDA target: a graph replays a step faster than its kernels launch"
-    why_not_lean = supported(target) or (None if lean_forward(target) else "its lean forward's logits differ")
+    why_not_lean = "lean=False" if not lean else supported(target)
+    why_not_lean = why_not_lean or (None if lean_forward(target) else "its lean forward's logits differ")
     if why_not_lean is None:
         return "lean", "a Llama on the CPU: its forward without transformers' per-layer Python, bitwise its logits"
     return "dynamic", f"no graphs ({why_not_graphs}); no lean forward ({why_not_lean})"
@@ -94,11 +98,12 @@ def backend(
     compile: bool = False,
     graphs: bool | None = None,
     score=None,
+    lean: bool = True,
 ):
     """The `Backend` a decode runs on, set up before its timing starts (graphs: the step of every pass a round of up to
     ``largest_k`` draft tokens can verify, captured now; None: any k, capped at `graphs.MAX_K`), and its static caches
     given back after."""
-    name, reason = choose(target, drafter, use_cache, compile, graphs, score)
+    name, reason = choose(target, drafter, use_cache, compile, graphs, score, lean)
     length = input_ids.shape[1] + max_new_tokens
     if name == "uncached":
         yield Backend(name, reason, target, None, drafter)

@@ -53,6 +53,7 @@ def speculative_decode(
     attention_mask=None,
     score=None,
     graphs: bool | None = None,
+    lean: bool = True,
 ) -> DecodeOutput:
     """Generate with ``draft`` proposing and ``target`` verifying; output is the target's own.
 
@@ -69,7 +70,7 @@ def speculative_decode(
     ``None`` (default): on for a CUDA target, off elsewhere; ``True`` on a CPU runs the same static-cache
     steps eagerly (what the CPU tests check). Where graphs are off, a Llama target on a CPU (and a plain Llama draft
     model) runs through its lean forward (`lean`: transformers' operations without its per-layer Python, bitwise
-    the same logits, over a static cache).
+    the same logits, over a static cache); ``lean=False`` keeps the model itself there.
     The student edition (``release``) refuses greedy and near-greedy use, and verifies without a cache:
     greedy speculative decoding is what the students write in notebooks 02-04.
     ``score``: the target's scoring pass, ``score(target, input_ids [1, L], draft_tokens [k]) -> logits [k + 1, vocab]``
@@ -121,7 +122,7 @@ def speculative_decode(
     with exclusive(draft if isinstance(draft, Drafter) else drafter):  # stateful: one decode at a time per drafter
         largest_k = 0 if isinstance(drafter, _NoDraft) else schedule.largest
         with backend(
-            target, drafter, input_ids, max_new_tokens, largest_k, use_cache, compile, graphs, score
+            target, drafter, input_ids, max_new_tokens, largest_k, use_cache, compile, graphs, score, lean
         ) as run:  # set up (graphs captured) before the rounds' timing starts
             return _rounds(run, input_ids, max_new_tokens, schedule, sampler, eos, score)
 
@@ -136,8 +137,10 @@ def greedy_decode(
     compile: bool = False,
     attention_mask=None,
     graphs: bool | None = None,
+    lean: bool = True,
 ):
-    """Plain greedy decoding (one target pass per token), the baseline speculative decoding must match."""
+    """Plain greedy decoding (one target pass per token), the baseline speculative decoding must match.
+    ``graphs=False, lean=False``: eagerly, the model itself over transformers' cache, as a decoder of one's own runs."""
     return reference_loop.greedy_baseline(
         speculative_decode,
         _NoDraft(),
@@ -149,6 +152,7 @@ def greedy_decode(
         compile=compile,
         attention_mask=attention_mask,
         graphs=graphs,
+        lean=lean,
     )
 
 

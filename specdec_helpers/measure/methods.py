@@ -93,15 +93,20 @@ def build_methods(target, draft, k: int, names=METHODS, eos_token_id=None, decod
     """``{name: fn(input_ids, max_new_tokens) -> MethodOutput}``, or a `Skip` note where a method
     cannot express this draft (e.g. HF assisted generation with a custom Drafter). With ``decoder``,
     ``spec_cached`` / ``spec_vectorized`` are its ``generate_ids(use_cache=True / False)`` and the
-    compiled speculative method is skipped (it is the kit's loop)."""
+    compiled speculative method is skipped (it is the kit's loop), and ``greedy`` runs as the decoder does: eagerly,
+    the model itself over transformers' cache (no CUDA graphs, no lean forward)."""
     methods = {}
 
     def hf_greedy(ids, n):
         return MethodOutput(target.generate(ids, **_generate_kwargs(target, ids, n, eos_token_id)))
 
+    # Next to a decoder of one's own (the model itself, eagerly, over transformers' cache), our greedy runs the same
+    # way: no graphs, no lean forward; else its speed-up would price the backend, not the speculation.
+    same_way = {} if decoder is None else dict(graphs=False, lean=False)
+
     def greedy(compile):
         def run(ids, n):
-            out = greedy_decode(target, ids, max_new_tokens=n, eos_token_id=eos_token_id, compile=compile)
+            out = greedy_decode(target, ids, max_new_tokens=n, eos_token_id=eos_token_id, compile=compile, **same_way)
             return MethodOutput(out.sequences, out.stats.as_dict())
 
         return run

@@ -1,0 +1,182 @@
+"""Notebook 01 §6's experiment (`measure/step_cost.py`, `present/step_lesson.py`): the shapes and what each cost model
+predicts, the interleaved timing, the verdict on a student's prediction; and notebook 05's greedy baseline next to a
+decoder of one's own, run the way that decoder runs (eagerly, no lean forward, no graphs). No timing is asserted."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny_models import tiny_model
+
+from specdec_helpers.core import backends
+from specdec_helpers.core.lean import LeanForward
+from specdec_helpers.measure import methods, step_cost
+from specdec_helpers.measure.observed import REQUIRED
+from specdec_helpers.present import step_lesson
+
+
+@pytest.fixture(scope="module")
+def neox():
+    return tiny_model("gpt_neox", layers=4)
+
+
+@pytest.fixture(scope="module")
+def measured(neox):
+    """One measurement for several assertions (tiny models, a few rounds)."""
+    plan = step_cost.width_depth_plan(neox)
+    return step_cost.measure_plan(plan, repeats=3)
+
+
+def test_step_bytes_counts_one_embedding_row_unless_the_head_shares_the_table():
+    torch.manual_seed(0)
+    untied = tiny_model("llama")
+    table = untied.get_input_embeddings().weight
+    total = sum(p.numel() * p.element_size() for p in untied.parameters())
+    assert untied.get_output_embeddings().weight is not table
+    assert step_cost.step_bytes(untied) == total - table.numel() * table.element_size()
+    tied = tiny_model("gpt2")  # GPT-2 ties its head to the token table: read once, as the head
+    assert tied.get_output_embeddings().weight is tied.get_input_embeddings().weight
+    assert step_cost.step_bytes(tied) == sum(p.numel() * p.element_size() for p in tied.parameters())
+
+
+def test_shaped_llamas_keep_the_head_size_and_run_lean_on_the_cpu(neox):
+    wide = step_cost.shaped_llama(neox, 3, widen=2)
+    config = wide.config
+    assert type(wide).__name__ == "LlamaForCausalLM" and config.num_hidden_layers == 3
+    assert config.hidden_size == 2 * neox.config.hidden_size
+    assert config.head_dim == neox.config.hidden_size // neox.config.num_attention_heads
+    assert config.intermediate_size == 2 * neox.config.intermediate_size
+    assert wide.device == neox.device and wide.dtype == neox.dtype
+    assert isinstance(backends.decode_forward(wide), LeanForward)  # what a CPU decode runs for a Llama
+
+
+def test_the_plan_predicts_different_wide_ratios_for_calls_and_bytes(measured, neox):
+    shapes, predicted = measured["shapes"], measured["predicted"]
+    assert shapes["base"]["layers"] == neox.config.num_hidden_layers  # a quarter, at least 4, at most all
+    assert shapes["deep"]["layers"] == 2 * shapes["base"]["layers"]
+    assert shapes["wide"]["width"] == 2 * shapes["base"]["width"]
+    assert predicted["calls"] == {"deep": 2.0, "wide": 1.0}
+    assert 1.0 < predicted["bytes"]["deep"] < 2.0 and predicted["bytes"]["wide"] > 2.0
+    text = step_lesson.describe_plan(measured)
+    assert "deep 2.00x, wide 1.00x" in text and f"wide {predicted['bytes']['wide']:.2f}x" in text
+    assert "lean forward" in measured["runs_as"]
+
+
+def test_measurement_has_both_runs_with_spreads(measured):
+    assert list(measured["ms"]) == ["eager", "decode"]  # a CPU Llama: the decode runs the lean forward
+    for run in ("eager", "decode"):
+        for name in ("base", "deep", "wide"):
+            s = measured["ms"][run][name]
+            assert 0 < s["q1"] <= s["median"] <= s["q3"]
+        assert set(measured["ratios"][run]) == {"deep", "wide"}
+    assert measured["threads"] == torch.get_num_threads() and measured["repeats"] == 3
+
+
+def test_steps_are_timed_round_robin(neox):
+    order = []
+    models = {name: tiny_model("gpt_neox", seed=i) for i, name in enumerate("abc")}
+    for name, model in models.items():
+        model.register_forward_pre_hook(lambda module, args, name=name: order.append(name))
+    times = step_cost.interleaved_steps(models, neox.device, repeats=2, warmup=1)
+    prefills = ["a", "b", "c"]
+    assert order == prefills + ["a", "b", "c"] + ["a", "b", "c"] * 2  # set-up, warm-up, then A B C A B C
+    assert {name: len(t) for name, t in times.items()} == {"a": 2, "b": 2, "c": 2}
+
+
+def test_ratios_are_taken_round_by_round():
+    times = {"x": [2.0, 4.0, 9.0], "y": [1.0, 4.0, 3.0]}
+    s = step_cost.ratio_spread(times, "x", "y")
+    assert s["median"] == 2.0 and s["min"] == 1.0 and s["max"] == 3.0
+
+
+def test_regime_by_thirds_on_a_log_scale():
+    assert step_lesson.regime(1.1, 1.0, 4.0) == "calls"
+    assert step_lesson.regime(2.0, 1.0, 4.0) == "between"
+    assert step_lesson.regime(3.5, 1.0, 4.0) == "bytes"
+    assert step_lesson.regime(0.25, 0.25, 0.13) == "calls" and step_lesson.regime(0.13, 0.25, 0.13) == "bytes"
+
+
+def fake(wide, q=(0.98, 1.02), calls=1.0, bytes_=3.6):
+    s = dict(median=wide, q1=wide * q[0], q3=wide * q[1], min=wide * q[0], max=wide * q[1])
+    ms = {name: dict(median=1.0, q1=1.0, q3=1.0) for name in ("base", "deep", "wide")}
+    return dict(
+        predicted={"calls": {"deep": 2.0, "wide": calls}, "bytes": {"deep": 1.8, "wide": bytes_}},
+        ratios={"eager": {"deep": s, "wide": s}},
+        ms={"eager": ms},
+        runs_as="the model itself, eagerly",
+        repeats=5,
+        threads=1,
+        device="cpu",
+    )
+
+
+def test_verdict_judges_a_prediction_against_the_measurement():
+    calls_bound = fake(1.1)
+    right, wrong = step_lesson.verdict(1.0, calls_bound), step_lesson.verdict(3.5, calls_bound)
+    assert "✅" in right and "❌" not in right
+    assert "❌" in wrong and "calls" in wrong and "✅" not in wrong
+    bytes_bound = fake(3.3)
+    assert "✅" in step_lesson.verdict(3.5, bytes_bound) and "❌" in step_lesson.verdict(1.0, bytes_bound)
+    assert "within 25%" in step_lesson.verdict(2.0, fake(2.2))  # between the two, and close
+    assert "1 torch thread (SPECDEC_THREADS" in right
+    busy = dict(fake(1.1, q=(0.7, 1.3)), threads=2)
+    assert "2 torch threads" in step_lesson.verdict(1.0, busy) and "torch.set_num_threads(1)" in step_lesson.verdict(
+        1.0, busy
+    )
+    assert "Rerun" not in right and "Rerun" in step_lesson.verdict(1.0, fake(1.1, q=(0.7, 1.3)))
+
+
+@pytest.mark.parametrize("prediction", [None, "3", -1, float("nan"), True])
+def test_verdict_names_an_unanswered_or_unusable_prediction(prediction):
+    text = step_lesson.verdict(prediction, fake(1.1))
+    assert "✅" not in text and "❌" not in text and "None" not in text.replace("my_prediction = None", "")
+    assert "run it, then run this cell again" in text
+    assert ("You left my_prediction = None" in text) == (prediction is None)
+
+
+def test_pair_costs_say_what_the_decode_runs():
+    target, draft = tiny_model("gpt_neox", layers=4), tiny_model("gpt_neox", seed=1, layers=1)
+    costs = step_cost.pair_costs(target, draft, repeats=3)
+    assert list(costs["c"]) == ["eager"] and costs["backend"] == "dynamic" and costs["layers"] == 0.25
+    text = step_lesson.describe_pair_costs(costs)
+    assert "dynamic" in text and "the eager c is the one that counts" in text
+    llama, small = tiny_model("llama", layers=4), tiny_model("llama", seed=1, layers=1)
+    costs = step_cost.pair_costs(llama, small, repeats=3)
+    assert list(costs["c"]) == ["eager", "decode"] and costs["backend"] == "lean"
+    assert "lean forward" in step_lesson.describe_pair_costs(costs)
+
+
+@pytest.mark.parametrize("with_decoder", [False, True])
+def test_our_greedy_runs_as_the_decoder_it_is_compared_with(monkeypatch, with_decoder):
+    """Next to a decoder of one's own (eager, the model over transformers' cache) our greedy runs eagerly too; alone,
+    it runs the kit's fastest backend (the lean forward for a CPU Llama). The control is the decoder-less run."""
+    chosen = []
+    real = backends.choose
+
+    def spy(*args, **kwargs):
+        chosen.append(real(*args, **kwargs))
+        return chosen[-1]
+
+    monkeypatch.setattr(backends, "choose", spy)
+    target = tiny_model("llama")
+    stub = type("Decoder", (), {name: lambda self, *a, **k: None for name in REQUIRED})
+    decoder = stub() if with_decoder else None  # only the speculative methods would call it
+    run = methods.build_methods(target, tiny_model("llama", seed=1), 2, names=("greedy",), decoder=decoder)["greedy"]
+    out = run(torch.tensor([[1, 2, 3]]), 4)
+    assert out.sequences.shape[1] == 7
+    name, why = chosen[-1]
+    assert (name, "lean=False" in why) == (("dynamic", True) if with_decoder else ("lean", False))
+
+
+def test_the_gpu_path_runs_graphed_steps_emulated_on_the_cpu(monkeypatch, neox):
+    """On a GPU the decode's forward is `graphs.StaticForward` (captured steps over a static cache): the same code,
+    its graphs emulated here, prepared before the timing and its caches given back."""
+    from specdec_helpers.core.graphs import static_forward
+
+    monkeypatch.setattr(step_cost, "decode_forward", lambda model: static_forward(model, graphs=True))
+    plan = step_cost.width_depth_plan(neox)
+    assert plan["runs_as"] == "CUDA graphs over a static cache"
+    measured = step_cost.measure_plan(plan, repeats=2)
+    assert list(measured["ratios"]) == ["eager", "decode"]
+    assert all(not kv.in_use for f in plan["forwards"].values() for kv in f.caches)  # released
+    assert "as the decode runs it: CUDA graphs" in step_lesson.measured_table(measured)
