@@ -180,3 +180,22 @@ def test_the_gpu_path_runs_graphed_steps_emulated_on_the_cpu(monkeypatch, neox):
     assert list(measured["ratios"]) == ["eager", "decode"]
     assert all(not kv.in_use for f in plan["forwards"].values() for kv in f.caches)  # released
     assert "as the decode runs it: CUDA graphs" in step_lesson.measured_table(measured)
+
+
+@pytest.mark.parametrize("eager", [False, True])
+def test_the_sweeps_costs_for_a_decoder_of_ones_own_are_eager(monkeypatch, eager):
+    """05's theory table prices a student's decoder (eager) with eager c and v; the kit's loop with its own forwards
+    (the lean forward for a CPU Llama: the control)."""
+    from specdec_helpers.measure import sweep
+
+    timed_models = []
+    real = sweep.measure_forward_cost
+
+    def spy(model, *args, **kwargs):
+        timed_models.append(model)
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(sweep, "measure_forward_cost", spy)
+    target, draft = tiny_model("llama"), tiny_model("llama", seed=1)
+    sweep.measure_costs(target, draft, torch.tensor([[1, 2, 3]]), ks=[2], repeats=1, eager=eager)
+    assert [type(m) is LeanForward for m in timed_models] == [not eager, not eager]

@@ -80,8 +80,11 @@ def run_sweep(
     ks = [int(k) for k in ks]
     costs, curves = {}, {}
     for case in tqdm(cases, desc="forward costs", disable=not progress, leave=False):
-        cost = measure_costs(case.target, case.draft, case.prompts[0][1], ks, cost_repeats, curves.get(id(case.target)))
-        curves[id(case.target)] = cost["target_forward"]
+        # A decoder of one's own runs the models eagerly: its c and v are the eager ones (the kit's loop: as it runs).
+        eager = case.decoder is not None
+        key = (id(case.target), eager)
+        cost = measure_costs(case.target, case.draft, case.prompts[0][1], ks, cost_repeats, curves.get(key), eager)
+        curves[key] = cost["target_forward"]
         costs[f"{case.preset}/{case.drafter}"] = cost
     cells = [(case, i) for case in cases for i in range(len(case.prompts))]
     runs = []
@@ -126,23 +129,25 @@ def run_sweep(
     return results
 
 
-def measure_costs(target, draft, input_ids, ks, repeats: int = 5, target_curve: dict | None = None) -> dict:
+def measure_costs(
+    target, draft, input_ids, ks, repeats: int = 5, target_curve: dict | None = None, eager: bool = False
+) -> dict:
     """Target forward-cost curve (1..max(32, k+1) tokens) and the draft/target step-cost ratio c.
 
-    Pass ``target_curve`` to reuse one already measured for the same target (several drafts)."""
+    Pass ``target_curve`` to reuse one already measured for the same target (several drafts). ``eager``: time the
+    models themselves (as a decoder of one's own runs them), not the forwards the kit's decode runs."""
+    run_as = (lambda model: model) if eager else decode_forward
     # Dense where the curve bends (small n), sparse beyond; always every k + 1 the sweep verifies.
     sizes = sorted({*range(1, 9), 12, 16, 24, 32, *(k + 1 for k in ks)})
     # Timed through the forwards a decode runs (`backends.decode_forward`: graphed on a GPU, lean on a CPU Llama).
-    curve = target_curve or measure_forward_cost(
-        decode_forward(target), input_ids, sizes=sizes, repeats=repeats, warmup=1
-    )
+    curve = target_curve or measure_forward_cost(run_as(target), input_ids, sizes=sizes, repeats=repeats, warmup=1)
     drafter = as_drafter(draft, target)
     # What drafts where a hybrid's lookup finds nothing: that is the step worth timing.
     inner = drafter.model_drafter if isinstance(drafter, HybridDrafter) else drafter
     if inner.needs_target_features:
         draft_step = measure_draft_step(target, inner, input_ids, repeats)
     elif drafter.model is not None:
-        model = drafter.model if isinstance(drafter, HybridDrafter) else decode_forward(drafter.model)
+        model = drafter.model if isinstance(drafter, HybridDrafter) else run_as(drafter.model)
         draft_step = measure_forward_cost(model, input_ids, sizes=[1], repeats=repeats)["median_s"][0]
     else:
         draft_step = 0.0
