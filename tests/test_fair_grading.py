@@ -189,13 +189,14 @@ def test_forged_rounds_are_caught_by_the_cpu_time_measured_outside(reference):
 def test_other_kit_code_reached_dynamically_is_refused(reference):
     """The student edition still ships the tree loop, tree drafting and sampled acceptance (notebooks 05-08), and a
     width-1 tree is a chain: a cell that reaches them through a module table the static check cannot read
-    (`tests/cheat_cells/kit_tree_drafting.py`) is refused by the guard on every ``core`` function
-    (`child._poison_the_algorithm`), and earns no drafting points."""
+    (`tests/cheat_cells/kit_tree_drafting.py`) earns no drafting points. In the sandboxed child the module is not
+    there (`isolation.least_code`: the table has no such key); where the child runs with the grader's whole kit
+    (no sandbox), the guard on every ``core`` function refuses it (`child._poison_the_algorithm`)."""
     cheat = (Path(__file__).parent / "cheat_cells" / "kit_tree_drafting.py").read_text()
     assert cells.kit_references(cheat) == []  # not seen statically: the guard does it
     results = grader.run_suite(dict(reference, draft=cheat), POINTS, only=["draft"], seed=0)
     assert results and all(r.score == 0 for r in results), [(r.test_id, r.score) for r in results]
-    assert all("specdec_helpers.core.tree.draft_tree" in r.feedback for r in results), [r.feedback for r in results]
+    assert all("specdec_helpers.core.tree" in r.feedback for r in results), [r.feedback for r in results]
     introspect = "f = g.__closure__[0].cell_contents\nm = torch.sys.modules\nh = getattr(g, '__wrapped__')\n"
     assert cells.kit_references(introspect) == ["cell_contents", "sys.modules", "__wrapped__", "__closure__"]
 

@@ -8,8 +8,6 @@ Drafter) into a draft. The table of presets is `presets`, hub loading `hub`, the
 
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,55 +21,19 @@ from specdec_helpers.core.drafters import HybridDrafter
 from specdec_helpers.models.drafts.eagle import FeatureDrafter
 from specdec_helpers.models.drafts.registry import DraftRequest, make_draft, split_name
 from specdec_helpers.models.choose import choose
-from specdec_helpers.models.hub import hub_reachable, load_model, load_tokenizer
+from specdec_helpers.models.hub import hub_reachable
+from specdec_helpers.models.preset_models import (  # noqa: F401 - default_dtype, DTYPES, env_dtype: reached as pairs.X
+    DTYPES,
+    default_device,
+    default_dtype,
+    env_dtype,
+    load_draft_model,
+    load_target,
+    say as _say,
+)
 from specdec_helpers.models.presets import PRESETS, Preset, get_preset
-from specdec_helpers.models.smollm2 import SMOLLM2_PIP, load_smollm2, smollm2_available
-from specdec_helpers.models.toy import load_toy
+from specdec_helpers.models.smollm2 import SMOLLM2_PIP, smollm2_available
 from specdec_helpers.models.vocab import check_compatible
-
-
-# --------------------------------------------------------------------------- device and dtype
-
-
-def default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def default_dtype(device) -> torch.dtype:
-    """``$SPECDEC_DTYPE`` if set (`env_dtype`), else fp16 on a GPU (half the memory, tensor cores) and fp32 on
-    CPU, where fp16 matmuls are slow."""
-    return env_dtype() or (torch.float16 if torch.device(device).type == "cuda" else torch.float32)
-
-
-#: ``$SPECDEC_DTYPE`` spellings -> dtypes.
-DTYPES = {
-    "fp32": torch.float32,
-    "float32": torch.float32,
-    "fp16": torch.float16,
-    "float16": torch.float16,
-    "half": torch.float16,
-    "bf16": torch.bfloat16,
-    "bfloat16": torch.bfloat16,
-}
-
-
-def env_dtype() -> torch.dtype | None:
-    """The dtype ``$SPECDEC_DTYPE`` asks `load_pair` for (``fp32``, ``fp16``, ``bf16``), ``None`` when unset: e.g.
-    ``SPECDEC_DTYPE=fp16`` runs the notebooks in half precision on a CPU, as a GPU would (tests/test_notebooks_fp16.py)."""
-    name = os.environ.get("SPECDEC_DTYPE", "").strip().lower()
-    if not name:
-        return None
-    if name not in DTYPES:
-        raise ValueError(
-            f"SPECDEC_DTYPE={name!r} is not a dtype the kit knows: use one of fp32, fp16, bf16 "
-            "(or unset it for the device's default)"
-        )
-    return DTYPES[name]
-
-
-def _say(progress: bool, message: str) -> None:
-    if progress:
-        print(message, file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- the pair
@@ -178,12 +140,7 @@ def _make_draft(spec, target, tokenizer, device, dtype, gated: bool = False, pro
         return make_draft(
             spec, DraftRequest(target, tokenizer, split_name(spec)[1], base, load, _model_name(target), progress)
         )
-    _say(progress, f"loading draft {spec} ...")
-    draft_tokenizer = load_tokenizer(spec, gated)
-    check_compatible(tokenizer, draft_tokenizer)
-    draft = load_model(spec, device, dtype, gated)
-    check_compatible(tokenizer, draft)
-    return draft
+    return load_draft_model(spec, tokenizer, device, dtype, gated, progress)
 
 
 # --------------------------------------------------------------------------- load_pair
@@ -278,20 +235,7 @@ def load_pair(
         row = get_preset(preset)
     gated = row.gated
 
-    if row.name == "toy":
-        model, toy_draft, tokenizer = load_toy(device=device, dtype=dtype, progress=progress)
-        default_draft = toy_draft
-    elif row.name == "smollm2-135m":
-        model, tokenizer = load_smollm2(device, dtype, progress)
-        default_draft = row.draft
-    else:
-        _say(progress, f"loading target {row.target} on {device} ({dtype}) ...")
-        tokenizer = load_tokenizer(row.target, gated)
-        model = load_model(row.target, device, dtype, gated)
-        check_compatible(tokenizer, model)
-        default_draft = row.draft
-    if model.generation_config.pad_token_id is None:  # quiets generate()'s warning
-        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model, tokenizer, default_draft = load_target(row, device, dtype, progress)
 
     def preset_draft():  # what a plain 'hybrid' puts after its n-gram lookup
         return _make_draft(default_draft, model, tokenizer, device, dtype, gated, progress)

@@ -1,4 +1,45 @@
 """The machinery that grades: the grader (`grader`) and its points (`scoring`), the sandboxed child that runs
 student code (`child`, `sandbox`), who runs it with which rights (`privilege`, `jail_policy`, `isolation`,
 `student_users`), the side-by-side timing (`speed`), the nbval run (`submission`), a class at once and copied
-work (`classroom`, `grade_worker`, `contain`, `similarity`: the instructor's)."""
+work (`classroom`, `grade_worker`, `contain`, `similarity`: the instructor's).
+
+The trust model. Student code runs only in the student's processes (the graded cells' child, nbval's kernels),
+as a user without rights on the grader, in bubblewrap where it works (`privilege`). Whatever runs in such a
+process can be rewritten by the student's code there, so no verdict rests on it:
+
+- Code. The child's view of the kit holds only the modules the child imports (`isolation.least_code`: the
+  graded parts' plumbing, the test worlds, cache bookkeeping, the CPU kernels of the models, a clock;
+  `isolation.CHILD_CORE` says why each is safe). The kit's decode loops, tree and batch loops, drafters,
+  sampling, eagle and lean forwards are absent, not guarded: a closure, ``gc`` or ``sys.modules`` finds
+  nothing to call, and the parts a student did not write are placeholders that name their notebook.
+- Outputs are compared with greedy decoding the grader computed in its own process; time is the wall time the
+  grader measures around a request, the other child paused (`speed`); CPU time is read from outside, where a
+  process can add to it but never take from it.
+- Counters and logs the child writes (its statistics, the round log, the test worlds' pass and position
+  counters, its device watch) are read as consistency checks that name a mistake. Acceptance is computed by the
+  grader from the prompt, the target's greedy text and the draft model's greedy proposals (`replay`); a target
+  that re-reads the text shows in the CPU time of a pass-heavy target (`world.deep`), whatever the counters say.
+- The grader writes results.json after every student process is gone; answers from the child are JSON, never
+  executed or unpickled.
+
+The limits that remain, and what each is worth to a student:
+
+- Without a sandbox (``SPECDEC_SANDBOX=none``, or a grader that is neither root nor able to run bubblewrap) the
+  child imports the grader's whole kit, reference solution included, and only a guard in the student's own
+  process (`child._poison_the_algorithm`) refuses graded callers; a closure read gets through
+  (tests/test_child_view.py's control). Such a grading says that student code runs with the grader's rights:
+  grade as root with bubblewrap (Gradescope, CI), where nothing of that is in reach.
+- The kit code left in the view can be patched by the student's code (the round recorder, the counters, cache
+  helpers, torch itself). Each patch changes only what the child reports, which is checked against what the
+  grader computes or measures, or changes the student's own decoder, which is what is graded.
+- The device check runs in the child (`devices.DeviceWatch`, a torch function mode): code that switched it off
+  would hide its own host tensors on a CPU grader, worth at most that test's share of the decode points, and
+  still crash on the first GPU it meets.
+- The models live in the student's process: their weights can be read, and the pass-heavy target's zero layers
+  (`world.deepened`) found. A decoder that ran a forward of its own without them while re-reading the text could
+  pass the CPU-time check of cache reuse, which compares with the grader's decoding of the full model: a forward
+  written against the grader, which earns at most that test's share of the decode points (issue #43, item 2).
+- A graded cell sees the test world it runs in (its models, prompts and seed). The timed prompts are drawn
+  apart, so nothing it learns there tells them (`world.grading_seed`), and every timed output is checked
+  against the grader's own greedy text.
+"""

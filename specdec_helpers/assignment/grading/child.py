@@ -242,10 +242,10 @@ class Server:
         return encode(getattr(self.objects[handle], "log", []))
 
     def op_pair(self, preset):
-        from specdec_helpers.models.pairs import load_pair
+        from specdec_helpers.models.preset_models import load_preset_models  # load_pair's pair, without its drafters
 
         if preset not in self.pairs:
-            self.pairs[preset] = load_pair(preset, progress=False)
+            self.pairs[preset] = load_preset_models(preset, progress=False)
         pair = self.pairs[preset]
         eos = pair.target.generation_config.eos_token_id
         return self._keep(world_module.make_decoder(self.cls, pair, eos[0] if isinstance(eos, (list, tuple)) else eos))

@@ -8,6 +8,7 @@ import functools
 import glob
 import importlib.util
 import os
+import re
 import resource
 import shutil
 import site
@@ -85,12 +86,12 @@ def bwrap_works() -> bool:
 _views: dict = {}
 
 
-def _module_file(name: str) -> Path | None:
+def _module_file(name: str, package: Path = PACKAGE) -> Path | None:
     rel = Path(*name.split(".")[1:])
-    for candidate in (PACKAGE / rel / "__init__.py", PACKAGE / rel.with_suffix(".py")) if rel.parts else ():
+    for candidate in (package / rel / "__init__.py", package / rel.with_suffix(".py")) if rel.parts else ():
         if candidate.is_file():
             return candidate
-    return PACKAGE / "__init__.py" if not rel.parts else None
+    return package / "__init__.py" if not rel.parts else None
 
 
 def _imports(path: Path) -> set[str]:
@@ -102,6 +103,21 @@ def _imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
     return {name for name in found if name.split(".")[0] == "specdec_helpers"}
+
+
+def imported(roots, package: Path = PACKAGE) -> dict[str, Path]:
+    """Module name -> file of every kit module that ``roots`` import (with their packages), at any depth, lazy
+    imports included, read from the sources in ``package``: all a process started at ``roots`` can import."""
+    seen, todo = {}, list(roots)
+    while todo:
+        name = todo.pop()
+        path = None if name in seen or ".assignment.authoring" in name else _module_file(name, package)
+        if path is None:
+            continue
+        seen[name] = path
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))] + sorted(_imports(path))
+    return seen
 
 
 @functools.lru_cache(maxsize=None)
@@ -125,34 +141,77 @@ def needs(kind: str) -> tuple[str, ...]:
                 )
             ):
                 roots.append(name)
-    seen, todo = {}, roots
-    while todo:
-        name = todo.pop()
-        path = None if name in seen or ".assignment.authoring" in name else _module_file(name)
-        if path is None:
-            continue
-        seen[name] = path
-        parts = name.split(".")
-        todo += [".".join(parts[:i]) for i in range(1, len(parts))] + sorted(_imports(path))
     return tuple(
         sorted(
             {
                 p.relative_to(PACKAGE / "assignment").as_posix()
-                for p in seen.values()
+                for p in imported(roots).values()
                 if p.parent.name in GUARDED and p.parent.parent == PACKAGE / "assignment"
             }
         )
     )
 
 
+#: The only ``core`` modules the graded child imports (`least_code` derives the view; tests/test_child_view.py fails
+#: when it grows), and why each is safe to keep: none decodes, drafts, verifies or samples.
+CHILD_CORE = {
+    "cache": "the one kit import a graded cell may take (`cells.ALLOWED_KIT_IMPORTS`): cache bookkeeping (new, "
+    "length, crop), which notebooks 02-04 hand students as plumbing",
+    "cpu_kernels": "the oneDNN Linear layers of the test worlds' and the timed pair's models (`world.as_timed`, "
+    "`preset_models`): they run inside a model's forward, the same for every decoder",
+    "timing": "the clock of `DecoderBase.benchmark` (PA3's benchmark): reads time, decodes nothing",
+}
+#: What the graded child's view keeps besides its modules: the shipped toy pair the test worlds are built from
+#: (weights and tokenizer, no code) and its notice.
+CHILD_DATA = ("data/toy", "data/NOTICE")
+
+
+def least_code(package: Path) -> None:
+    """Leave in the graded child's view (``package``, the student edition) only the modules the child imports
+    (`imported` from `ROOTS`, read from that edition) and `CHILD_DATA`. The package's ``__init__`` there names
+    the version only: the kit's own re-exports every decode loop, drafter and sampler, and a module that is absent
+    cannot stand in for a graded step, however it is reached (a closure, ``gc``, ``sys.modules``, a file path)."""
+    init = package / "__init__.py"
+    version = re.search(r'^__version__ = "[^"]*"$', init.read_text(), re.M)
+    init.write_text(
+        f'"""The kit, as the graded child sees it: only the modules it imports (`isolation`)."""\n\n{version[0]}\n'
+    )
+    keep = set(imported(ROOTS["child"], package).values())
+    for path in sorted(package.rglob("*"), reverse=True):  # files before their folders
+        rel = path.relative_to(package).as_posix()
+        if any(rel == d or rel.startswith(d + "/") or d.startswith(rel + "/") for d in CHILD_DATA):
+            continue
+        if path.is_dir():
+            if not any(path.iterdir()):
+                path.rmdir()
+        elif path not in keep:
+            path.unlink()
+
+
 def view(kind: str = "child") -> Path:
     """A read-only copy of the kit's package without the instructor's parts: what the student's processes
-    import (``child``: the graded cells' child; ``kernel``: the notebooks' kernels, with the hidden tests
-    stripped); of grading/ only what they import (`needs`). Made once per grading process."""
+    import (``child``: the graded cells' child, only the modules it imports, `least_code`; ``kernel``: the
+    notebooks' kernels, with the hidden tests stripped); of grading/ only what they import (`needs`). Made once
+    per grading process."""
     if kind in _views and _views[kind].is_dir():
         return _views[kind]
-    wanted = needs(kind)
     folder = Path(tempfile.mkdtemp(prefix=f"specdec-{kind}-view-"))
+    edition(folder / "specdec_helpers", kind)
+    if kind == "child":
+        least_code(folder / "specdec_helpers")
+    for path in [folder, *folder.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    _views[kind] = folder
+    import atexit
+
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
+def edition(package: Path, kind: str) -> None:
+    """The student edition of the kit's package, written to ``package``: no instructor tool, of grading/ and
+    testing/ only what ``kind``'s processes import (`needs`)."""
+    wanted = needs(kind)
 
     def ignore(directory, names):
         rel = Path(directory).relative_to(PACKAGE).as_posix()
@@ -165,7 +224,7 @@ def view(kind: str = "child") -> Path:
                 skip.add(name)
         return skip
 
-    shutil.copytree(PACKAGE, folder / "specdec_helpers", ignore=ignore)
+    shutil.copytree(PACKAGE, package, ignore=ignore)
     from specdec_helpers.assignment.grading.editions import (
         strip,
         swap_modules,
@@ -173,23 +232,16 @@ def view(kind: str = "child") -> Path:
 
     if kind != "child":
         for guarded in GUARDED:
-            for path in (folder / "specdec_helpers" / "assignment" / guarded).glob("*.py"):
+            for path in (package / "assignment" / guarded).glob("*.py"):
                 path.write_text(strip(path.read_text(), where=path.name))
     # The student edition of every module: the kit's own implementations of the graded parts (whole modules,
     # `editions.SWAPS`, and INSTRUCTOR ONLY regions) are not in the student's view, so no name, module global or
     # inspect.getsource + exec reaches them from a graded cell; the stand-ins become placeholders that name the part.
-    swap_modules(folder / "specdec_helpers")
-    for path in (folder / "specdec_helpers").rglob("*.py"):
+    swap_modules(package)
+    for path in package.rglob("*.py"):
         source = path.read_text()
         if "### BEGIN INSTRUCTOR ONLY" in source:
             path.write_text(strip(source, where=path.name))
-    for path in [folder, *folder.rglob("*")]:
-        os.chmod(path, 0o755 if path.is_dir() else 0o644)
-    _views[kind] = folder
-    import atexit
-
-    atexit.register(shutil.rmtree, folder, True)
-    return folder
 
 
 def remove_views() -> None:

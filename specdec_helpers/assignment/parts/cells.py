@@ -10,10 +10,10 @@ from __future__ import annotations
 import ast
 import linecache
 import re
+import sys
 from pathlib import Path
 
 from specdec_helpers.assignment.parts.decoder import FUNCTIONS, NOTEBOOK_OF, PARTS, STANDINS, build_decoder
-from specdec_helpers.present.notebook_help import in_colab
 
 #: The one import a graded cell may take from the kit: cache bookkeeping is plumbing, not the exercise.
 ALLOWED_KIT_IMPORTS = ("specdec_helpers.core.cache",)
@@ -220,7 +220,8 @@ def earlier_parts(notebook: str, folder=".", verbose: bool = True) -> dict:
     to use yours."""
     folder = Path(folder)
     wanted = [part for part, nb in NOTEBOOK_OF.items() if nb < notebook]
-    folders = [folder] + ([COLAB_DRIVE_NOTEBOOKS] if in_colab() and COLAB_DRIVE_NOTEBOOKS.is_dir() else [])
+    colab = "google.colab" in sys.modules  # `notebook_help.in_colab`, not imported: the graded child needs no present/
+    folders = [folder] + ([COLAB_DRIVE_NOTEBOOKS] if colab and COLAB_DRIVE_NOTEBOOKS.is_dir() else [])
     files = sorted(notebook_files([p for f in folders for p in f.glob("*.ipynb")]), key=lambda f: f.stat().st_mtime)
     found = {part: hit for part, hit in graded_cells_in(files, skip_unreadable=True).items() if part in wanted}
     functions, lines = {}, []

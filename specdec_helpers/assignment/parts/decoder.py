@@ -17,7 +17,7 @@ import time
 import torch
 
 from specdec_helpers.core.timing import timed
-from specdec_helpers.models.pairs import load_pair
+from specdec_helpers.models.preset_models import load_preset_models
 
 #: Graded part -> the functions its notebook cell defines (the cell's grade_id is the part's name).
 PARTS = {
@@ -66,8 +66,9 @@ class DecoderBase:
 
     @classmethod
     def from_preset(cls, preset: str = "toy", **kwargs):
-        """``SpeculativeDecoder.from_preset("toy")``: load a kit pair by name (see `pairs.load_pair`)."""
-        return cls.from_pair(load_pair(preset, **kwargs))
+        """``SpeculativeDecoder.from_preset("toy")``: load a kit pair with a draft model by name, as `load_pair` does
+        (``device``, ``dtype``, ``progress``: `preset_models.load_preset_models`)."""
+        return cls.from_pair(load_preset_models(preset, **kwargs))
 
     def _setup(self) -> None:
         tokenizer = self.target_tokenizer
