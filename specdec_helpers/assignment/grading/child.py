@@ -80,7 +80,10 @@ OPEN_CORE = ("specdec_helpers.core.cache", "specdec_helpers.core.cpu_kernels")
 def _poison_the_algorithm() -> None:
     """Every other function and method of ``core/`` refuses graded callers too, however reached (``sys.modules``, a
     module's globals): the student edition still ships the tree and batch loops, sampled acceptance and tree drafting
-    for the later notebooks, and any of them can stand in for a graded step (a width-1 tree is a chain)."""
+    for the later notebooks, and any of them can stand in for a graded step (a width-1 tree is a chain). In a
+    sandboxed grading they are absent from the child's view (`isolation.least_code`) and what is left decodes
+    nothing; this guard matters only where the child imports the grader's whole kit (no sandbox), and there a
+    closure read gets around it (the trust model: ``grading/__init__``)."""
     import specdec_helpers.core as core
 
     for found in pkgutil.iter_modules(core.__path__):  # all of them now: one imported later would be unguarded
