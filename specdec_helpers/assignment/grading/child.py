@@ -214,8 +214,7 @@ class Server:
         fn = getattr(decoder, method)
         args, kwargs = on_device(decode(list(args)), decoder), on_device(decode(kwargs or {}), decoder)
         if watch:  # where each tensor would live on a GPU (`devices`)
-            models = (getattr(decoder, "target_model", None), getattr(decoder, "draft_model", None))
-            with DeviceWatch(models, (args, kwargs)) as w, torch.inference_mode():
+            with DeviceWatch([decoder], (args, kwargs)) as w, torch.inference_mode():
                 out = fn(*args, **kwargs)
             return {"result": encode(out), "device_faults": w.faults}
         if probe:

@@ -2,12 +2,30 @@
 
 Gradescope grades on CPUs, where a tensor built without ``device=`` lands where the models are, so code
 that crashes on every GPU ("Expected all tensors to be on the same device") passes there. `DeviceWatch`
-(a ``TorchFunctionMode``, active in the child around one call) tags every tensor with where it would
-live: the models' weights and the grader's inputs on *the device*; a factory called without ``device=``
-(``torch.tensor``, ``zeros``, ``arange``...) or ``.cpu()`` on *the host*; everything else where its
-inputs are. An operation that mixes a device tensor with a host tensor of one element or more, which
-CUDA refuses, is a fault, recorded with the graded cell's line that made it. Indexing with a host tensor
-and 0-dimensional host tensors are allowed, as CUDA allows them.
+(a ``TorchFunctionMode``, active in the child around one call) decides where each tensor would live.
+
+The rule is allow-by-derivation, not a list of factories to deny. A tensor is on *the device* only when
+that is shown: it is held by the decoder when the call starts (the models' weights and buffers, its
+caches, what ``__init__`` built), it is one of the grader's inputs, it comes out of an operation that a
+device tensor went into, it was made with a ``device=`` that names the decoder's device, or it was moved
+there (``.to(x.device)``, ``.to(x)``, ``.type_as(x)``). *Every other tensor is on the host*, however it
+was made. So no constructor can escape: ``torch.Tensor(...)``, ``torch.LongTensor(...)``, ``from_numpy``
+and ``frombuffer`` never reach the mode at all (which is why a list of wrapped factories missed them);
+here that only means their tensors never get a device mark. The only functions named are the few that
+build from data (``torch.tensor``, ``as_tensor``, ``asarray``, ``x.new_tensor``): given a list of device
+scalars they build where CUDA does, on the host (or on ``x``'s device), not where their inputs are.
+
+Torch's fake-tensor machinery was not chosen: fake tensors hold no values, and a decode needs them
+(argmax, ``.item()``, the EOS check). A tensor subclass carrying a fake device would have to wrap the
+weights and every library op; the mark here is that subclass's device field, kept as an attribute.
+
+An operation that mixes a device tensor with a host tensor of one element or more, which CUDA refuses, is
+a fault, recorded with the graded cell's line that made it; so is ``.numpy()`` of a device tensor. What
+CUDA takes stays allowed: 0-dimensional host tensors, indexing a device tensor with host indices, and
+copies between the two (``copy_``, ``.to``, a slice assigned). Two limits remain. A tensor the decoder
+already held when the call began is taken to be on the device, even if ``__init__`` built it on the host
+(a miss: the watch starts with the call). A tensor sharing a device tensor's memory through DLPack or
+unpickled from one is taken to be on the host (a false fault, and no decode needs either).
 """
 
 from __future__ import annotations
@@ -15,29 +33,22 @@ from __future__ import annotations
 import linecache
 import re
 import sys
+import types
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-FACTORIES = {
-    torch.tensor,
-    torch.as_tensor,
-    torch.asarray,
-    torch.frombuffer,
-    torch.zeros,
-    torch.ones,
-    torch.empty,
-    torch.full,
-    torch.arange,
-    torch.randint,
-    torch.rand,
-    torch.randn,
-    torch.eye,
-    torch.linspace,
-    torch.from_numpy,
+FROM_DATA = {torch.tensor, torch.as_tensor, torch.asarray}  # a list of device scalars still builds on the host
+LIKE_SELF = {torch.Tensor.new_tensor, torch.Tensor.new}  # on self's device, whatever the data
+INDEXING = {  # CUDA takes host indices into a device tensor, never device indices into a host one
+    torch.Tensor.__getitem__,
+    torch.Tensor.__setitem__,
+    torch.Tensor.index_put,
+    torch.Tensor.index_put_,
 }
-ALLOWED = {torch.Tensor.__getitem__, torch.Tensor.__setitem__}  # CUDA takes host index tensors
-TAG = "_specdec_where"  # "device" or "host"
+MOVES = {torch.Tensor.to, torch.Tensor.cpu, torch.Tensor.cuda, torch.Tensor.type_as}  # CUDA copies across
+TO_NUMPY = {torch.Tensor.numpy, torch.Tensor.__array__}  # CUDA refuses these on a device tensor
+TAG = "_specdec_where"  # "device" or "host"; a tensor without it is on the host
 
 
 def _tensors(value, depth: int = 0):
@@ -59,8 +70,39 @@ def tag(value, where: str) -> None:
             pass
 
 
-def _where(t: torch.Tensor) -> str | None:
-    return getattr(t, TAG, None)
+def where(t: torch.Tensor) -> str:
+    """ "device" when shown to be (a view of) a device tensor, else "host"."""
+    while t is not None:
+        mark = getattr(t, TAG, None)
+        if mark:
+            return mark
+        t = t._base  # a view made where the mode did not see it (``for row in x``) is where its base is
+    return "host"
+
+
+def held_tensors(root, budget: int = 200_000):
+    """Every tensor ``root`` holds: through attributes, containers and modules (parameters, buffers and
+    plain tensor attributes of each submodule), a few levels deep."""
+    seen, stack = set(), [(root, 0)]
+    while stack and budget > 0:
+        value, depth = stack.pop()
+        budget -= 1
+        if id(value) in seen or depth > 6:
+            continue
+        seen.add(id(value))
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, torch.nn.Module):
+            yield from value.parameters()
+            yield from value.buffers()
+            for m in value.modules():
+                stack.extend((v, depth + 1) for v in vars(m).values() if isinstance(v, torch.Tensor))
+        elif isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            stack.extend((v, depth + 1) for v in value)
+        elif not isinstance(value, (type, types.ModuleType, types.FunctionType, types.MethodType, str, bytes)):
+            stack.extend((v, depth + 1) for v in getattr(value, "__dict__", {}).values())
 
 
 def _named(device, caller) -> str:
@@ -69,8 +111,6 @@ def _named(device, caller) -> str:
     apart: made from a tensor's or the decoder's device on that line (``x.device``, ``str(x.device)``,
     ``self.device``), it is the decoder's device; otherwise it is the host when the cell writes "cpu"
     somewhere (``HOST = "cpu"``, ``.to("cpu")``), and the decoder's device (``dev = str(x.device)``) when not."""
-    if device is None:
-        return "host"
     if not str(device).startswith("cpu") or not _is_graded(caller):
         return "device"
     lines = linecache.getlines(caller.f_code.co_filename)
@@ -85,18 +125,33 @@ def _is_graded(frame) -> bool:
 
 
 def _moved_to(func, args, kwargs, caller) -> str | None:
-    """Where ``.to(...)`` / ``.cpu()`` / ``.cuda()`` sends a tensor: None when it only changes the dtype."""
+    """Where ``.to(...)`` / ``.cpu()`` / ``.type_as(x)`` sends a tensor: None when it only changes the dtype."""
     if func is torch.Tensor.cpu:
         return "host"
     if func is torch.Tensor.cuda:
         return "device"
+    if func is torch.Tensor.type_as:  # on a GPU, x's type names its device too
+        return where(args[1])
     if func is not torch.Tensor.to:
         return None
     for value in list(args[1:]) + [kwargs.get("device")]:
         if isinstance(value, (str, torch.device)):
             return _named(value, caller)
         if isinstance(value, torch.Tensor):
-            return _where(value)
+            return where(value)
+    return None
+
+
+def _made_at(func, args, kwargs, caller) -> str | None:
+    """Where a tensor built by ``func`` lives when that does not follow from its inputs: a ``device=`` that
+    is given, or a build from data (a tensor given as the data keeps its device)."""
+    device = kwargs.get("device")
+    if device is not None:
+        return _named(device, caller)
+    if func in FROM_DATA:
+        return where(args[0]) if args and isinstance(args[0], torch.Tensor) else "host"
+    if func in LIKE_SELF:
+        return where(args[0])
     return None
 
 
@@ -112,92 +167,84 @@ def _graded_line() -> str:
     return f"in {frame.f_code.co_name}, line {frame.f_lineno}" if frame else "in the kit's code, called with it"
 
 
-class _Legacy:
-    """``torch.LongTensor(...)`` and its kind while the watch is on: the real constructor, its tensor tagged
-    as on the host (legacy constructors build on the CPU and bypass ``TorchFunctionMode``). ``isinstance``
-    still works."""
-
-    def __init__(self, real):
-        self.real = real
-
-    def __call__(self, *args, **kwargs):
-        out = self.real(*args, **kwargs)
-        tag(out, "host")
-        return out
-
-    def __instancecheck__(self, value):
-        return isinstance(value, self.real)
-
-    def __getattr__(self, name):
-        return getattr(self.real, name)
+def _indexing(func, args) -> list:
+    """The tensors of an indexing call that must share a device: a host tensor with device indices, and a
+    device tensor with the values put at tensor indices (a plain slice is a ``copy_``, which CUDA allows)."""
+    self, index = args[0], [t for t in _tensors(args[1]) if t.dim() > 0] if len(args) > 1 else []
+    group = [self] + index if where(self) == "host" else [self]
+    values = args[2] if len(args) > 2 else None
+    if isinstance(values, torch.Tensor) and (index or func is not torch.Tensor.__setitem__):
+        group.append(values)
+    return group
 
 
-LEGACY = (
-    "LongTensor",
-    "IntTensor",
-    "FloatTensor",
-    "DoubleTensor",
-    "BoolTensor",
-    "ByteTensor",
-    "HalfTensor",
-    "BFloat16Tensor",
-    "ShortTensor",
-    "CharTensor",
-)
+def _fault(func, args, inputs) -> str | None:
+    """What CUDA would refuse in this call, or None."""
+    name = getattr(func, "__name__", func)
+    if func in TO_NUMPY:
+        if inputs and where(inputs[0]) == "device":
+            return f"{name} {_graded_line()} turns a tensor on the model's device into a NumPy array"
+        return None
+    if func in MOVES:
+        return None
+    if func is torch.Tensor.copy_:  # CUDA copies across devices
+        return None
+    if func in INDEXING:
+        inputs = _indexing(func, args)
+    if not any(where(t) == "device" for t in inputs):
+        return None
+    host = [t for t in inputs if where(t) == "host" and t.dim() > 0 and t.numel() > 0]
+    if not host:
+        return None
+    return (
+        f"{name} {_graded_line()} mixes a tensor built on the CPU (shape {tuple(host[0].shape)}) with tensors "
+        "on the model's device"
+    )
 
 
 class DeviceWatch(TorchFunctionMode):
-    """``with DeviceWatch(models, inputs) as watch: ...``; then ``watch.faults`` lists what would fail on a GPU."""
+    """``with DeviceWatch(held, inputs) as watch: ...``; then ``watch.faults`` lists what would fail on a GPU.
+    ``held``: what sits on the device when the call starts (the decoder, or its models); ``inputs``: the
+    grader's arguments."""
 
-    def __init__(self, models=(), inputs=()):
+    def __init__(self, held=(), inputs=()):
         super().__init__()
         self.faults: list[str] = []
-        for model in models:
-            if isinstance(model, torch.nn.Module):
-                tag(list(model.parameters()) + list(model.buffers()), "device")
+        for root in held:
+            tag(list(held_tensors(root)), "device")
         tag(inputs, "device")
-
-    def __enter__(self):
-        self._legacy = {name: getattr(torch, name) for name in LEGACY}
-        for name, real in self._legacy.items():
-            setattr(torch, name, _Legacy(real))
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        for name, real in self._legacy.items():
-            setattr(torch, name, real)
-        return super().__exit__(*exc)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         caller = sys._getframe(1)  # the code that called the torch function
-        if func in FACTORIES:
-            tag(out, _named(kwargs.get("device"), caller))
-            return out
-        moved = _moved_to(func, args, kwargs, caller)
-        if moved and out is args[0]:  # on the CPU a move to the CPU is the same tensor; on a GPU it is a copy
-            out = out.view_as(out)
         inputs = list(_tensors(args)) + list(_tensors(kwargs))
-        wheres = {_where(t) for t in inputs}
-        if moved is None and "device" in wheres and func not in ALLOWED and len(self.faults) < 5:
-            host = [t for t in inputs if _where(t) == "host" and t.dim() > 0 and t.numel() > 0]
-            if host:
-                self.faults.append(
-                    f"{getattr(func, '__name__', func)} {_graded_line()} mixes a tensor built on the CPU (shape "
-                    f"{tuple(host[0].shape)}) with tensors on the model's device"
-                )
-        where = moved or ("device" if "device" in wheres else "host" if "host" in wheres else None)
-        if where:
-            tag(out, where)
+        if len(self.faults) < 5:
+            fault = _fault(func, args, inputs)
+            if fault:
+                self.faults.append(fault)
+        placed = _made_at(func, args, kwargs, caller) or _moved_to(func, args, kwargs, caller)
+        if placed:
+            if isinstance(out, torch.Tensor) and any(out is t for t in inputs) and where(out) != placed:
+                out = out.view_as(out)  # on the CPU a move to the CPU is the same tensor; on a GPU it is a copy
+            tag(out, placed)
+        elif args and out is args[0]:
+            pass  # in place, or self returned: it stays where it is
+        elif any(where(t) == "device" for t in inputs):
+            tag(out, "device")
         return out
 
 
 def advice(faults: list[str]) -> str:
     """The feedback for ``faults``: what happens on a GPU and the fix."""
+    more = f" ({len(faults) - 1} more such place(s))" if len(faults) > 1 else ""
+    if faults[0].endswith("into a NumPy array"):
+        return (
+            f'{faults[0]}: on a GPU this raises "can\'t convert cuda:0 device type tensor to numpy". Keep the '
+            "tokens on the device (compare and cut tensors there), or read them with .tolist()" + more
+        )
     return (
         f'{faults[0]}: on a GPU this raises "Expected all tensors to be on the same device" (the models are on '
         "cuda, the new tensor on the cpu). Build every tensor on the device of the tensors it meets: "
-        "torch.tensor(..., device=input_ids.device), or .to(input_ids.device)"
-        + (f" ({len(faults) - 1} more such place(s))" if len(faults) > 1 else "")
+        "torch.tensor(..., device=input_ids.device), or .to(input_ids.device)" + more
     )

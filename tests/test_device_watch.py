@@ -1,0 +1,158 @@
+"""The simulated GPU (`testing/devices.py`, issue 43 item 3): every way a graded cell can make a tensor on the
+host fails where it meets the model's device, and what CUDA allows stays allowed.
+
+Each case is a line of a graded cell run on a CPU with the input ``ids`` on "the device". Whether CUDA refuses
+it is stated per case (the expectation is what a real GPU does, not what the watch happens to do).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec_helpers.assignment.authoring import mutations
+from specdec_helpers.assignment.grading import submission
+from specdec_helpers.assignment.parts import cells
+from specdec_helpers.assignment.testing import devices
+from specdec_helpers.assignment.testing.devices import DeviceWatch
+
+# a new token built on the host, then put after the text on the device: each crashes on a GPU
+HOST_BUILT = {
+    "torch.Tensor (issue 43, attack 3)": "new = torch.Tensor([[2]]).long()",
+    "torch.Tensor with a size": "new = torch.Tensor(1, 1).fill_(2).long()",
+    "torch.tensor": "new = torch.tensor([[2]])",
+    "torch.as_tensor": "new = torch.as_tensor([[2]])",
+    "torch.asarray": "new = torch.asarray([[2]])",
+    "torch.from_numpy": "new = torch.from_numpy(np.array([[2]]))",
+    "torch.tensor of a NumPy array": "new = torch.tensor(np.array([[2]]))",
+    "torch.frombuffer": "new = torch.frombuffer(bytearray(8), dtype=torch.long).view(1, 1)",
+    "torch.LongTensor": "new = torch.LongTensor([[2]])",
+    "torch.IntTensor": "new = torch.IntTensor([[2]]).long()",
+    "torch.FloatTensor": "new = torch.FloatTensor([[2]]).long()",
+    "torch.DoubleTensor": "new = torch.DoubleTensor([[2]]).long()",
+    "torch.zeros": "new = torch.zeros(1, 1, dtype=torch.long)",
+    "torch.full": "new = torch.full((1, 1), 2)",
+    "torch.arange": "new = torch.arange(2, 3).view(1, 1)",
+    "torch.empty then filled": "new = torch.empty(1, 1, dtype=torch.long).fill_(2)",
+    "torch.randint": "new = torch.randint(0, 5, (1, 1))",
+    "new_tensor of a host tensor": "new = torch.zeros(1).new_tensor([[2]]).long()",
+    "a list of device scalars": "new = torch.tensor([[ids[0, -1]]])",
+    ".tolist() then rebuilt": "new = torch.tensor(ids[:, -1:].tolist())",
+    ".cpu()": "new = ids[:, -1:].cpu()",
+    ".to('cpu')": "new = ids[:, -1:].to('cpu')",
+    "device='cpu'": "new = torch.tensor([[2]], device='cpu')",
+    "zeros_like(device='cpu')": "new = torch.zeros_like(ids[:, -1:], device='cpu')",
+    ".cpu().numpy() round trip": "new = torch.from_numpy(ids[:, -1:].cpu().numpy().copy())",
+    "a module-level host tensor": "new = HOST_ONE",
+    "a host tensor derived on": "new = (torch.Tensor([[1]]) + 1).long().clone()",
+}
+
+
+class _Decoder:
+    """What the watch takes as on the device when the call starts: the decoder's models, caches and tensors
+    (here one ``__init__`` built)."""
+
+    def __init__(self):
+        self.eos = torch.tensor([[7]])
+
+
+def _run(body: str, ids: torch.Tensor) -> list[str]:
+    """The faults of graded-cell code ``body`` run with ``ids`` (and ``HELD``, a decoder) on the device."""
+    source = f"import numpy as np\nimport torch\nHOST_ONE = torch.LongTensor([[1]])\n\ndef run(ids):\n    {body}\n"
+    namespace = {"HELD": _Decoder()}
+    exec(cells.compile_graded(source, "<graded cell device case>"), namespace)
+    with DeviceWatch([namespace["HELD"]], [ids]) as watch:
+        namespace["run"](ids)
+    return watch.faults
+
+
+@pytest.mark.parametrize("name", sorted(HOST_BUILT))
+def test_a_tensor_built_on_the_host_is_caught_where_it_meets_the_device(name):
+    ids = torch.ones(1, 3, dtype=torch.long)
+    faults = _run(f"{HOST_BUILT[name]}\n    return torch.cat([ids, new], dim=1)", ids)
+    assert len(faults) == 1 and "cat in run, line" in faults[0] and "built on the CPU" in faults[0], faults
+    assert "Expected all tensors to be on the same device" in devices.advice(faults)
+    # the same tensor put on the input's device is fine: it is the meeting that is caught, not the constructor
+    assert not _run(f"{HOST_BUILT[name]}\n    return torch.cat([ids, new.to(ids.device)], dim=1)", ids)
+
+
+# what else CUDA refuses, and what it allows (the expectation is CUDA's)
+OTHER_CASES = {
+    ".numpy() of a device tensor": ("ids.numpy()", True),
+    "np.asarray of a device tensor": ("np.asarray(ids)", True),
+    "a host table indexed with device ids": ("torch.arange(10)[ids]", True),
+    "device tensor, host values at tensor indices": ("ids[0, torch.tensor([0])] = torch.tensor([5])", True),
+    "a module built in the call": ("torch.nn.Linear(3, 3)(ids.float())", True),
+    "a device-looking comparison with a 1-element host tensor": ("ids == torch.tensor([1])", True),
+    "device=ids.device": ("torch.cat([ids, torch.tensor([[2]], device=ids.device)], 1)", False),
+    "device=str(ids.device)": ("torch.cat([ids, torch.tensor([[2]], device=str(ids.device))], 1)", False),
+    "a device string held in a name": (
+        "dev = str(ids.device)\n    torch.cat([ids, torch.ones(1, 1, dtype=torch.long, device=dev)], 1)",
+        False,
+    ),
+    "new_tensor keeps the device": ("torch.cat([ids, ids.new_tensor([[2]])], 1)", False),
+    "legacy .new keeps the device": ("torch.cat([ids, ids.new([[2]])], 1)", False),
+    "new_full keeps the device": ("torch.cat([ids, ids.new_full((1, 1), 2)], 1)", False),
+    "full_like keeps the device": ("torch.cat([ids, torch.full_like(ids[:, :1], 2)], 1)", False),
+    ".to(ids)": ("torch.cat([ids, torch.LongTensor([[2]]).to(ids)], 1)", False),
+    ".type_as(ids) moves": ("torch.cat([ids, torch.Tensor([[2]]).type_as(ids)], 1)", False),
+    "as_tensor of a device tensor": ("torch.as_tensor(ids) + ids", False),
+    "tensor of a device tensor": ("torch.tensor(ids) + ids", False),
+    "a 0-dim host scalar": ("ids + torch.tensor(1)", False),
+    "a device tensor indexed with host indices": ("ids[0, torch.tensor([0, 1])]", False),
+    "host values into a device slice": ("x = ids.clone()\n    x[0, :2] = torch.tensor([5, 6])", False),
+    "copy_ from the host": ("ids.clone().copy_(torch.zeros(1, 3, dtype=torch.long))", False),
+    "rows of a device tensor": ("torch.stack([row for row in ids]) + ids", False),
+    "reading values on the host": (
+        "assert ids[0, -1].item() == ids.tolist()[0][-1] == ids.cpu().numpy()[0, -1]",
+        False,
+    ),
+    "isinstance with a legacy type": ("assert isinstance(ids, torch.LongTensor)", False),
+    "a tensor the decoder held before the call": ("torch.cat([ids, HELD.eos], 1)", False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_CASES))
+def test_what_cuda_refuses_is_caught_and_what_it_allows_is_not(name):
+    body, refused = OTHER_CASES[name]
+    faults = _run(body, torch.ones(1, 3, dtype=torch.long))
+    assert bool(faults) == refused, (name, faults)
+    if name.startswith(".numpy"):
+        assert "can't convert cuda:0 device type tensor to numpy" in devices.advice(faults)
+
+
+def test_a_tensor_held_before_the_call_is_on_the_device_and_one_built_in_it_is_not():
+    """The models' weights, a cache and anything the decoder holds are reached through it."""
+    model = torch.nn.Linear(4, 4)
+    holder = type("Decoder", (), {})()
+    holder.target_model, holder.cache = model, {"layers": [(torch.zeros(1, 2, 4),)]}
+    with DeviceWatch([holder], []) as watch:
+        model(holder.cache["layers"][0][0])
+    assert not watch.faults
+    with DeviceWatch([holder], []) as watch:
+        model(torch.zeros(1, 2, 4))
+    assert len(watch.faults) == 1 and "linear" in watch.faults[0]
+
+
+def test_the_torch_tensor_cheat_of_issue_43_earns_nothing():
+    """Attack 3: ``torch.Tensor([accepted_tokens]).long()`` builds the new tokens on the CPU whatever the input's
+    device. The watch wrapped legacy factories but not ``torch.Tensor``, so it got full marks; graded in the
+    child's server here, it loses the device test (and only it), named with its line."""
+    reference = submission.reference_sources()
+    new = mutations._NEW
+    assert new in reference["decode"]
+    cheat = mutations.Mutation(
+        "torch_tensor_on_cpu",
+        "the new tokens built with torch.Tensor",
+        "decode",
+        ((new, "new = torch.Tensor([accepted_tokens]).long()"),),
+        "decode.decode_device",
+        "on a GPU this raises",
+    )
+    report = mutations.grade_mutation(cheat, reference, seed=0, in_process=True)
+    lost = [r for r in report.results if not r.passed]
+    assert [r.test_id for r in lost] == ["decode.decode_device"], [(r.test_id, r.feedback) for r in lost]
+    assert lost[0].score == 0 and "in generate_ids, line" in lost[0].feedback
+    assert (
+        "built on the CPU" in lost[0].feedback and "Expected all tensors to be on the same device" in lost[0].feedback
+    )
