@@ -124,6 +124,10 @@ def test_verdict_judges_a_prediction_against_the_measurement():
         1.0, busy
     )
     assert "Rerun" not in right and "Rerun" in step_lesson.verdict(1.0, fake(1.1, q=(0.7, 1.3)))
+    noisy = fake(1.1, q=(0.7, 1.6))  # quartiles 0.77-1.76
+    assert "✅" in step_lesson.verdict(1.7, noisy) and "quartiles" in step_lesson.verdict(1.7, noisy)
+    unjudged = step_lesson.verdict(3.5, noisy)  # outside a spread too wide to judge: neither right nor wrong
+    assert "no verdict yet" in unjudged and "✅" not in unjudged and "❌" not in unjudged and "Rerun" in unjudged
 
 
 @pytest.mark.parametrize("prediction", [None, "3", -1, float("nan"), True])

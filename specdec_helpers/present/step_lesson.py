@@ -96,16 +96,20 @@ def verdict(prediction, measured: dict) -> str:
             f"{bytes_:.1f} in the cell above, run it, then run this cell again."
         )
     else:
-        guessed = regime(float(prediction), calls, bytes_)
-        close = abs(math.log(float(prediction) / wide["median"])) <= math.log(NEAR)
-        if close or guessed == found:
-            lines.append(
-                f"✅ You predicted {prediction:.2f}x ({REGIME_WORDS[guessed]}): "
-                + ("within 25% of the measurement." if close else "the same regime as the measurement.")
-            )
+        guess = float(prediction)
+        guessed = regime(guess, calls, bytes_)
+        said = f"You predicted {guess:.2f}x ({REGIME_WORDS[guessed]})"
+        if abs(math.log(guess / wide["median"])) <= math.log(NEAR):
+            lines.append(f"✅ {said}: within 25% of the measurement.")
+        elif wide["q1"] <= guess <= wide["q3"]:
+            lines.append(f"✅ {said}: within the measurement's quartiles.")
+        elif noisy(wide):
+            lines.append(f"⏳ {said}: no verdict yet, the measurement is too noisy to judge it (see below).")
+        elif guessed == found:
+            lines.append(f"✅ {said}: the same regime as the measurement.")
         else:
             lines.append(
-                f"❌ You predicted {prediction:.2f}x ({REGIME_WORDS[guessed]}); the measurement says otherwise: "
+                f"❌ {said}; the measurement says otherwise: "
                 + (
                     "doubling the width barely moved the step, so on this machine a step pays for its calls "
                     "(launches, Python), not for the weights it reads."
