@@ -118,6 +118,8 @@ def test_verdict_judges_a_prediction_against_the_measurement():
     bytes_bound = fake(3.3)
     assert "✅" in step_lesson.verdict(3.5, bytes_bound) and "❌" in step_lesson.verdict(1.0, bytes_bound)
     assert "within 25%" in step_lesson.verdict(2.0, fake(2.2))  # between the two, and close
+    partly = step_lesson.verdict(2.5, fake(1.95))  # bytes against between: one regime over, neither right nor wrong
+    assert "Partly" in partly and "calls more than you thought" in partly and "✅" not in partly and "❌" not in partly
     assert "1 torch thread (SPECDEC_THREADS" in right
     busy = dict(fake(1.1, q=(0.7, 1.3)), threads=2)
     assert "2 torch threads" in step_lesson.verdict(1.0, busy) and "torch.set_num_threads(1)" in step_lesson.verdict(

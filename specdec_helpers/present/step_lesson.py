@@ -107,6 +107,11 @@ def verdict(prediction, measured: dict) -> str:
             lines.append(f"⏳ {said}: no verdict yet, the measurement is too noisy to judge it (see below).")
         elif guessed == found:
             lines.append(f"✅ {said}: the same regime as the measurement.")
+        elif "between" in (guessed, found):
+            lines.append(
+                f"🔸 Partly: {said}, and the measurement lies one regime over: both calls and bytes count here, "
+                + ("the bytes more than you thought." if guess < wide["median"] else "the calls more than you thought.")
+            )
         else:
             lines.append(
                 f"❌ {said}; the measurement says otherwise: "
@@ -115,8 +120,6 @@ def verdict(prediction, measured: dict) -> str:
                     "(launches, Python), not for the weights it reads."
                     if found == "calls"
                     else "the wider step cost about what its bytes cost, so on this machine a step waits on memory."
-                    if found == "bytes"
-                    else "the step pays partly for its calls and partly for its bytes."
                 )
             )
     if noisy(wide):
