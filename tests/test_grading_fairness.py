@@ -177,6 +177,7 @@ def test_a_correct_decoder_with_another_round_structure_gets_full_marks(referenc
     m = speed.measure(sources, reference, perf, seed=0)
     assert m.identical and m.speculates, m.detail
     assert m.acceptance == m.reference_acceptance > 0  # the same rounds: the grader's replay, not the decoder's word
+    assert m.detail["off_greedy"] == 0 and m.detail["reported_acceptance"] == round(m.acceptance, 4)  # consistent
 
 
 @pytest.mark.slow

@@ -248,7 +248,8 @@ def grade(
             measurement = measure_fn(sources, reference_sources, config["performance"])
         except Exception as error:  # noqa: BLE001 - the grader's own failure: say it, grade nothing
             measurement = Measurement(0.0, 0.0, error=f"measuring failed: {type(error).__name__}: {error}")
-    results += performance_results(measurement, config, reason)
+    drafts_right = all(r.passed for r in results if r.item == "draft")  # then every timed draft must be greedy too
+    results += performance_results(measurement, config, reason, drafts_right=drafts_right)
     return Report(results, source, time.perf_counter() - start, asdict(measurement) if measurement else {})
 
 

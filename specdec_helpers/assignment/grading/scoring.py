@@ -145,9 +145,20 @@ def exact_sum(scores) -> float:
 
 # --------------------------------------------------------------------------- performance
 
+OFF_GREEDY = (
+    "your drafting passed its tests (the draft model's greedy tokens, also after rejections), yet in the timed "
+    "runs the rounds your decoder reported verified drafts that are not: either generate_ids drafts from another "
+    "text than input_ids, or the rounds reported in the timed runs are not the rounds it ran"
+)
 
-def performance_results(m: Measurement | None, config: dict, reason: str = "") -> list[Result]:
+
+def performance_results(
+    m: Measurement | None, config: dict, reason: str = "", drafts_right: bool = False
+) -> list[Result]:
     """Score the performance items from a measurement (``None``: not measured, with ``reason``).
+    ``drafts_right``: the drafting tests all passed, so every draft the timed runs report must be the draft
+    model's greedy proposal; one that is not means the decoder told the timed runs apart (or drafts from the
+    wrong text in its loop), and its reported rounds void the performance items.
 
     On a CPU preset speed and acceptance are relative to the reference solution measured side by
     side (``relative_speed``: reference time / student time at least this; ``relative_acceptance``:
@@ -201,6 +212,9 @@ def performance_results(m: Measurement | None, config: dict, reason: str = "") -
             f"measured {m.speedup:.2f}x {against}, acceptance {m.acceptance:.1%} "
             f"(reference {m.reference_acceptance:.1%})"
         )
+        reported = m.detail.get("reported_acceptance")  # the child's own rounds: shown, never scored
+        if reported is not None and abs(reported - m.acceptance) >= 0.0005:
+            numbers += f"; the rounds your decoder reported come to {reported:.1%}"
         if m.detail.get("note"):  # drafts off the draft model's greedy proposals: the drafting tests take those points
             numbers += f"; note: {m.detail['note']}"
         if m.error:
@@ -213,6 +227,8 @@ def performance_results(m: Measurement | None, config: dict, reason: str = "") -
             )
         elif not m.speculates:
             status, feedback = "failed", f"{numbers}; {m.detail.get('problem') or 'the decoder does not speculate'}"
+        elif drafts_right and m.detail.get("off_greedy"):
+            status, feedback = "failed", f"{numbers}; {OFF_GREEDY}"
         else:
             status, feedback = ("passed" if ok() else "failed"), numbers
         results.append(

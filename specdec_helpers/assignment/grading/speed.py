@@ -7,9 +7,12 @@ timed run uses a prompt made at grade time, partly sampled from the target (`fre
 warm-up or memo can know it); the runs alternate (reference, student, student, reference, ...) and the
 child that is not being timed is paused (SIGSTOP) so it cannot steal the CPU. Time is the wall
 time from sending the request to receiving the answer. Every timed output is compared with greedy
-decoding that the grader computed itself. Acceptance is the grader's: it replays the draft's greedy
-proposals on the rounds it observed (`replay.check_rounds`: verification calls, target passes) and
-rejects rounds that break the rule stated in notebook 04.
+decoding that the grader computed itself. Acceptance is the grader's own: the rounds every correct decoder
+runs with the course's draft on that prompt and text, computed in this process (`replay.grader_rounds`), so
+nothing the student's process writes can raise it. The rounds the child reports are a consistency check
+(`replay.check_rounds`): rounds that break the rule stated in notebook 04, or that do not add up, cost the
+performance points with a message, and so do drafts off the draft model's greedy proposals in the timed runs
+from a decoder whose drafting passed its tests (`scoring`): it told the timed runs apart.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import torch
 
 from specdec_helpers.assignment.testing.wire import encode
 from specdec_helpers.assignment.testing.world import grader_threads
-from specdec_helpers.assignment.testing.replay import check_rounds
+from specdec_helpers.assignment.testing.replay import check_rounds, grader_rounds
 from specdec_helpers.assignment.grading.sandbox import Child, ChildFailed
 from specdec_helpers.assignment.testing.wire import StudentError
 from specdec_helpers.core.checks import greedy_divergence
@@ -37,7 +40,7 @@ class Measurement:
     """What the performance items are graded on (tests inject these; the grader measures them)."""
 
     speedup: float  # median of paired runs: baseline time / student time (`baseline_of`: greedy or the reference)
-    acceptance: float  # accepted / proposed draft tokens, replayed by the grader
+    acceptance: float  # accepted / proposed draft tokens of a correct decoder's rounds, computed by the grader
     identical: bool = True  # every timed output equal to the target's greedy output
     speculates: bool = True  # the observed rounds follow `replay.ROUND_RULE` and verify at least one draft token
     reference_acceptance: float = 0.0
@@ -127,7 +130,9 @@ def _measure(student_sources: dict, reference_sources: dict, perf: dict, seed, t
                 "GPU's device files, or CUDA_VISIBLE_DEVICES): grading would time another device"
             )
         times = {"reference": [], "student": [], "greedy": []}
-        identical, totals, problems, notes = True, {"reference": [0, 0], "student": [0, 0]}, {}, {}
+        identical, problems, notes = True, {}, {}
+        totals = {who: [0, 0] for who in ("reference", "student")}  # the grader's own rounds (`grader_rounds`)
+        reported = {who: [0, 0, 0] for who in ("reference", "student")}  # the child's: accepted, proposed, off greedy
         for run in range(repeats + perf["warmup"]):
             order = [("reference", reference, students), ("student", students, reference)]
             if run % 2:
@@ -159,8 +164,10 @@ def _measure(student_sources: dict, reference_sources: dict, perf: dict, seed, t
                     problems.setdefault(who, rounds.why_not())
                 if rounds.note:
                     notes.setdefault(who, rounds.note)
-                totals[who][0] += rounds.accepted
-                totals[who][1] += rounds.proposed
+                for i, count in enumerate((rounds.accepted, rounds.proposed, rounds.off_greedy)):
+                    reported[who][i] += count
+                for i, count in enumerate(grader_rounds(pair.draft, ids, got, k, n_new)):
+                    totals[who][i] += count
                 if run >= perf["warmup"]:
                     times[who].append(seconds)
             if baseline == "greedy":  # the kit's greedy loop, in the reference's child, on the same prompt
@@ -209,6 +216,10 @@ def _measure(student_sources: dict, reference_sources: dict, perf: dict, seed, t
             greedy_s=[round(t, 4) for t in times["greedy"]],
             problem=problems.get("student", ""),
             note=notes.get("student", ""),
+            off_greedy=reported["student"][2],  # rounds whose draft was not the draft model's greedy proposal
+            reported_acceptance=round(reported["student"][0] / reported["student"][1], 4)
+            if reported["student"][1]
+            else 0.0,
         ),
     )
 

@@ -8,12 +8,15 @@ rule a decoder must follow so that its rounds can be observed (stated in noteboo
 Anything else about a round's structure is free: an empty draft or no draft call at all in the last
 round, fewer draft tokens when fewer new tokens remain, a draft loop inside or outside
 ``generate_draft_tokens``. The target may run only once per observed round, so the observed rounds are
-the rounds of speculative decoding with ``k`` draft tokens. Acceptance is what those verification calls
-accepted, whatever the draft proposed, but never more per round than the draft model's own greedy
-proposal would have earned there: a draft that drifted (a draft cache holding rejected tokens) is
-judged by what it really got, and a draft taken from elsewhere (the target itself, run somewhere
-unobserved) earns no more than the draft model would have. Drafts that are not the draft model's greedy
-proposal are counted (``off_greedy``) and named; they cost the drafting points, not these.
+the rounds of speculative decoding with ``k`` draft tokens.
+
+Those rounds are recorded in the student's process, which can rewrite them, so they are only ever a
+consistency check that names a mistake (`check_rounds`: each round's draft, result and position against
+the text the grader checked, ``off_greedy`` drafts counted). The acceptance the grader scores is its own
+(`grader_rounds`): for greedy decoding, the rounds of every correct decoder with the draft model follow
+from the prompt, the target's greedy text and the draft model's greedy proposals, so the grader computes
+them in its own process. A decoder whose draft cache drifts (one mistake) is scored as any correct
+decoder: the drafting tests take those points, not these.
 """
 
 from __future__ import annotations
@@ -118,6 +121,16 @@ def check_rounds(
             )
         elif result is None:
             done.problem = f"{where}: verification did not return (accepted_tokens, accepted_position)"
+        elif len(draft) != proposed or not 0 <= result[1] <= proposed:
+            done.problem = (
+                f"{where} verified a draft of {len(draft)} token(s) reported as {proposed}, with "
+                f"{result[1]} accepted: the rounds reported are not rounds a verification call can return"
+            )
+        elif result[0][: len(text) - position] != text[position : position + result[1] + 1]:
+            done.problem = (
+                f"{where} returned tokens {result[0]} where the text has "
+                f"{text[position : position + result[1] + 1]}: append exactly the tokens verification returns"
+            )
         budget = max_tokens - (position - start)
         if not done.problem and budget - 1 >= k and proposed != k:
             done.problem = (
@@ -154,6 +167,28 @@ def check_rounds(
             "round, inside the verification call)"
         )
     return done
+
+
+def grader_rounds(draft_model, prompt: torch.Tensor, output: list[int], k: int, max_tokens: int) -> tuple[int, int]:
+    """``(accepted, proposed)`` of the rounds every correct greedy decoder with ``draft_model`` runs to produce
+    ``output`` (the new tokens, already checked against greedy decoding) after ``prompt``, computed here, in the
+    grader's process: round by round ``min(k, tokens left - 1)`` drafted, the leading ones that match the text
+    accepted, one more token kept. The draft's greedy proposal after a prefix of the text matches the text as
+    far as its argmax under teacher forcing does, so one draft pass over the text gives every round."""
+    text = prompt[0].tolist() + list(output)
+    start = position = prompt.shape[1]
+    device = next(draft_model.parameters()).device
+    with torch.inference_mode():
+        guess = draft_model(input_ids=torch.tensor([text], device=device)).logits[0].argmax(-1).tolist()
+    accepted = proposed = 0
+    while position < len(text):
+        size = max(0, min(k, max_tokens - (position - start) - 1))
+        n = next(
+            (j for j in range(size) if position + j >= len(text) or guess[position - 1 + j] != text[position + j]), size
+        )
+        accepted, proposed = accepted + n, proposed + size
+        position += n + 1
+    return accepted, proposed
 
 
 def _matched(draft: list[int], text: list[int], position: int) -> int:

@@ -116,17 +116,17 @@ class World:
 
     def variant(self, name: str):
         """A draft by name: ``draft`` (agrees often), ``same`` (always), ``other`` (rarely); ``deep`` is ``same``
-        with `deep` as the target (`named_pair`)."""
-        if name not in ("draft", "same", "other", "deep"):
+        and ``deep-other`` is ``other``, each with `deep` as the target (`named_pair`)."""
+        if name not in ("draft", "same", "other", "deep", "deep-other"):
             raise ValueError(f"unknown draft {name!r}")
-        return self.same if name == "deep" else getattr(self, name)
+        return {"deep": self.same, "deep-other": self.other}[name] if name.startswith("deep") else getattr(self, name)
 
     def pair(self, draft=None) -> Pair:
         return Pair(self.target, self.draft if draft is None else draft, self.tokenizer)
 
     def named_pair(self, name: str) -> Pair:
-        """The pair a test asks for by its draft's name (`variant`): the target, or `deep` for ``deep``."""
-        return Pair(self.deep if name == "deep" else self.target, self.variant(name), self.tokenizer)
+        """The pair a test asks for by its draft's name (`variant`): the target, or `deep` for ``deep*``."""
+        return Pair(self.deep if name.startswith("deep") else self.target, self.variant(name), self.tokenizer)
 
     @functools.cached_property
     def deep(self):

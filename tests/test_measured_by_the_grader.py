@@ -1,0 +1,138 @@
+"""Acceptance and cache reuse that the grader measures itself, outside the student's process (issue 43, item 2).
+
+The acceptance scored is the grader's own (`replay.grader_rounds`): the rounds every correct greedy decoder runs
+with the course's draft. The rounds the child reports are a consistency check that can only cost points. Whether the
+target cache is reused is decided by the child's CPU time, read from outside, never by the child's own counter.
+Two of the issue's attacks, in the kit's own words, earn nothing here: acceptance forged only in the timed runs
+(`cheat_cells/timed_forger.py`), and a capped position counter (`cheat_cells/capped_counter.py`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specdec_helpers.assignment.grading import grader, scoring, speed
+from specdec_helpers.assignment.grading.scoring import Result
+from specdec_helpers.assignment.grading.submission import reference_sources
+from specdec_helpers.assignment.parts import cells
+from specdec_helpers.assignment.testing.replay import check_rounds, grader_rounds
+from specdec_helpers.assignment.testing.world import greedy_tokens, world
+
+CHEATS = Path(__file__).parent / "cheat_cells"
+CONFIG = grader.load_config()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return reference_sources()
+
+
+def _honest_log(w, prompt, text, k, n):
+    """The rounds a correct decoder reports: the draft model's greedy proposal, verified, one pass each."""
+    log, position = [], 0
+    while position < n:
+        size = max(0, min(k, n - position - 1))
+        draft = greedy_tokens(w.draft, prompt.new_tensor([prompt[0].tolist() + text[:position]]), size) if size else []
+        m = next((j for j, t in enumerate(draft) if text[position + j] != t), len(draft))
+        entry = (text[position : position + m + 1], m)
+        log.append(("verify", prompt.shape[1] + position, size, entry, "verify_tokens_cached", draft))
+        position += m + 1
+    return log + [("generate", len(log), 0, 0)]
+
+
+def test_the_graders_rounds_are_the_honest_decoders_and_a_folded_log_does_not_add_up():
+    """`grader_rounds` (one teacher-forced draft pass) gives what an honest decoder's rounds accept; a log whose
+    rounds were merged past their draft no longer adds up (`check_rounds` names it)."""
+    w = world(0)
+    prompt, k, n = w.prompts[1], 4, 16
+    text = greedy_tokens(w.target, prompt, n)
+    log = _honest_log(w, prompt, text, k, n)
+    honest = check_rounds(w.draft, prompt, text, log, k, n)
+    assert not honest.problem and not honest.off_greedy
+    assert grader_rounds(w.draft, prompt, text, k, n) == (honest.accepted, honest.proposed)
+    verifies = [e for e in log if e[0] == "verify"]
+    assert len(verifies) >= 2
+    first, second = verifies[0], verifies[1]
+    n_merged = first[3][1] + 1 + second[3][1]
+    merged = (  # both rounds as one: more tokens accepted than the draft it reports
+        "verify",
+        first[1],
+        first[2],
+        (first[3][0] + second[3][0], n_merged),
+        first[4],
+        text[:n_merged] + [(text[n_merged] + 1) % w.vocab] * max(1, k - n_merged),  # wrong where it stops
+    )
+    forged = [merged] + verifies[2:] + [("generate", len(verifies) - 1, 0, 0)]
+    rounds = check_rounds(w.draft, prompt, text, forged, k, n)
+    if n_merged > k:
+        assert "not rounds a verification call can return" in rounds.problem, rounds
+    else:
+        assert rounds.off_greedy and not rounds.problem, rounds  # adds up: the drafting rule below decides
+    lying = list(log)
+    lying[0] = lying[0][:3] + (([t + 1 for t in first[3][0]], first[3][1]),) + lying[0][4:]
+    assert "append exactly the tokens verification returns" in check_rounds(w.draft, prompt, text, lying, k, n).problem
+
+
+def test_drafts_off_greedy_in_the_timed_runs_cost_the_performance_points_only_where_drafting_passed():
+    """One mistake, one loss: a stale draft cache (drafting tests fail) keeps the performance points on the grader's
+    acceptance; a decoder whose drafting passed, yet reports off-greedy drafts when timed, told the timed runs apart."""
+    m = speed.Measurement(1.0, 0.5, reference_acceptance=0.5, detail={"off_greedy": 3, "reported_acceptance": 0.6})
+    stale = {r.item: r.score for r in grader.performance_results(m, CONFIG, drafts_right=False)}
+    assert stale["speedup"] == CONFIG["points"]["speedup"] and stale["acceptance"] == CONFIG["points"]["acceptance"]
+    told_apart = grader.performance_results(m, CONFIG, drafts_right=True)
+    assert all(r.score == 0 for r in told_apart)
+    assert all(scoring.OFF_GREEDY in r.feedback and "reported come to 60.0%" in r.feedback for r in told_apart[:2])
+    clean = speed.Measurement(1.0, 0.5, reference_acceptance=0.5, detail={"off_greedy": 0})
+    assert all(r.passed for r in grader.performance_results(clean, CONFIG, drafts_right=True)[:2])
+
+
+def test_grade_hands_the_drafting_verdict_to_the_performance_items(reference, monkeypatch):
+    """`grader.grade` passes whether the drafting tests passed: the rule above is applied in a real grading."""
+    off_greedy = speed.Measurement(1.0, 0.5, reference_acceptance=0.5, detail={"off_greedy": 2})
+    for drafting, scored in (("passed", 0), ("failed", CONFIG["points"]["acceptance"])):
+        tests = [
+            Result("draft", "drafts", 5.0 if drafting == "passed" else 0.0, 5.0, drafting, test_id="draft.x"),
+            Result("decode", "cached", 2.0, 2.0, "passed", test_id="decode.decode_cached"),
+            Result("decode", "verify", 2.0, 2.0, "passed", test_id="decode.verify_cached"),
+        ]
+        monkeypatch.setattr(grader, "run_suite", lambda *a, tests=tests, **k: list(tests))
+        report = grader.grade(reference, reference_sources=reference, measure_fn=lambda *a: off_greedy)
+        assert report.find("perf.acceptance").score == scored, report.table()
+
+
+@pytest.mark.slow
+def test_acceptance_forged_only_in_the_timed_runs_earns_no_performance_points(reference):
+    """Attack 2: honest in every test (the reference's loop), but when timed (``op_generate`` on the stack) it
+    folds its weak rounds into the round before and forges the pass count, so its own rounds claim more than the
+    reference's acceptance. The grader's acceptance is its own (exactly the reference's), and the folded rounds'
+    drafts are not the draft model's greedy proposals though its drafting passes its tests: no performance point."""
+    cheat = reference["decode"] + (CHEATS / "timed_forger.py").read_text()
+    assert cells.kit_references(cheat) == []  # nothing the static check sees
+    perf = dict(CONFIG["performance"], repeats=2, max_new_tokens=32, warmup=0)
+    m = speed.measure(dict(reference, decode=cheat), reference, perf, seed=0)
+    assert m.identical and m.speculates and not m.error, m.detail
+    assert m.acceptance == m.reference_acceptance > 0  # the grader's number, not the child's
+    assert m.detail["reported_acceptance"] > m.reference_acceptance and m.detail["off_greedy"] > 0  # it did forge
+    results = grader.performance_results(m, CONFIG, drafts_right=True)
+    assert all(r.score == 0 for r in results), [(r.item, r.score) for r in results]
+    assert all(scoring.OFF_GREEDY in r.feedback for r in results if r.status != "skipped")
+
+
+@pytest.mark.slow
+def test_a_capped_position_counter_earns_nothing(reference):
+    """Attack 4: generate_ids forgets both caches every round (the target re-reads the text, and so does the draft,
+    openly), and a class body reaches `world.Probe` through ``pkgutil.resolve_name`` to cap what a target pass
+    counts at 5 positions. The child's counter agrees; its CPU time, read from outside, does not."""
+    loop = "    while input_ids.shape[1] - prompt_length < max_tokens:\n"
+    assert loop in reference["decode"]
+    forgets = reference["decode"].replace(loop, loop + "        self.reset()\n")
+    cheat = forgets + (CHEATS / "capped_counter.py").read_text()
+    assert cells.kit_references(cheat) == []
+    results = {
+        r.test_id: r for r in grader.run_suite(dict(reference, decode=cheat), CONFIG["points"], only=["decode"], seed=0)
+    }
+    reused = results["decode.decode_cache_reused"]
+    assert not reused.passed and "measured outside your process" in reused.feedback, reused  # the counter was fooled
+    assert [t for t, r in results.items() if not r.passed] == ["decode.decode_cache_reused"]
