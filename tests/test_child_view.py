@@ -48,6 +48,23 @@ def test_control_a_new_import_of_a_core_module_grows_the_view_and_is_caught(tmp_
     shutil.rmtree(package)
 
 
+def test_the_child_loads_the_timed_pair_as_load_pair_does():
+    """The child loads the timed pair without `pairs` (its drafters are not in the view): the same models, classes
+    and kernels as `load_pair` gives the grader; a preset whose draft is no model is refused, naming it."""
+    import torch
+
+    from specdec_helpers.models.pairs import load_pair
+    from specdec_helpers.models.preset_models import load_preset_models
+
+    theirs, mine = load_pair("toy", progress=False), load_preset_models("toy", progress=False)
+    for a, b in ((theirs.target, mine.target), (theirs.draft, mine.draft)):
+        assert [type(m) for m in a.modules()] == [type(m) for m in b.modules()]
+        assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+    assert (mine.device, mine.dtype) == (theirs.device, theirs.dtype)
+    with pytest.raises(ValueError, match="'prompt-lookup:2', not a draft model"):
+        load_preset_models("smollm2-135m", progress=False)
+
+
 @pytest.mark.slow
 @pytest.mark.sandbox(bwrap=True)
 def test_reading_the_real_function_out_of_the_guard_earns_nothing(monkeypatch):

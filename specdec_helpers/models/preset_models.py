@@ -109,15 +109,15 @@ def load_preset_models(preset: str = "toy", device=None, dtype=None, progress: b
     device, dtype and CPU kernels): the pair the grader times the student's decoder and the reference on. A
     preset that drafts without a model (``smollm2-135m``'s n-gram lookup) is refused: its draft is no model."""
     row = get_preset(preset)
+    if row.name != "toy" and "/" not in row.draft and not Path(row.draft).is_dir():  # a hub id has its owner's name
+        raise ValueError(
+            f"preset {preset!r} drafts with {row.draft!r}, not a draft model: choose a preset whose draft is a model "
+            "(e.g. 'toy' or a Pythia pair)"
+        )
     device = torch.device(device) if device is not None else default_device()
     dtype = dtype or default_dtype(device)
     target, tokenizer, draft = load_target(row, device, dtype, progress)
     if isinstance(draft, str):
-        if "/" not in draft and not Path(draft).is_dir():
-            raise ValueError(
-                f"preset {preset!r} drafts with {draft!r}, not a draft model: choose a preset whose draft is a model "
-                "(e.g. 'toy' or a Pythia pair)"
-            )
         draft = load_draft_model(draft, tokenizer, device, dtype, row.gated, progress)
     else:
         check_compatible(tokenizer, draft)
