@@ -33,12 +33,12 @@ The limits that remain, and what each is worth to a student:
   helpers, torch itself). Each patch changes only what the child reports, which is checked against what the
   grader computes or measures, or changes the student's own decoder, which is what is graded.
 - The device check runs in the child (`devices.DeviceWatch`, a torch function mode): code that switched it off
-  would hide its own host tensors on a CPU grader, worth at most that test's share of the decode points, and
-  still crash on the first GPU it meets.
+  (``torch._C.DisableTorchFunction()``, which the static check does not read) would hide its own host tensors on
+  a CPU grader, worth at most that test's share of the decode points, and still crash on the first GPU it meets.
 - The models live in the student's process: their weights can be read, and the pass-heavy target's zero layers
   (`world.deepened`) found. A decoder that ran a forward of its own without them while re-reading the text could
   pass the CPU-time check of cache reuse, which compares with the grader's decoding of the full model: a forward
-  written against the grader, which earns at most that test's share of the decode points (issue #43, item 2).
+  written against the grader, which earns at most that test's share of the decode points.
 - A graded cell sees the test world it runs in (its models, prompts and seed). The timed prompts are drawn
   apart, so nothing it learns there tells them (`world.grading_seed`), and every timed output is checked
   against the grader's own greedy text.
