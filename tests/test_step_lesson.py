@@ -205,3 +205,8 @@ def test_the_sweeps_costs_for_a_decoder_of_ones_own_are_eager(monkeypatch, eager
     target, draft = tiny_model("llama"), tiny_model("llama", seed=1)
     sweep.measure_costs(target, draft, torch.tensor([[1, 2, 3]]), ks=[2], repeats=1, eager=eager)
     assert [type(m) is LeanForward for m in timed_models] == [not eager, not eager]
+
+
+def test_the_memory_estimate_matches_the_three_models_built(measured, neox):
+    built = sum(p.numel() * p.element_size() for m in measured["models"].values() for p in m.parameters())
+    assert step_cost.three_models_bytes(neox, measured["shapes"]["base"]["layers"]) == built

@@ -56,6 +56,21 @@ def shaped_llama(model, layers: int, widen: int = 1):
         return AutoModelForCausalLM.from_config(llama, dtype=model.dtype).eval()
 
 
+def three_models_bytes(model, layers: int) -> int:
+    """The memory the plan's three random Llamas take (base and deep of ``model``'s width, wide of twice it), from
+    their shapes, before building them: 4 w^2 (attention) + 3 w i (MLP) a layer, and the token table and head."""
+    config = model.config
+    width = config.hidden_size
+    inner = getattr(config, "intermediate_size", None) or 4 * width
+    tables = 1 if getattr(config, "tie_word_embeddings", False) else 2
+
+    def params(layers: int, w: int, i: int) -> int:
+        return layers * (4 * w * w + 3 * w * i + 2 * w) + tables * config.vocab_size * w + w
+
+    total = params(layers, width, inner) + params(2 * layers, width, inner) + params(layers, 2 * width, 2 * inner)
+    return total * model.dtype.itemsize
+
+
 def runs_as(forward, model) -> str:
     """What runs ``model``'s steps in a default decode, in words (``forward`` = `backends.decode_forward`)."""
     if forward is model:
@@ -117,9 +132,14 @@ def width_depth_plan(model) -> dict:
     """The experiment, before any timing: three random Llamas shaped like ``model`` (base: a quarter of its depth,
     at least 4 layers and at most all; deep: twice the layers; wide: twice the width), what each step reads, and
     what each model of the cost predicts for deep / base and wide / base. A quarter keeps the three within a T4's
-    memory for a 1.4b target."""
+    memory for a 1.4b target; on a GPU the base has fewer layers where the three would fill more than half of the
+    free memory."""
     depth = model.config.num_hidden_layers
     layers = min(depth, max(4, depth // 4))
+    if model.device.type == "cuda":
+        free = torch.cuda.mem_get_info(model.device)[0]
+        while layers > 1 and three_models_bytes(model, layers) > free / 2:
+            layers -= 1
     models = {
         "base": shaped_llama(model, layers),
         "deep": shaped_llama(model, 2 * layers),
