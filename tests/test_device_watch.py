@@ -7,13 +7,15 @@ it is stated per case (the expectation is what a real GPU does, not what the wat
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
 from specdec_helpers.assignment.authoring import mutations
 from specdec_helpers.assignment.grading import submission
 from specdec_helpers.assignment.parts import cells
-from specdec_helpers.assignment.testing import devices
+from specdec_helpers.assignment.testing import devices, world
 from specdec_helpers.assignment.testing.devices import DeviceWatch
 
 # a new token built on the host, then put after the text on the device: each crashes on a GPU
@@ -56,24 +58,27 @@ class _Decoder:
         self.eos = torch.tensor([[7]])
 
 
-def _run(body: str, ids: torch.Tensor) -> list[str]:
-    """The faults of graded-cell code ``body`` run with ``ids`` (and ``HELD``, a decoder) on the device."""
+def _run(body: str, ids: torch.Tensor, wrapped: bool = False) -> list[str]:
+    """The faults of graded-cell code ``body`` run with ``ids`` (and ``HELD``, a decoder) on the device;
+    ``wrapped``: with ``.to``, ``.cpu`` and ``.numpy`` wrapped by the kit, as around every graded decode."""
     source = f"import numpy as np\nimport torch\nHOST_ONE = torch.LongTensor([[1]])\n\ndef run(ids):\n    {body}\n"
     namespace = {"HELD": _Decoder()}
     exec(cells.compile_graded(source, "<graded cell device case>"), namespace)
-    with DeviceWatch([namespace["HELD"]], [ids]) as watch:
-        namespace["run"](ids)
+    with world.CpuMoves() if wrapped else contextlib.nullcontext():
+        with DeviceWatch([namespace["HELD"]], [ids]) as watch:
+            namespace["run"](ids)
     return watch.faults
 
 
+@pytest.mark.parametrize("wrapped", [False, True], ids=["plain", "kit-wrapped"])
 @pytest.mark.parametrize("name", sorted(HOST_BUILT))
-def test_a_tensor_built_on_the_host_is_caught_where_it_meets_the_device(name):
+def test_a_tensor_built_on_the_host_is_caught_where_it_meets_the_device(name, wrapped):
     ids = torch.ones(1, 3, dtype=torch.long)
-    faults = _run(f"{HOST_BUILT[name]}\n    return torch.cat([ids, new], dim=1)", ids)
+    faults = _run(f"{HOST_BUILT[name]}\n    return torch.cat([ids, new], dim=1)", ids, wrapped)
     assert len(faults) == 1 and "cat in run, line" in faults[0] and "built on the CPU" in faults[0], faults
     assert "Expected all tensors to be on the same device" in devices.advice(faults)
     # the same tensor put on the input's device is fine: it is the meeting that is caught, not the constructor
-    assert not _run(f"{HOST_BUILT[name]}\n    return torch.cat([ids, new.to(ids.device)], dim=1)", ids)
+    assert not _run(f"{HOST_BUILT[name]}\n    return torch.cat([ids, new.to(ids.device)], dim=1)", ids, wrapped)
 
 
 # what else CUDA refuses, and what it allows (the expectation is CUDA's)
@@ -112,10 +117,11 @@ OTHER_CASES = {
 }
 
 
+@pytest.mark.parametrize("wrapped", [False, True], ids=["plain", "kit-wrapped"])
 @pytest.mark.parametrize("name", sorted(OTHER_CASES))
-def test_what_cuda_refuses_is_caught_and_what_it_allows_is_not(name):
+def test_what_cuda_refuses_is_caught_and_what_it_allows_is_not(name, wrapped):
     body, refused = OTHER_CASES[name]
-    faults = _run(body, torch.ones(1, 3, dtype=torch.long))
+    faults = _run(body, torch.ones(1, 3, dtype=torch.long), wrapped)
     assert bool(faults) == refused, (name, faults)
     if name.startswith(".numpy"):
         assert "can't convert cuda:0 device type tensor to numpy" in devices.advice(faults)

@@ -39,15 +39,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 FROM_DATA = {torch.tensor, torch.as_tensor, torch.asarray}  # a list of device scalars still builds on the host
-LIKE_SELF = {torch.Tensor.new_tensor, torch.Tensor.new}  # on self's device, whatever the data
-INDEXING = {  # CUDA takes host indices into a device tensor, never device indices into a host one
-    torch.Tensor.__getitem__,
-    torch.Tensor.__setitem__,
-    torch.Tensor.index_put,
-    torch.Tensor.index_put_,
-}
-MOVES = {torch.Tensor.to, torch.Tensor.cpu, torch.Tensor.cuda, torch.Tensor.type_as}  # CUDA copies across
-TO_NUMPY = {torch.Tensor.numpy, torch.Tensor.__array__}  # CUDA refuses these on a device tensor
+LIKE_SELF = {"new_tensor", "new"}  # on self's device, whatever the data
+INDEXING = {"__getitem__", "__setitem__", "index_put", "index_put_"}  # host indices into a device tensor only
+MOVES = {"to", "cpu", "cuda", "type_as", "copy_"}  # CUDA copies across devices
+TO_NUMPY = {"numpy", "__array__"}  # CUDA refuses these on a device tensor
+METHODS = {name: getattr(torch.Tensor, name) for name in LIKE_SELF | INDEXING | MOVES | TO_NUMPY}
 TAG = "_specdec_where"  # "device" or "host"; a tensor without it is on the host
 
 
@@ -124,15 +120,24 @@ def _is_graded(frame) -> bool:
     return frame is not None and frame.f_code.co_filename.startswith("<graded cell")
 
 
-def _moved_to(func, args, kwargs, caller) -> str | None:
+def _method(func) -> str | None:
+    """Which of the Tensor methods named here ``func`` is, also while the kit wraps it (`world.CpuMoves` wraps
+    ``to``, ``cpu`` and ``numpy`` around a decode)."""
+    for name, original in METHODS.items():
+        if func is original or func is getattr(torch.Tensor, name, None):
+            return name
+    return None
+
+
+def _moved_to(method, args, kwargs, caller) -> str | None:
     """Where ``.to(...)`` / ``.cpu()`` / ``.type_as(x)`` sends a tensor: None when it only changes the dtype."""
-    if func is torch.Tensor.cpu:
+    if method == "cpu":
         return "host"
-    if func is torch.Tensor.cuda:
+    if method == "cuda":
         return "device"
-    if func is torch.Tensor.type_as:  # on a GPU, x's type names its device too
+    if method == "type_as":  # on a GPU, x's type names its device too
         return where(args[1])
-    if func is not torch.Tensor.to:
+    if method != "to":
         return None
     for value in list(args[1:]) + [kwargs.get("device")]:
         if isinstance(value, (str, torch.device)):
@@ -142,7 +147,7 @@ def _moved_to(func, args, kwargs, caller) -> str | None:
     return None
 
 
-def _made_at(func, args, kwargs, caller) -> str | None:
+def _made_at(func, method, args, kwargs, caller) -> str | None:
     """Where a tensor built by ``func`` lives when that does not follow from its inputs: a ``device=`` that
     is given, or a build from data (a tensor given as the data keeps its device)."""
     device = kwargs.get("device")
@@ -150,7 +155,7 @@ def _made_at(func, args, kwargs, caller) -> str | None:
         return _named(device, caller)
     if func in FROM_DATA:
         return where(args[0]) if args and isinstance(args[0], torch.Tensor) else "host"
-    if func in LIKE_SELF:
+    if method in LIKE_SELF:
         return where(args[0])
     return None
 
@@ -167,30 +172,28 @@ def _graded_line() -> str:
     return f"in {frame.f_code.co_name}, line {frame.f_lineno}" if frame else "in the kit's code, called with it"
 
 
-def _indexing(func, args) -> list:
+def _indexing(method, args) -> list:
     """The tensors of an indexing call that must share a device: a host tensor with device indices, and a
     device tensor with the values put at tensor indices (a plain slice is a ``copy_``, which CUDA allows)."""
     self, index = args[0], [t for t in _tensors(args[1]) if t.dim() > 0] if len(args) > 1 else []
     group = [self] + index if where(self) == "host" else [self]
     values = args[2] if len(args) > 2 else None
-    if isinstance(values, torch.Tensor) and (index or func is not torch.Tensor.__setitem__):
+    if isinstance(values, torch.Tensor) and (index or method != "__setitem__"):
         group.append(values)
     return group
 
 
-def _fault(func, args, inputs) -> str | None:
+def _fault(func, method, args, inputs) -> str | None:
     """What CUDA would refuse in this call, or None."""
-    name = getattr(func, "__name__", func)
-    if func in TO_NUMPY:
+    name = method or getattr(func, "__name__", func)
+    if method in TO_NUMPY:
         if inputs and where(inputs[0]) == "device":
             return f"{name} {_graded_line()} turns a tensor on the model's device into a NumPy array"
         return None
-    if func in MOVES:
+    if method in MOVES:
         return None
-    if func is torch.Tensor.copy_:  # CUDA copies across devices
-        return None
-    if func in INDEXING:
-        inputs = _indexing(func, args)
+    if method in INDEXING:
+        inputs = _indexing(method, args)
     if not any(where(t) == "device" for t in inputs):
         return None
     host = [t for t in inputs if where(t) == "host" and t.dim() > 0 and t.numel() > 0]
@@ -218,12 +221,14 @@ class DeviceWatch(TorchFunctionMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         caller = sys._getframe(1)  # the code that called the torch function
-        inputs = list(_tensors(args)) + list(_tensors(kwargs))
+        if caller.f_code is getattr(func, "__code__", None):  # a Python wrapper (`world.CpuMoves`), called from
+            caller = caller.f_back  # the wrapped method inside it: the caller is the wrapper's
+        inputs, method = list(_tensors(args)) + list(_tensors(kwargs)), _method(func)
         if len(self.faults) < 5:
-            fault = _fault(func, args, inputs)
+            fault = _fault(func, method, args, inputs)
             if fault:
                 self.faults.append(fault)
-        placed = _made_at(func, args, kwargs, caller) or _moved_to(func, args, kwargs, caller)
+        placed = _made_at(func, method, args, kwargs, caller) or _moved_to(method, args, kwargs, caller)
         if placed:
             if isinstance(out, torch.Tensor) and any(out is t for t in inputs) and where(out) != placed:
                 out = out.view_as(out)  # on the CPU a move to the CPU is the same tensor; on a GPU it is a copy
