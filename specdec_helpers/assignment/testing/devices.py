@@ -22,10 +22,12 @@ weights and every library op; the mark here is that subclass's device field, kep
 An operation that mixes a device tensor with a host tensor of one element or more, which CUDA refuses, is
 a fault, recorded with the graded cell's line that made it; so is ``.numpy()`` of a device tensor. What
 CUDA takes stays allowed: 0-dimensional host tensors, indexing a device tensor with host indices, and
-copies between the two (``copy_``, ``.to``, a slice assigned). Two limits remain. A tensor the decoder
-already held when the call began is taken to be on the device, even if ``__init__`` built it on the host
-(a miss: the watch starts with the call). A tensor sharing a device tensor's memory through DLPack or
-unpickled from one is taken to be on the host (a false fault, and no decode needs either).
+copies between the two (``copy_``, ``.to``, a slice assigned). The limits: a tensor the decoder already
+held when the call began is taken to be on the device, even if ``__init__`` built it on the host (the
+watch starts with the call); operations inside ``torch.vmap`` or with torch functions disabled are not
+seen (their results are host tensors, caught where they meet the device, unless returned as they are);
+a tensor sharing a device tensor's memory through DLPack or unpickled from one is taken to be on the
+host (a false fault, and no decode needs either).
 """
 
 from __future__ import annotations
