@@ -46,16 +46,16 @@ HOST_BUILT = {
     "zeros_like(device='cpu')": "new = torch.zeros_like(ids[:, -1:], device='cpu')",
     ".cpu().numpy() round trip": "new = torch.from_numpy(ids[:, -1:].cpu().numpy().copy())",
     "a module-level host tensor": "new = HOST_ONE",
-    "a host tensor derived on": "new = (torch.Tensor([[1]]) + 1).long().clone()",
+    "a host tensor carried through ops": "new = (torch.Tensor([[1]]) + 1).long().clone()",
 }
 
 
 class _Decoder:
     """What the watch takes as on the device when the call starts: the decoder's models, caches and tensors
-    (here one ``__init__`` built)."""
+    (here one ``__init__`` built on its device; the watch cannot tell, as it starts with the call)."""
 
-    def __init__(self):
-        self.eos = torch.tensor([[7]])
+    def __init__(self, device=torch.device("cpu")):
+        self.eos = torch.tensor([[7]], device=device)
 
 
 def _run(body: str, ids: torch.Tensor, wrapped: bool = False) -> list[str]:
@@ -88,7 +88,7 @@ OTHER_CASES = {
     "a host table indexed with device ids": ("torch.arange(10)[ids]", True),
     "device tensor, host values at tensor indices": ("ids[0, torch.tensor([0])] = torch.tensor([5])", True),
     "a module built in the call": ("torch.nn.Linear(3, 3)(ids.float())", True),
-    "a device-looking comparison with a 1-element host tensor": ("ids == torch.tensor([1])", True),
+    "a comparison with a 1-element host tensor": ("ids == torch.tensor([1])", True),
     "device=ids.device": ("torch.cat([ids, torch.tensor([[2]], device=ids.device)], 1)", False),
     "device=str(ids.device)": ("torch.cat([ids, torch.tensor([[2]], device=str(ids.device))], 1)", False),
     "a device string held in a name": (
