@@ -54,7 +54,7 @@ class _Decoder:
     """What the watch takes as on the device when the call starts: the decoder's models, caches and tensors
     (here one ``__init__`` built on its device; the watch cannot tell, as it starts with the call)."""
 
-    def __init__(self, device=torch.device("cpu")):
+    def __init__(self, device="cpu"):
         self.eos = torch.tensor([[7]], device=device)
 
 
