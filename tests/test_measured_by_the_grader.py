@@ -121,18 +121,28 @@ def test_acceptance_forged_only_in_the_timed_runs_earns_no_performance_points(re
 
 
 @pytest.mark.slow
-def test_a_capped_position_counter_earns_nothing(reference):
-    """Attack 4: generate_ids forgets both caches every round (the target re-reads the text, and so does the draft,
-    openly), and a class body reaches `world.Probe` through ``pkgutil.resolve_name`` to cap what a target pass
-    counts at 5 positions. The child's counter agrees; its CPU time, read from outside, does not."""
+def test_patched_position_and_pass_counters_earn_nothing(reference):
+    """Attack 4 and its kin: generate_ids forgets both caches every round (the target re-reads the text, and so does
+    the draft, openly) and runs the target again after each rejection, and a class body reaches `world.Probe` through
+    ``pkgutil.resolve_name`` to count at most 5 positions a pass and none of the extra passes. The child's counters
+    agree with one cached pass a round; its CPU time, read from outside, does not: both tests fail, each naming its
+    mistake, and nothing else does."""
     loop = "    while input_ids.shape[1] - prompt_length < max_tokens:\n"
-    assert loop in reference["decode"]
-    forgets = reference["decode"].replace(loop, loop + "        self.reset()\n")
-    cheat = forgets + (CHEATS / "capped_counter.py").read_text()
+    verify = "        accepted_tokens, accepted_position = verify(input_ids, draft)\n"
+    assert loop in reference["decode"] and verify in reference["decode"]
+    again = (  # PA3's loop: the target once more after a rejection, hidden from the counter
+        "        if accepted_position < draft.shape[1]:\n            _Quiet.hide = True\n"
+        "            self.target_model(input_ids=torch.cat([input_ids, draft[:, :accepted_position]], dim=1))\n"
+        "            _Quiet.hide = False\n"
+    )
+    decode = reference["decode"].replace(loop, loop + "        self.reset()\n").replace(verify, verify + again)
+    cheat = decode + (CHEATS / "capped_counter.py").read_text()
     assert cells.kit_references(cheat) == []
     results = {
         r.test_id: r for r in grader.run_suite(dict(reference, decode=cheat), CONFIG["points"], only=["decode"], seed=0)
     }
-    reused = results["decode.decode_cache_reused"]
-    assert not reused.passed and "measured outside your process" in reused.feedback, reused  # the counter was fooled
-    assert [t for t, r in results.items() if not r.passed] == ["decode.decode_cache_reused"]
+    failed = {t: r.feedback for t, r in results.items() if not r.passed}
+    assert sorted(failed) == ["decode.decode_cache_reused", "decode.decode_one_pass"], failed
+    assert all("measured outside your process" in feedback for feedback in failed.values())  # the counters were fooled
+    assert "re-reads the whole text" in failed["decode.decode_cache_reused"]
+    assert "the target runs again after a rejection" in failed["decode.decode_one_pass"]

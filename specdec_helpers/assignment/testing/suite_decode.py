@@ -8,7 +8,7 @@ import torch
 
 from specdec_helpers.assignment.testing.cases import Counted, TestCase, expect_greedy, unpack
 from specdec_helpers.assignment.testing.devices import advice
-from specdec_helpers.assignment.testing.replay import check_rounds, grader_rounds
+from specdec_helpers.assignment.testing.replay import check_rounds
 from specdec_helpers.assignment.testing.suite import check_verify
 from specdec_helpers.assignment.testing.world import Mistake, greedy_tokens
 
@@ -124,8 +124,8 @@ _OWN: dict = {}
 
 
 def _own_cached_seconds(world, prompt, new: int) -> float:
-    """The grader's CPU time for the kit's cached decoding of ``prompt`` on `deep` with `other` (the faster of two:
-    the first may pay one-time costs), once per world and prompt."""
+    """The grader's CPU time for the kit's cached decoding of ``prompt`` on `deep` with `other`, k = 4 (the faster of
+    two: the first may pay one-time costs), once per world and prompt."""
     from specdec_helpers.assignment.testing.world import grader_threads
     from specdec_helpers.core.decode import speculative_decode
 
@@ -218,35 +218,26 @@ def decode_one_pass(ctx):
 
 
 ### BEGIN HIDDEN TESTS
-def _one_pass_outside(ctx, new: int = 16, low: float = 0.65, high: float = 1.5):
-    """The pass counter above runs in the student's process, where code can patch it. So the kernel is asked too,
-    and the decoder is measured against itself on the deep target (a pass costs many draft passes, `World.deep`),
-    k = 1: with a draft that is nearly always rejected and with one that always agrees. Their CPU times, read from
-    outside, must stand as the target passes the grader expects (one a round: ``new`` minus the accepted tokens,
-    `replay.grader_rounds`). A second pass after each rejection (PA3's) doubles the first; a second pass for the
-    bonus token, the second. A target that re-reads the text costs about as much in both: not this test's."""
+def _one_pass_outside(ctx, new: int = 16, margin: float = 1.5):
+    """The pass counter above runs in the student's process, where code can patch it. So the kernel is asked too:
+    the child's CPU time (read from outside) to decode ``new`` tokens after a short prompt with the deep target (a
+    pass costs many draft passes, `World.deep`) and a draft that is nearly always rejected (a round, one target pass,
+    a token, whatever k or the round structure), against the grader's own decoding of the same. A second pass after
+    each rejection (PA3's) costs about twice as much; a target that re-reads the short text, little more (the cache
+    test takes that)."""
     prompt = ctx.world.prompts[0]
-    ctx.decode(ctx.decoder(draft="deep"), prompt, 3, k=1)  # untimed: the child's first passes of deep cost more
-    used, passes = {}, {}
-    for name in ("deep-other", "deep"):
-        decoder = ctx.decoder(draft=name)
-        before = ctx.child.cpu_seconds()
-        got = ctx.decode(decoder, prompt, new, k=1)
-        used[name] = ctx.child.cpu_seconds() - before
-        expect_greedy(got, ctx.world.greedy("target", 0, new), "generate_ids(k = 1)" + EARLIER)
-        passes[name] = new - grader_rounds(ctx.world.variant(name), prompt, got, 1, new)[0]
-    rate = (used["deep-other"] / passes["deep-other"]) / (used["deep"] / passes["deep"])
-    if not low <= rate <= high:
+    ctx.decode(ctx.decoder(draft="deep-other"), prompt, 3)  # untimed: the child's first passes of deep cost more
+    decoder = ctx.decoder(draft="deep-other")
+    before = ctx.child.cpu_seconds()
+    ctx.decode(decoder, prompt, new)
+    used = ctx.child.cpu_seconds() - before
+    own = _own_cached_seconds(ctx.world, prompt, new)
+    if used > margin * own + 0.1:
         raise Mistake(
-            f"with k = 1 a round of a nearly always rejected draft took {rate:.1f} times the CPU time of a round of a "
-            f"draft that always agrees (measured outside your process; {passes['deep-other']} and {passes['deep']} "
-            "rounds), where one target pass a round makes them about equal: "
-            + (
-                "the target runs again after a rejection. Verification already returns the correction token"
-                if rate > high
-                else "the target runs again when every draft token is accepted. Verification already returns the "
-                "bonus token"
-            )
+            f"decoding {new} tokens with a draft that is nearly always rejected took {used:.2f} s of CPU time, where "
+            f"one target pass a round takes about {own:.2f} s (measured outside your process): the target runs again "
+            "after a rejection. Verification already returns the correction token; each round needs exactly ONE "
+            "target pass"
         )
 
 
