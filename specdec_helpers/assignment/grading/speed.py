@@ -217,6 +217,7 @@ def _measure(student_sources: dict, reference_sources: dict, perf: dict, seed, t
             problem=problems.get("student", ""),
             note=notes.get("student", ""),
             off_greedy=reported["student"][2],  # rounds whose draft was not the draft model's greedy proposal
+            reference_off_greedy=reported["reference"][2],  # the same, for the reference (near-ties in half precision)
             reported_acceptance=round(reported["student"][0] / reported["student"][1], 4)
             if reported["student"][1]
             else 0.0,
