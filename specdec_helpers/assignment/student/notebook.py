@@ -16,8 +16,10 @@ from specdec_helpers.core.checks import NEAR_TIE, greedy_divergence  # noqa: F40
 from specdec_helpers.core.drafters import Drafter, Proposal
 from specdec_helpers.core.timing import timed  # noqa: F401
 from specdec_helpers.measure.observed import decoder_scoring, observed_decode
+from specdec_helpers.measure import step_cost  # noqa: F401 - notebook 01 §6: what a step costs
 from specdec_helpers.measure.speedup import ratio_words  # noqa: F401 - timed comparisons that say when they are noise
 from specdec_helpers.models.pairs import load_pair
+from specdec_helpers.present import step_lesson  # noqa: F401 - notebook 01 §6: its verdicts
 from specdec_helpers.present.notebook_help import *  # noqa: F403 - setup, check, prompts_for, ...
 from specdec_helpers.present.widgets import render_html, token_explorer  # noqa: F401
 
