@@ -9,7 +9,7 @@ A check cell is a code cell that calls ``nb.check(``, ``nb.checks(`` or ``check_
 `present.notebook_help.check` and `assignment.student.check.check_part`). A rejected check raises
 ``CheckFailed`` (an error output, its message starting with ❌) and `check_part` prints a ❌ line before it
 raises; so a check run passed when it printed a ✅ line, no ❌ line and no error. Any other cell passed when it
-raised no error.
+raised no error. A cell nbval compares must print on its second run what it printed on its first.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from nbformat.v4 import new_notebook
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 CHECK_CALL = re.compile(r"\bnb\.(check|checks|check_part)\(|^\s*check_part\(", re.M)
+COMPARED = "NBVAL_CHECK_OUTPUT"  # the cells nbval compares with their saved outputs (--nbval-lax)
 MODES = ("each", "whole")  # each code cell twice in a row; the whole notebook twice in one kernel
 
 
@@ -61,8 +62,9 @@ def _text(outputs) -> str:
 
 
 def problems(executed) -> list[str]:
-    """Every cell run that failed: ``"cell 10 (pass 2, check): CheckFailed: ❌ Not yet: ..."``."""
-    found = []
+    """Every cell run that failed: ``"cell 10 (pass 2, check): CheckFailed: ❌ Not yet: ..."``. A cell nbval
+    compares (``# NBVAL_CHECK_OUTPUT``) that ran cleanly twice must also print the same text on its second run."""
+    found, first = [], {}
     for cell in executed.cells:
         index, run = cell.metadata["rerun"]
         outputs = cell.get("outputs", [])
@@ -75,6 +77,13 @@ def problems(executed) -> list[str]:
             lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
             said = next((ln for ln in reversed(lines) if "❌" in ln or "Error" in ln), lines[-1] if lines else "")
             found.append(f"cell {index} (pass {run}{', check' if check else ''}): {said[:300] or 'no verdict'}")
+        elif COMPARED in cell.source:
+            if run == 1:
+                first[index] = text
+            elif index in first and first[index] != text:
+                found.append(
+                    f"cell {index} (pass 2): prints {text.strip()[:300]!r}, pass 1 {first[index].strip()[:300]!r}"
+                )
     return found
 
 

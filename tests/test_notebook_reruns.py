@@ -12,7 +12,7 @@ costliest cell (16-30 s a run). ``SPECDEC_RERUN_ALL=1`` runs all eight:
 ``SPECDEC_RERUN_ALL=1 python -m pytest -q -p no:cacheprovider tests/test_notebook_reruns.py``.
 
 The control: a copy of 04 up to its ``cache_lengths`` check, with the rollback cell as it was before the fix
-(rerun-unsafe under "each") and a cell that appends to a file a check then counts (rerun-unsafe under both
+(rerun-unsafe under "each": it prints another number and the check rejects a correct answer) and a cell that appends to a file a check then counts (rerun-unsafe under both
 modes); the test must name exactly those cells.
 """
 
@@ -43,12 +43,14 @@ def test_every_cell_and_check_survives_a_rerun(name, mode):
 
 
 #: 04's rollback cell before the fix: it feeds the draft into section 1's cache, which its own first run grew.
-UNSAFE_ROLLBACK = """start = prompt_ids.shape[1]
+UNSAFE_ROLLBACK = """# NBVAL_CHECK_OUTPUT
+start = prompt_ids.shape[1]
 drafter.update(0)   # a new text
 draft_tokens = drafter.propose(prompt_ids, K).tokens
 _, accepted = decoder.verify_tokens_vectorized(prompt_ids, draft_tokens.view(1, -1))
 pair.target(input_ids=draft_tokens.view(1, -1), cache=cache, use_cache=True)
 after_pass = nb.cache_length(cache)
+print(f"after feeding the draft: {after_pass} cached positions")
 nb.crop_cache(cache, start + accepted)
 after_rollback = nb.cache_length(cache)"""
 #: A results log a student appends to, outside the kernel: a rerun from the top does not reset it.
@@ -75,7 +77,8 @@ def test_the_control_is_rejected(mode):
     nb, rollback, check, count = control_notebook()
     problems, _ = run_rerun(nb, mode)
     failed = sorted({line.split(" (")[0] for line in problems})
-    if mode == "each":  # the second rollback grows the cache by the draft again: the correct answer is rejected
-        assert failed == sorted([f"cell {check}", f"cell {count}"]), problems
+    if mode == "each":  # the second rollback grows the cache by the draft again (its print shows K more positions), and
+        # the check rejects the correct answer
+        assert failed == sorted([f"cell {rollback}", f"cell {check}", f"cell {count}"]), problems
     else:  # from the top, section 1 builds a new cache; only the log outlives the first pass
         assert problems and all(line.startswith(f"cell {count} (pass 2, check)") for line in problems), problems
