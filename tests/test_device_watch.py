@@ -51,18 +51,20 @@ HOST_BUILT = {
 
 
 class _Decoder:
-    """What the watch takes as on the device when the call starts: the decoder's models, caches and tensors
-    (here one ``__init__`` built on its device; the watch cannot tell, as it starts with the call)."""
+    """What the watch takes as on the device when the call starts: the decoder's models, and what it built on
+    their device (here in ``__init__``, run under the watch by `devices.construct` as the child does)."""
 
-    def __init__(self, device="cpu"):
-        self.eos = torch.tensor([[7]], device=device)
+    def __init__(self, model):
+        self.model = model
+        self.eos = torch.tensor([[7]], device=model.weight.device)
 
 
 def _run(body: str, ids: torch.Tensor, wrapped: bool = False) -> list[str]:
     """The faults of graded-cell code ``body`` run with ``ids`` (and ``HELD``, a decoder) on the device;
     ``wrapped``: with ``.to``, ``.cpu`` and ``.numpy`` wrapped by the kit, as around every graded decode."""
     source = f"import numpy as np\nimport torch\nHOST_ONE = torch.LongTensor([[1]])\n\ndef run(ids):\n    {body}\n"
-    namespace = {"HELD": _Decoder()}
+    model = torch.nn.Linear(1, 1)
+    namespace = {"HELD": devices.construct(lambda: _Decoder(model), [model])[0]}
     exec(cells.compile_graded(source, "<graded cell device case>"), namespace)
     with world.CpuMoves() if wrapped else contextlib.nullcontext():
         with DeviceWatch([namespace["HELD"]], [ids]) as watch:
@@ -128,10 +130,12 @@ def test_what_cuda_refuses_is_caught_and_what_it_allows_is_not(name, wrapped):
 
 
 def test_a_tensor_held_before_the_call_is_on_the_device_and_one_built_in_it_is_not():
-    """The models' weights, a cache and anything the decoder holds are reached through it."""
+    """The models' weights, and a cache built from them, are reached through the decoder."""
     model = torch.nn.Linear(4, 4)
     holder = type("Decoder", (), {})()
-    holder.target_model, holder.cache = model, {"layers": [(torch.zeros(1, 2, 4),)]}
+    holder.target_model = model
+    with DeviceWatch([model], []):  # a cache made in an earlier watched call, on the model's device
+        holder.cache = {"layers": [(torch.zeros(1, 2, 4, device=model.weight.device),)]}
     with DeviceWatch([holder], []) as watch:
         model(holder.cache["layers"][0][0])
     assert not watch.faults
@@ -162,3 +166,109 @@ def test_the_torch_tensor_cheat_of_issue_43_earns_nothing():
     assert (
         "built on the CPU" in lost[0].feedback and "Expected all tensors to be on the same device" in lost[0].feedback
     )
+
+
+# A decoder's own state: built in its construction (`devices.construct`, as the child builds every watched
+# decoder) or stored in one call and used in the next. On a GPU what it built on the host is on the host.
+STATE = {
+    "torch.tensor": ("self.eos = torch.tensor([[2]])", True),
+    "torch.zeros": ("self.eos = torch.zeros(1, 1, dtype=torch.long)", True),
+    "torch.Tensor": ("self.eos = torch.Tensor([[2]]).long()", True),
+    "a list of the target's device scalars": ("self.eos = torch.tensor([[target.weight[0, 0].long()]])", True),
+    "device=target's device": ("self.eos = torch.tensor([[2]], device=target.weight.device)", False),
+    ".to(target's device)": ("self.eos = torch.LongTensor([[2]]).to(target.weight.device)", False),
+    "new_tensor of a weight": ("self.eos = target.weight.new_tensor([[2]]).long()", False),
+    "derived from a weight": ("self.eos = (target.weight[:1, :1] * 0 + 2).long()", False),
+}
+
+
+def _decoder(target, init="pass", keep="pass"):
+    """A graded cell's decoder around ``target``: ``init`` runs in ``__init__``, ``keep`` in ``keep()``, and
+    ``use()`` puts ``self.eos`` after the text (line 14)."""
+    source = (
+        "import torch\n\n\nclass Decoder:\n    def __init__(self, target):\n        self.target = target\n"
+        f"        {init}\n\n    def keep(self, ids):\n        target = self.target\n        {keep}\n\n"
+        "    def use(self, ids):\n        return torch.cat([ids, self.eos], dim=1)\n"
+    )
+    namespace = {}
+    exec(cells.compile_graded(source, "<graded cell state case>"), namespace)
+    return namespace["Decoder"](target)
+
+
+@pytest.mark.parametrize("name", sorted(STATE))
+def test_what_the_decoder_built_at_construction_is_where_it_was_built(name):
+    """Issue 43 item 3's remaining limit: a tensor ``__init__`` built on the host was taken as on the device because
+    the decoder held it when the call began (``self.eos = torch.tensor([eos_id])``: passes on the CPU grader,
+    crashes on a GPU). The construction runs under the watch too, seeded with the models."""
+    line, refused = STATE[name]
+    target, ids = torch.nn.Linear(4, 4), torch.ones(1, 3, dtype=torch.long)
+    decoder, faults = devices.construct(lambda: _decoder(target, init=line), [target])
+    assert not faults
+    with DeviceWatch([decoder], [ids]) as watch:
+        decoder.use(ids)
+    assert bool(watch.faults) == refused, (name, watch.faults)
+    if refused:  # named where it meets the device: the graded cell's own line
+        assert "cat in use, line 14" in watch.faults[0] and "built on the CPU" in watch.faults[0], watch.faults
+
+
+@pytest.mark.parametrize("name", sorted(STATE))
+def test_what_the_decoder_kept_from_one_call_is_where_it_was_built_in_the_next(name):
+    """The same between calls: a tensor built on the host in one call and stored on the decoder stays on the host
+    when a later call uses it; one built on the device stays there."""
+    line, refused = STATE[name]
+    target, ids = torch.nn.Linear(4, 4), torch.ones(1, 3, dtype=torch.long)
+    decoder, _ = devices.construct(lambda: _decoder(target, keep=line), [target])
+    with DeviceWatch([decoder], [ids]) as watch:
+        decoder.keep(ids)  # stored, not used: no fault yet
+    assert not watch.faults
+    with DeviceWatch([decoder], [ids.clone()]) as watch:
+        decoder.use(ids)
+    assert bool(watch.faults) == refused, (name, watch.faults)
+
+
+def test_a_module_built_on_the_host_stays_there_and_the_models_stay_on_the_device():
+    """A module the decoder builds itself (in ``__init__`` or a call) has its weights where it was built; the
+    models the grader gives are on the device in every call, also after the decoder used them."""
+    target, ids = torch.nn.Linear(4, 4), torch.ones(1, 4)
+    decoder, _ = devices.construct(lambda: _decoder(target, init="self.head = torch.nn.Linear(4, 4)"), [target])
+    for _ in range(2):
+        with DeviceWatch([decoder], [ids]) as watch:
+            decoder.target(ids)  # the grader's model: on the device
+        assert not watch.faults
+        with DeviceWatch([decoder], [ids]) as watch:
+            decoder.head(ids)
+        assert len(watch.faults) == 1 and "linear" in watch.faults[0], watch.faults
+    decoder, _ = devices.construct(lambda: _decoder(target, keep="self.head = torch.nn.Linear(4, 4)"), [target])
+    with DeviceWatch([decoder], [ids]) as watch:
+        decoder.keep(ids)  # built in a call, used in the next
+    with DeviceWatch([decoder], [ids]) as watch:
+        decoder.head(ids)
+    assert len(watch.faults) == 1 and "linear" in watch.faults[0], watch.faults
+
+
+def test_a_host_tensor_kept_between_calls_loses_the_device_test_named_with_its_line():
+    """Between calls, graded: a decoder that keeps a token buffer built on the host on the (shared) target model,
+    once, in the first decode of the grading. Every later decode, the watched one too, holds it at its start: it was
+    taken as on the device and earned full marks. Now it is where it was made, and only the device test is lost."""
+    reference = submission.reference_sources()
+    new = mutations._NEW
+    kept = mutations.Mutation(
+        "host_buffer_kept_on_the_model",
+        "a token buffer built once on the host, kept on the target model",
+        "decode",
+        (
+            (
+                new,
+                'if not hasattr(self.target_model, "token_buffer"):\n'
+                "            self.target_model.token_buffer = torch.zeros(1, 64, dtype=torch.long)\n"
+                "        new = self.target_model.token_buffer[:, : len(accepted_tokens)].clone()\n"
+                "        new[0] = torch.tensor(accepted_tokens)",
+            ),
+        ),
+        "decode.decode_device",
+        "on a GPU this raises",
+    )
+    report = mutations.grade_mutation(kept, reference, seed=0, in_process=True)
+    lost = [r for r in report.results if not r.passed]
+    assert [r.test_id for r in lost] == ["decode.decode_device"], [(r.test_id, r.feedback) for r in lost]
+    assert "cat in generate_ids, line" in lost[0].feedback and "built on the CPU" in lost[0].feedback, lost[0].feedback

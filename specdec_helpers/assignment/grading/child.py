@@ -27,7 +27,7 @@ import torch
 
 from specdec_helpers.assignment.parts import decoder as decoder_module
 from specdec_helpers.assignment.testing import world as world_module
-from specdec_helpers.assignment.testing.devices import DeviceWatch
+from specdec_helpers.assignment.testing.devices import DeviceWatch, construct
 from specdec_helpers.assignment.grading.packages import mismatch
 from specdec_helpers.assignment.testing.wire import decode, encode
 from specdec_helpers.assignment.parts.cells import load_functions
@@ -176,8 +176,10 @@ class Server:
 
     # -- requests
     def op_new(self, world, draft="draft", eos=None):
-        tiny = self.world(world)
-        return self._keep(world_module.make_decoder(self.cls, tiny.named_pair(draft), eos))
+        pair = self.world(world).named_pair(draft)
+        # built under the simulated GPU, the models on the device: what the decoder holds is where it was made
+        decoder, _ = construct(lambda: world_module.make_decoder(self.cls, pair, eos), [pair.target, pair.draft])
+        return self._keep(decoder)
 
     def op_construct(self, world):
         target_dir, draft_dir = self.world(world).folders()

@@ -5,15 +5,21 @@ that crashes on every GPU ("Expected all tensors to be on the same device") pass
 (a ``TorchFunctionMode``, active in the child around one call) decides where each tensor would live.
 
 The rule is allow-by-derivation, not a list of factories to deny. A tensor is on *the device* only when
-that is shown: it is held by the decoder when the call starts (the models' weights and buffers, its
-caches, what ``__init__`` built), it is one of the grader's inputs, it comes out of an operation that a
-device tensor went into, it was made with a ``device=`` that names the decoder's device, or it was moved
-there (``.to(x.device)``, ``.to(x)``, ``.type_as(x)``). *Every other tensor is on the host*, however it
-was made. So no constructor can escape: ``torch.Tensor(...)``, ``torch.LongTensor(...)``, ``from_numpy``
-and ``frombuffer`` never reach the mode at all (which is why a list of wrapped factories missed them);
-here that only means their tensors never get a device mark. The only functions named are the few that
-build from data (``torch.tensor``, ``as_tensor``, ``asarray``, ``x.new_tensor``): given a list of device
-scalars they build where CUDA does, on the host (or on ``x``'s device), not where their inputs are.
+that is shown: it is a weight or buffer of the models the grader gave, one of the grader's inputs, it
+comes out of an operation that a device tensor went into, it was made with a ``device=`` that names the
+decoder's device, or it was moved there (``.to(x.device)``, ``.to(x)``, ``.type_as(x)``). *Every other
+tensor is on the host*, however it was made. So no constructor can escape: ``torch.Tensor(...)``,
+``torch.LongTensor(...)``, ``from_numpy`` and ``frombuffer`` never reach the mode at all (which is why a
+list of wrapped factories missed them); here that only means their tensors never get a device mark. The
+only functions named are the few that build from data (``torch.tensor``, ``as_tensor``, ``asarray``,
+``x.new_tensor``): given a list of device scalars they build where CUDA does, on the host (or on ``x``'s
+device), not where their inputs are.
+
+Nor can a tensor escape by being held when the call starts. The marks stay on the tensors from one watch to
+the next, and the child builds each watched decoder under a watch too (`construct`, seeded with the
+models): what a construction made, or an earlier call kept on the decoder or on the shared models, is where
+it was made (a ``torch.tensor([eos])`` kept from ``__init__`` is on the host, one made with ``device=`` the
+models' is not). Only the models' weights and buffers count as on the device without a mark.
 
 Torch's fake-tensor machinery was not chosen: fake tensors hold no values, and a decode needs them
 (argmax, ``.item()``, the EOS check). A tensor subclass carrying a fake device would have to wrap the
@@ -22,12 +28,14 @@ weights and every library op; the mark here is that subclass's device field, kep
 An operation that mixes a device tensor with a host tensor of one element or more, which CUDA refuses, is
 a fault, recorded with the graded cell's line that made it; so is ``.numpy()`` of a device tensor. What
 CUDA takes stays allowed: 0-dimensional host tensors, indexing a device tensor with host indices, and
-copies between the two (``copy_``, ``.to``, a slice assigned). The limits: a tensor the decoder already
-held when the call began is taken to be on the device, even if ``__init__`` built it on the host (the
-watch starts with the call); operations inside ``torch.vmap`` or with torch functions disabled are not
-seen (their results are host tensors, caught where they meet the device, unless returned as they are);
-a tensor sharing a device tensor's memory through DLPack or unpickled from one is taken to be on the
-host (a false fault, and no decode needs either).
+copies between the two (``copy_``, ``.to``, a slice assigned). The limits: a tensor made while no watch
+ran (not a weight) is on the host when a later watch finds it held: a false fault for an honest decoder
+first used unwatched (the grader watches only decoders built by `construct`, in their first call); the
+weights of a module built while no watch ran count as the grader's (a module built in a watched call or
+construction is marked where it was built); operations inside ``torch.vmap`` or with torch functions
+disabled are not seen (their results are host tensors, caught where they meet the device, unless returned
+as they are); a tensor sharing a device tensor's memory through DLPack or unpickled from one is taken to be
+on the host (a false fault, and no decode needs either).
 """
 
 from __future__ import annotations
@@ -78,9 +86,10 @@ def where(t: torch.Tensor) -> str:
     return "host"
 
 
-def held_tensors(root, budget: int = 200_000):
+def held_tensors(root, budget: int = 200_000, weights: set | None = None):
     """Every tensor ``root`` holds: through attributes, containers and modules (parameters, buffers and
-    plain tensor attributes of each submodule), a few levels deep."""
+    plain tensor attributes of each submodule), a few levels deep. ``weights``: a set that gets the ids of
+    the modules' parameters and buffers among them."""
     seen, stack = set(), [(root, 0)]
     while stack and budget > 0:
         value, depth = stack.pop()
@@ -91,8 +100,10 @@ def held_tensors(root, budget: int = 200_000):
         if isinstance(value, torch.Tensor):
             yield value
         elif isinstance(value, torch.nn.Module):
-            yield from value.parameters()
-            yield from value.buffers()
+            own = [*value.parameters(), *value.buffers()]
+            if weights is not None:
+                weights.update(id(t) for t in own)
+            yield from own
             for m in value.modules():
                 stack.extend((v, depth + 1) for v in vars(m).values() if isinstance(v, torch.Tensor))
         elif isinstance(value, dict):
@@ -209,15 +220,30 @@ def _fault(func, method, args, inputs) -> str | None:
 
 class DeviceWatch(TorchFunctionMode):
     """``with DeviceWatch(held, inputs) as watch: ...``; then ``watch.faults`` lists what would fail on a GPU.
-    ``held``: what sits on the device when the call starts (the decoder, or its models); ``inputs``: the
-    grader's arguments."""
+    ``held``: what the call can reach (the decoder, or its models); ``inputs``: the grader's arguments, on the
+    device. Of what ``held`` holds, the modules' parameters and buffers are on the device (the grader put the
+    models there), unless an earlier watch saw them built on the host; every other tensor (the decoder's own,
+    its caches) is where an earlier watch saw it made, and on the host when no watch did. So watch a decoder
+    from its construction (`construct`) on; when the watch ends, what ``held`` holds that is on the host is
+    marked so, for the next watch."""
 
     def __init__(self, held=(), inputs=()):
         super().__init__()
         self.faults: list[str] = []
-        for root in held:
-            tag(list(held_tensors(root)), "device")
+        self.held = list(held)
+        for root in self.held:
+            weights: set[int] = set()
+            for t in list(held_tensors(root, weights=weights)):
+                if id(t) in weights and getattr(t, TAG, None) != "host":
+                    tag(t, "device")
         tag(inputs, "device")
+
+    def __exit__(self, *exc):
+        for root in self.held:  # unmarked is the host already; marked, a module's weights stay there too
+            for t in list(held_tensors(root)):
+                if getattr(t, TAG, None) is None and where(t) == "host":
+                    tag(t, "host")
+        return super().__exit__(*exc)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -240,6 +266,16 @@ class DeviceWatch(TorchFunctionMode):
         elif any(where(t) == "device" for t in inputs):
             tag(out, "device")
         return out
+
+
+def construct(build, models=()):
+    """``(build(), faults)``: a decoder built under the watch, with ``models`` on the device, so that what its
+    construction makes is marked where it would live (``torch.tensor([eos])`` on the host, ``device=`` the
+    models' on the device) and the watches of its calls find it so."""
+    with DeviceWatch(models) as watch:
+        built = build()
+        watch.held.append(built)
+    return built, watch.faults
 
 
 def advice(faults: list[str]) -> str:
