@@ -28,14 +28,16 @@ weights and every library op; the mark here is that subclass's device field, kep
 An operation that mixes a device tensor with a host tensor of one element or more, which CUDA refuses, is
 a fault, recorded with the graded cell's line that made it; so is ``.numpy()`` of a device tensor. What
 CUDA takes stays allowed: 0-dimensional host tensors, indexing a device tensor with host indices, and
-copies between the two (``copy_``, ``.to``, a slice assigned). The limits: a tensor made while no watch
-ran (not a weight) is on the host when a later watch finds it held: a false fault for an honest decoder
-first used unwatched (the grader watches only decoders built by `construct`, in their first call); the
-weights of a module built while no watch ran count as the grader's (a module built in a watched call or
-construction is marked where it was built); operations inside ``torch.vmap`` or with torch functions
-disabled are not seen (their results are host tensors, caught where they meet the device, unless returned
-as they are); a tensor sharing a device tensor's memory through DLPack or unpickled from one is taken to be
-on the host (a false fault, and no decode needs either).
+copies between the two (``copy_``, ``.to``, a slice assigned).
+
+The limits. A tensor made while no watch ran (not a weight) is on the host when a later watch finds it
+held: a false fault for an honest decoder first used unwatched, or one that kept a device tensor on the
+shared models in an unwatched call (the grader watches only decoders built by `construct`, in their first
+call, and no honest decode writes to the models). The weights of a module built while no watch ran count as
+the grader's (one built in a watched call or construction is marked where it was built). Operations inside
+``torch.vmap`` or with torch functions disabled are not seen (their results are host tensors, caught where
+they meet the device, unless returned as they are). A tensor sharing a device tensor's memory through DLPack
+or unpickled from one is taken to be on the host (a false fault, and no decode needs either).
 """
 
 from __future__ import annotations
