@@ -241,11 +241,12 @@ class DeviceWatch(TorchFunctionMode):
         tag(inputs, "device")
 
     def __exit__(self, *exc):
+        done = super().__exit__(*exc)  # the mode off first: the sweep's own tensor reads are not the decode's
         for root in self.held:  # unmarked is the host already; marked, a module's weights stay there too
             for t in list(held_tensors(root)):
                 if getattr(t, TAG, None) is None and where(t) == "host":
                     tag(t, "host")
-        return super().__exit__(*exc)
+        return done
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
