@@ -149,3 +149,22 @@ def test_patched_position_and_pass_counters_earn_nothing(reference):
     assert all("measured outside your process" in feedback for feedback in failed.values())  # the counters were fooled
     assert "re-reads the whole text" in failed["decode.decode_cache_reused"]
     assert "the target runs again after a rejection" in failed["decode.decode_one_pass"]
+
+
+@pytest.mark.slow
+def test_a_second_verification_pass_hidden_from_the_counter_earns_nothing(reference):
+    """The same patched counter, in the verification cell: verify_tokens_vectorized runs the target twice and hides
+    the second pass from `world.Probe`. The child's count says one pass; its CPU time, read from outside, says two."""
+    line = "    logits = self.target_model(input_ids=torch.cat([input_ids, draft_tokens], dim=1)).logits[0]\n"
+    assert line in reference["verify"]
+    hidden = (
+        "    _Quiet.hide = True\n    self.target_model(input_ids=torch.cat([input_ids, draft_tokens], dim=1))\n"
+        "    _Quiet.hide = False\n"
+    )
+    cheat = reference["verify"].replace(line, line + hidden) + (CHEATS / "capped_counter.py").read_text()
+    assert cells.kit_references(cheat) == []
+    results = grader.run_suite(dict(reference, verify=cheat), CONFIG["points"], only=["verify"], seed=0)
+    failed = {r.test_id: r.feedback for r in results if not r.passed}
+    assert list(failed) == ["verify.verify_vectorized"], failed
+    assert "measured outside your process" in failed["verify.verify_vectorized"]
+    assert "runs the target more than once" in failed["verify.verify_vectorized"]

@@ -315,6 +315,57 @@ def check_verify(ctx, method: str):
                     f"L + accepted_position = {ids.shape[1] + n}: it {direction} "
                     "(crop_cache(self.target_cache, L + accepted_position))"
                 )
+    ### BEGIN HIDDEN TESTS
+    _one_pass_outside(ctx, method)
+    ### END HIDDEN TESTS
+
+
+### BEGIN HIDDEN TESTS
+def _one_pass_outside(ctx, method: str, length: int = 384, margin: float = 1.5):
+    """The pass count above is the child's, from a counter its code can patch. So the kernel is asked too: the
+    child's CPU time (read from outside) for one call on a long text with a target that costs many passes of its
+    own (`World.deep`, the same logits), against the grader's own single pass over the same positions. A second
+    pass costs about as much again; the call's bookkeeping, next to nothing."""
+    g = torch.Generator().manual_seed(ctx.seed + 17)
+    ids = torch.randint(3, ctx.world.vocab, (1, length), generator=g)
+    draft = torch.randint(3, ctx.world.vocab, (1, 4), generator=g)
+    warm = ctx.decoder(draft="deep")  # untimed: the child's first passes of deep cost more
+    warm.call(method, ids[:, :8].clone(), draft, torch.ones(1, 8, dtype=torch.long))
+    decoder = ctx.decoder(draft="deep")
+    before = ctx.child.cpu_seconds()
+    decoder.call(method, ids.clone(), draft, torch.ones_like(ids))
+    used = ctx.child.cpu_seconds() - before
+    own = _own_pass_seconds(ctx.world, torch.cat([ids, draft], dim=1))
+    if used > margin * own + 0.05:
+        raise Mistake(
+            f"{method} on a {length}-token text took {used:.2f} s of CPU time, where one target pass over it takes "
+            f"about {own:.2f} s (measured outside your process): it runs the target more than once. One forward "
+            "pass must score every draft token and give the correction/bonus token"
+        )
+
+
+_OWN: dict = {}
+
+
+def _own_pass_seconds(world, ids: torch.Tensor) -> float:
+    """The grader's CPU time for one pass of `deep` over ``ids`` (the faster of two), once per world and text."""
+    import time
+
+    from specdec_helpers.assignment.testing.world import grader_threads
+
+    key = (world.seed, tuple(ids[0].tolist()))
+    if key not in _OWN:
+        own = float("inf")
+        for _ in range(2):
+            start = time.thread_time()
+            with torch.inference_mode(), grader_threads():  # the child's threads
+                world.deep(input_ids=ids)
+            own = min(own, time.thread_time() - start)
+        _OWN[key] = own
+    return _OWN[key]
+
+
+### END HIDDEN TESTS
 
 
 def verify_vectorized(ctx):
