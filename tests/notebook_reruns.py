@@ -1,15 +1,18 @@
-"""Run a course notebook the way students do (issue 44): every code cell twice in a row, or the whole notebook
-twice in one kernel, and read every run of every cell. A plain module, not conftest.py (see tiny_models.py).
+"""Run a course notebook the way students do (issue 44), in one kernel, and read every run of every cell. A plain
+module, not conftest.py (see tiny_models.py).
 
-The rerun is built as a notebook: its code cells in the order a student would run them (markdown dropped), each
-copy tagged with the original cell's index and its pass. nbclient then runs it in one fresh kernel with errors
-allowed, so every cell's every run can be read afterwards.
+`PASSES`: passes 1 and 2, every code cell twice in a row; pass 3, the whole notebook again from the top; pass 4,
+its student edition (stubs in place of the answers), as a student who ran a correct answer and then a wrong one.
+The run is built as a notebook: the code cells in that order (markdown dropped), each copy tagged
+``rerun = [original index, pass]``. nbclient runs it in a fresh kernel with errors allowed, so every cell's every
+run can be read afterwards. One kernel for all four passes: the toy pair loads and the graded checks warm up once.
 
 A check cell is a code cell that calls ``nb.check(``, ``nb.checks(`` or ``check_part(`` (the verdicts of
 `present.notebook_help.check` and `assignment.student.check.check_part`). A rejected check raises
 ``CheckFailed`` (an error output, its message starting with ❌) and `check_part` prints a ❌ line before it
 raises; so a check run passed when it printed a ✅ line, no ❌ line and no error. Any other cell passed when it
-raised no error. A cell nbval compares must print on its second run what it printed on its first.
+raised no error. On the reference, a cell nbval compares (``# NBVAL_CHECK_OUTPUT``) must also print what it
+printed on pass 1.
 """
 
 from __future__ import annotations
@@ -21,31 +24,37 @@ import time
 from pathlib import Path
 
 import nbformat
-from nbformat.v4 import new_notebook
+from nbformat.v4 import new_code_cell, new_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 CHECK_CALL = re.compile(r"\bnb\.(check|checks|check_part)\(|^\s*check_part\(", re.M)
 COMPARED = "NBVAL_CHECK_OUTPUT"  # the cells nbval compares with their saved outputs (--nbval-lax)
-MODES = ("each", "whole")  # each code cell twice in a row; the whole notebook twice in one kernel
+STUB = "raise NotImplementedError()"
+EACH, WHOLE, STUDENT = (1, 2), (3,), (4,)  # the passes: each cell twice in a row, from the top again, stubs
+PASSES = (*EACH, *WHOLE, *STUDENT)
 
 
 def is_check_cell(cell) -> bool:
     return cell.cell_type == "code" and bool(CHECK_CALL.search(cell.source))
 
 
-def rerun_notebook(nb, mode: str):
-    """``nb``'s code cells in ``mode``'s order, each copy tagged ``rerun = [original index, pass]``."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    code = [(i, cell) for i, cell in enumerate(nb.cells) if cell.cell_type == "code"]
-    if mode == "each":
-        order = [(i, cell, p) for i, cell in code for p in (1, 2)]
-    else:
-        order = [(i, cell, p) for p in (1, 2) for i, cell in code]
+def student_edition(nb):
+    from specdec_helpers.assignment.authoring.release import strip_notebook
+
+    return strip_notebook(nb)
+
+
+def rerun_notebook(nb):
+    """``nb``'s code cells in the order of `PASSES`, each copy tagged ``rerun = [original index, pass]``."""
+    code = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"]
+    stubbed = student_edition(nb).cells
+    order = [(i, nb.cells[i], p) for i in code for p in EACH]
+    order += [(i, nb.cells[i], p) for p in WHOLE for i in code]
+    order += [(i, stubbed[i], p) for p in STUDENT for i in code]
     cells = []
     for i, cell, p in order:
-        copy = nbformat.v4.new_code_cell(cell.source, metadata={**cell.metadata, "rerun": [i, p]})
+        copy = new_code_cell(cell.source, metadata={**cell.metadata, "rerun": [i, p]})
         copy.id = f"c{i:03d}p{p}"
         cells.append(copy)
     return new_notebook(cells=cells, metadata=nb.metadata)
@@ -62,8 +71,8 @@ def _text(outputs) -> str:
 
 
 def problems(executed) -> list[str]:
-    """Every cell run that failed: ``"cell 10 (pass 2, check): CheckFailed: ❌ Not yet: ..."``. A cell nbval
-    compares (``# NBVAL_CHECK_OUTPUT``) that ran cleanly twice must also print the same text on its second run."""
+    """Every cell run that failed: ``"cell 10 (pass 2, check): CheckFailed: ❌ Not yet: ..."``, and on the
+    reference every cell nbval compares that printed otherwise than on pass 1."""
     found, first = [], {}
     for cell in executed.cells:
         index, run = cell.metadata["rerun"]
@@ -77,14 +86,31 @@ def problems(executed) -> list[str]:
             lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
             said = next((ln for ln in reversed(lines) if "❌" in ln or "Error" in ln), lines[-1] if lines else "")
             found.append(f"cell {index} (pass {run}{', check' if check else ''}): {said[:300] or 'no verdict'}")
-        elif COMPARED in cell.source:
-            if run == 1:
-                first[index] = text
-            elif index in first and first[index] != text:
-                found.append(
-                    f"cell {index} (pass 2): prints {text.strip()[:300]!r}, pass 1 {first[index].strip()[:300]!r}"
-                )
+        elif COMPARED in cell.source and run not in STUDENT:
+            first.setdefault(index, text)
+            if first[index] != text:
+                found.append(f"cell {index} (pass {run}): prints {text.strip()[:300]!r}, pass 1 {first[index][:300]!r}")
     return found
+
+
+def failed(found: list[str], passes) -> list[int]:
+    """The cells with a problem in one of ``passes``."""
+    runs = [re.match(r"cell (\d+) \(pass (\d+)", line).groups() for line in found]
+    return sorted({int(cell) for cell, run in runs if int(run) in passes})
+
+
+def stub_checks(nb) -> list[int]:
+    """The check cells of ``nb`` right after a cell its student edition stubs (``raise NotImplementedError()``):
+    in the student edition each must reject."""
+    cells = student_edition(nb).cells
+    code = [i for i, cell in enumerate(cells) if cell.cell_type == "code"]
+    return [i for before, i in zip(code, code[1:]) if is_check_cell(cells[i]) and STUB in cells[before].source]
+
+
+def accepted_stubs(nb, found: list[str]) -> list[int]:
+    """The `stub_checks` of ``nb`` that did not reject on the student pass (``found``: the run's `problems`)."""
+    rejected = failed(found, STUDENT)
+    return [i for i in stub_checks(nb) if i not in rejected]
 
 
 def kernel_env(export_dir: str) -> dict:
@@ -102,12 +128,12 @@ def kernel_env(export_dir: str) -> dict:
     return env
 
 
-def run_rerun(nb, mode: str, timeout: float = 900) -> tuple[list[str], float]:
-    """Run ``nb`` in ``mode`` in a fresh kernel in notebooks/ (where the notebooks find each other); returns its
-    failed cell runs (`problems`) and the seconds it took."""
+def run_rerun(nb, timeout: float = 900) -> tuple[list[str], float]:
+    """Run ``nb``'s `PASSES` in a fresh kernel in notebooks/ (where the notebooks find each other); returns its
+    `problems` and the seconds it took."""
     import nbclient
 
-    rerun = rerun_notebook(nb, mode)
+    rerun = rerun_notebook(nb)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="specdec-rerun-export-") as export:
         client = nbclient.NotebookClient(
