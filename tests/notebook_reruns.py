@@ -84,7 +84,8 @@ def problems(executed) -> list[str]:
             found.append(f"cell {index} (pass {run}): did not run")
         elif errored or (check and ("✅" not in text or "❌" in text)):
             lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-            said = next((ln for ln in reversed(lines) if "❌" in ln or "Error" in ln), lines[-1] if lines else "")
+            at = next((j for j in reversed(range(len(lines))) if "❌" in lines[j] or "Error" in lines[j]), -1)
+            said = " / ".join(lines[at : at + 2] if at >= 0 else lines[-1:])  # a rejection and what it says
             found.append(f"cell {index} (pass {run}{', check' if check else ''}): {said[:300] or 'no verdict'}")
         elif COMPARED in cell.source and run not in STUDENT:
             first.setdefault(index, text)

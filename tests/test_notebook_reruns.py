@@ -9,7 +9,9 @@ the check then rejected a correct ``cache_lengths``).
 CI runs notebook 04, and the control. Run as two separate kernels per notebook ("each cell twice", "whole
 notebook twice"), all eight took 500 s of wall on the shared 2-core machine (2026-11-27, load 1-6; each + whole,
 s: 01 13 + 17, 02 20 + 14, 03 10 + 19, 04 44 + 35, 05 30 + 24, 06 18 + 25, 07 58 + 59, 08 48 + 65), too long for
-CI for one property; one kernel per notebook, as here, saves the second set-up and the graded checks' warm-up.
+CI for one property; one kernel per notebook, as here, saves the second set-up and the graded checks' warm-up, and
+adds the student pass: all eight 705 s (load 5-7; s: 01 51, 02 58, 03 48, 04 128, 05 114, 06 45, 07 139, 08 122),
+04 alone 62 s and the control 9 s at load 2-3, 76 CPU s for this file.
 04 is the one in CI: its practice check reads what an earlier cell measured, and its graded check is the
 costliest cell (11-30 s a run). ``SPECDEC_RERUN_ALL=1`` runs all eight:
 ``SPECDEC_RERUN_ALL=1 python -m pytest -q -p no:cacheprovider tests/test_notebook_reruns.py``.
