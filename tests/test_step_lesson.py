@@ -100,6 +100,7 @@ def fake(wide, q=(0.98, 1.02), calls=1.0, bytes_=3.6):
     s = dict(median=wide, q1=wide * q[0], q3=wide * q[1], min=wide * q[0], max=wide * q[1])
     ms = {name: dict(median=1.0, q1=1.0, q3=1.0) for name in ("base", "deep", "wide")}
     return dict(
+        shapes={name: dict(layers=4, width=64, mb=1.0) for name in ("base", "deep", "wide")},
         predicted={"calls": {"deep": 2.0, "wide": calls}, "bytes": {"deep": 1.8, "wide": bytes_}},
         ratios={"eager": {"deep": s, "wide": s}},
         ms={"eager": ms},
@@ -114,22 +115,26 @@ def test_verdict_judges_a_prediction_against_the_measurement():
     calls_bound = fake(1.1)
     right, wrong = step_lesson.verdict(1.0, calls_bound), step_lesson.verdict(3.5, calls_bound)
     assert "✅" in right and "❌" not in right
-    assert "❌" in wrong and "calls" in wrong and "✅" not in wrong
+    assert "❌" in wrong and "pays per kernel" in wrong and "✅" not in wrong
     bytes_bound = fake(3.3)
     assert "✅" in step_lesson.verdict(3.5, bytes_bound) and "❌" in step_lesson.verdict(1.0, bytes_bound)
     assert "within 25%" in step_lesson.verdict(2.0, fake(2.2))  # between the two, and close
     partly = step_lesson.verdict(2.5, fake(1.95))  # bytes against between: one regime over, neither right nor wrong
-    assert "Partly" in partly and "calls more than you thought" in partly and "✅" not in partly and "❌" not in partly
+    assert (
+        "Partly" in partly and "kernels more than you thought" in partly and "✅" not in partly and "❌" not in partly
+    )
     assert "1 torch thread (SPECDEC_THREADS" in right
     busy = dict(fake(1.1, q=(0.7, 1.3)), threads=2)
     assert "2 torch threads" in step_lesson.verdict(1.0, busy) and "torch.set_num_threads(1)" in step_lesson.verdict(
         1.0, busy
     )
     assert "Rerun" not in right and "Rerun" in step_lesson.verdict(1.0, fake(1.1, q=(0.7, 1.3)))
-    noisy = fake(1.1, q=(0.7, 1.6))  # quartiles 0.77-1.76
-    assert "✅" in step_lesson.verdict(1.7, noisy) and "quartiles" in step_lesson.verdict(1.7, noisy)
-    unjudged = step_lesson.verdict(3.5, noisy)  # outside a spread too wide to judge: neither right nor wrong
-    assert "no verdict yet" in unjudged and "✅" not in unjudged and "❌" not in unjudged and "Rerun" in unjudged
+    inside = step_lesson.verdict(1.39, fake(1.1, q=(0.982, 1.273)))  # 26% off, inside steady quartiles 1.08-1.40
+    assert "✅" in inside and "within the measurement's quartiles" in inside
+    noisy = fake(1.1, q=(0.7, 1.6))  # quartiles 0.77-1.76: the rounds disagree, no verdict at all (cell 32 says so)
+    for guess in (1.1, 1.7, 3.5):  # at the median, inside the quartiles, far outside
+        unjudged = step_lesson.verdict(guess, noisy)
+        assert "no verdict yet" in unjudged and "✅" not in unjudged and "❌" not in unjudged and "Rerun" in unjudged
 
 
 @pytest.mark.parametrize("prediction", [None, "3", -1, float("nan"), True])
@@ -207,6 +212,87 @@ def test_the_sweeps_costs_for_a_decoder_of_ones_own_are_eager(monkeypatch, eager
     assert [type(m) is LeanForward for m in timed_models] == [not eager, not eager]
 
 
-def test_the_memory_estimate_matches_the_three_models_built(measured, neox):
-    built = sum(p.numel() * p.element_size() for m in measured["models"].values() for p in m.parameters())
-    assert step_cost.three_models_bytes(neox, measured["shapes"]["base"]["layers"]) == built
+def test_the_memory_estimate_matches_the_three_models_built(neox):
+    plan = step_cost.width_depth_plan(neox)  # its own: a later plan frees the shared fixture's models
+    built = sum(p.numel() * p.element_size() for m in plan["models"].values() for p in m.parameters())
+    assert step_cost.three_models_bytes(neox, plan["shapes"]["base"]["layers"]) == built
+
+
+def test_a_cpu_step_is_timed_in_cpu_time_and_the_output_says_so(measured, monkeypatch):
+    """On a CPU the clock is the process's CPU time (other programs barely move it); on a GPU, synchronized wall
+    time. A step that sleeps costs wall time and no CPU time: the control that the CPU clock is the one used."""
+    import time
+
+    assert step_cost.step_clock("cpu")[1] is time.process_time
+    assert step_cost.step_clock("cuda")[1] is time.perf_counter
+    assert step_cost.timed_step(lambda: time.sleep(0.05), "cpu", time.process_time) < 0.05
+    assert step_cost.timed_step(lambda: time.sleep(0.05), "cpu", time.perf_counter) >= 0.05
+    assert measured["clock"].startswith("CPU time")
+    text = step_lesson.verdict(1.0, measured)
+    assert "Clock: CPU time of this process" in text and "MB/ms of weights" in text
+    base, deep = (measured["ms"]["eager"][name]["median"] for name in ("base", "deep"))
+    assert f"deep - base = {deep - base:.3f} ms" in text and f"2 base - deep = {2 * base - deep:.3f} ms" in text
+
+
+def test_noise_is_flagged_in_every_ratio_not_only_the_judged_one():
+    steady = fake(1.1)
+    steady["ratios"]["decode"] = {
+        "deep": dict(steady["ratios"]["eager"]["deep"]),
+        "wide": fake(1.1, q=(0.6, 1.4))["ratios"]["eager"]["wide"],
+    }
+    steady["ms"]["decode"] = steady["ms"]["eager"]
+    table = step_lesson.measured_table(steady)
+    assert table.count("NOISY") == 1 and "wide / base" in table.split("NOISY")[0].splitlines()[-1]
+
+
+def test_a_rerun_frees_the_last_plans_models(neox):
+    first = step_cost.width_depth_plan(neox)
+    held = dict(first, ms={})  # what `measured` keeps: the same dicts
+    second = step_cost.width_depth_plan(neox)
+    assert first["models"] == {} and held["forwards"] == {} and len(second["models"]) == 3
+
+
+def test_the_plan_refuses_models_that_would_not_fit(neox, monkeypatch):
+    need = step_cost.three_models_bytes(neox, 1)
+    monkeypatch.setattr(step_cost, "free_bytes", lambda device: need)  # half of it is the limit: not even 1 layer
+    with pytest.raises(MemoryError, match="smaller"):
+        step_cost.width_depth_plan(neox)
+    monkeypatch.setattr(step_cost, "free_bytes", lambda device: 2 * step_cost.three_models_bytes(neox, 2) + 1)
+    assert step_cost.width_depth_plan(neox)["shapes"]["base"]["layers"] == 2  # 4 asked, 2 fit
+    assert step_cost.free_bytes("cpu") > 0
+
+
+def test_building_the_models_leaves_the_callers_rng_alone(neox):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    step_cost.shaped_llama(neox, 1)
+    assert torch.equal(torch.rand(3), expected)
+    a, b = step_cost.shaped_llama(neox, 1), step_cost.shaped_llama(neox, 1)  # still seeded: the same weights
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_runs_as_reports_a_failed_capture():
+    model = torch.nn.Linear(2, 2)
+    graphed = type("F", (), {"graphs": True, "eager_reason": None})()
+    failed = type("F", (), {"graphs": False, "eager_reason": "its 1-token graph's replay differs"})()
+    assert step_cost.runs_as(graphed, model) == "CUDA graphs over a static cache"
+    assert "eager" in step_cost.runs_as(failed, model) and "replay differs" in step_cost.runs_as(failed, model)
+    assert "CUDA graphs over" not in step_cost.runs_as(failed, model)
+
+
+def test_the_pairs_alpha_is_called_assumed():
+    costs = dict(
+        backend="dynamic",
+        why="x",
+        runs_as={"target": "t", "draft": "d"},
+        layers=0.5,
+        bytes=0.1,
+        c={"eager": dict(median=0.5, q1=0.5, q3=0.5)},
+        target_ms={"eager": dict(median=1.0)},
+        threads=1,
+        device="cpu",
+        clock="CPU time of this process (time.process_time)",
+    )
+    text = step_lesson.describe_pair_costs(costs)
+    assert "assumed acceptance alpha = 0.8" in text and "Clock: CPU time" in text

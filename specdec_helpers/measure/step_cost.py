@@ -8,12 +8,15 @@ multiplies the bytes (about 4x a layer) but not the calls. So the wide model's s
 
 from __future__ import annotations
 
+import gc
+import time
+
 import torch
 
 from specdec_helpers.core.backends import choose, decode_forward
 from specdec_helpers.core.cache import cache_kwargs, new_cache, rollback
 from specdec_helpers.core.drafters import as_drafter
-from specdec_helpers.core.timing import spread, timed
+from specdec_helpers.core.timing import spread, sync_device
 
 PREFIX = 16  # cached positions before the timed one-token step
 SHAPES = ("base", "deep", "wide")
@@ -51,8 +54,8 @@ def shaped_llama(model, layers: int, widen: int = 1):
         tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
     )
     llama.intermediate_size *= widen
-    torch.manual_seed(0)
-    with torch.device(model.device):
+    with torch.random.fork_rng(devices=[]), torch.device(model.device):  # seeded here, the caller's RNG untouched
+        torch.manual_seed(0)
         return AutoModelForCausalLM.from_config(llama, dtype=model.dtype).eval()
 
 
@@ -72,12 +75,73 @@ def three_models_bytes(model, layers: int) -> int:
 
 
 def runs_as(forward, model) -> str:
-    """What runs ``model``'s steps in a default decode, in words (``forward`` = `backends.decode_forward`)."""
+    """What runs ``model``'s steps in a default decode, in words (``forward`` = `backends.decode_forward`). Asked
+    again after the timing: a capture that failed leaves the steps eager, and ``eager_reason`` says why."""
     if forward is model:
         return "the model itself, eagerly"
     if getattr(forward, "graphs", False):
         return "CUDA graphs over a static cache"
+    if getattr(forward, "eager_reason", None):
+        return f"a static cache, its steps eager (no CUDA graphs: {forward.eager_reason})"
+    if hasattr(forward, "eager_reason"):
+        return "a static cache, its steps eager"
     return f"{type(forward).__name__} (the lean forward: the model's operations without transformers' Python)"
+
+
+def free_bytes(device) -> int:
+    """Memory free for new models on ``device``. On a GPU: the driver's free memory plus what PyTorch's caching
+    allocator holds reserved but unused (it hands that out first). On a CPU: the system's available memory
+    (psutil, else /proc/meminfo's MemAvailable); where neither answers, no limit."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return torch.cuda.mem_get_info(device)[0] + cached
+    try:
+        import psutil
+
+        return psutil.virtual_memory().available
+    except ImportError:
+        pass
+    try:
+        with open("/proc/meminfo") as lines:
+            for line in lines:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62
+
+
+_BUILT: list[dict] = []  # the models and forwards of the last plan, emptied when the next one is built
+
+
+def release_previous() -> None:
+    """Drop the last plan's models and forwards (also from the dicts a notebook still holds: `measure_plan` shares
+    them), so a rerun of the cell builds its three models into freed memory and measures the memory truly free."""
+    while _BUILT:
+        _BUILT.pop().clear()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def step_clock(device) -> tuple[str, object]:
+    """The clock a step is timed with, and its name. On a GPU: wall time between two synchronizations (the GPU's
+    work is not the process's CPU time). On a CPU: the process's CPU time (`time.process_time`): other programs
+    on a busy machine barely move it, where wall time would add their turns on the cores to every step and push the
+    ratios toward 1. The process's, not the thread's: with several torch threads the work of the others counts."""
+    if torch.device(device).type == "cpu":
+        return "CPU time of this process (time.process_time)", time.process_time
+    return "wall time, GPU synchronized before and after", time.perf_counter
+
+
+def timed_step(step, device, clock=time.perf_counter) -> float:
+    """Seconds of one ``step()`` on ``clock``, the device synchronized before and after."""
+    sync_device(device)
+    start = clock()
+    step()
+    sync_device(device)
+    return clock() - start
 
 
 class _Stepper:
@@ -105,7 +169,8 @@ class _Stepper:
 @torch.inference_mode()
 def interleaved_steps(forwards: dict, device, repeats: int = 21, warmup: int = 2) -> dict[str, list[float]]:
     """Seconds of a one-token step of each forward, round by round: every round times each once (A B C A B C ...),
-    so a busy moment of the machine hits all of them alike and the ratios within a round stay fair."""
+    so a busy moment of the machine hits all of them alike and the ratios within a round stay fair. Timed on
+    `step_clock`: CPU time on a CPU, wall time on a GPU."""
     steppers = {}
     try:
         for name, forward in forwards.items():
@@ -114,9 +179,10 @@ def interleaved_steps(forwards: dict, device, repeats: int = 21, warmup: int = 2
             for stepper in steppers.values():
                 stepper.step()
         times = {name: [] for name in steppers}
+        clock = step_clock(device)[1]
         for _ in range(repeats):
             for name, stepper in steppers.items():
-                times[name].append(timed(stepper.step, device)[1])
+                times[name].append(timed_step(stepper.step, device, clock))
     finally:
         for stepper in steppers.values():
             stepper.close()
@@ -133,13 +199,19 @@ def width_depth_plan(model) -> dict:
     at least 4 layers and at most all; deep: twice the layers; wide: twice the width), what each step reads, and
     what each model of the cost predicts for deep / base and wide / base. A quarter keeps the three within a T4's
     memory for a 1.4b target; on a GPU the base has fewer layers where the three would fill more than half of the
-    free memory."""
+    free memory (a CPU's available memory alike); the last plan's models are freed first, so a rerun is safe."""
+    release_previous()
     depth = model.config.num_hidden_layers
     layers = min(depth, max(4, depth // 4))
-    if model.device.type == "cuda":
-        free = torch.cuda.mem_get_info(model.device)[0]
-        while layers > 1 and three_models_bytes(model, layers) > free / 2:
-            layers -= 1
+    free = free_bytes(model.device)
+    while layers > 1 and three_models_bytes(model, layers) > free / 2:
+        layers -= 1
+    if three_models_bytes(model, layers) > free / 2:
+        raise MemoryError(
+            f"The experiment's three random models need {three_models_bytes(model, layers) / 1e9:.1f} GB even with "
+            f"one layer, more than half of the {free / 1e9:.1f} GB free on {model.device}: run it with a smaller "
+            "preset (toy) or on a machine with more memory."
+        )
     models = {
         "base": shaped_llama(model, layers),
         "deep": shaped_llama(model, 2 * layers),
@@ -155,6 +227,7 @@ def width_depth_plan(model) -> dict:
         "bytes": {name: shapes[name]["mb"] / base["mb"] for name in ("deep", "wide")},
     }
     forwards = {name: decode_forward(m) for name, m in models.items()}
+    _BUILT.extend([models, forwards])
     return dict(
         models=models,
         forwards=forwards,
@@ -173,11 +246,21 @@ def measure_plan(plan: dict, repeats: int = 21) -> dict:
     ``run`` being ``"eager"`` and, where the decode runs something else, ``"decode"``."""
     forwards = {("eager", name): m for name, m in plan["models"].items()}
     forwards.update({("decode", name): f for name, f in plan["forwards"].items() if f is not plan["models"][name]})
-    times = interleaved_steps(forwards, plan["models"]["base"].device, repeats)
+    device = plan["models"]["base"].device
+    times = interleaved_steps(forwards, device, repeats)
     runs = sorted({run for run, _ in times}, key=["eager", "decode"].index)
     ms = {run: {name: spread([t * 1e3 for t in times[run, name]]) for name in SHAPES} for run in runs}
     ratios = {run: {name: ratio_spread(times, (run, name), (run, "base")) for name in ("deep", "wide")} for run in runs}
-    return dict(plan, ms=ms, ratios=ratios, repeats=repeats, threads=torch.get_num_threads())
+    ran_as = runs_as(plan["forwards"]["base"], plan["models"]["base"])  # after the timing: what actually ran
+    return dict(
+        plan,
+        ms=ms,
+        ratios=ratios,
+        repeats=repeats,
+        threads=torch.get_num_threads(),
+        clock=step_clock(device)[0],
+        runs_as=ran_as,
+    )
 
 
 def pair_costs(target, draft, repeats: int = 21) -> dict:
@@ -197,8 +280,9 @@ def pair_costs(target, draft, repeats: int = 21) -> dict:
         bytes=step_bytes(draft) / step_bytes(target),
         backend=backend,
         why=why,
-        runs_as={name: runs_as(decode[name], eager[name]) for name in eager},
+        runs_as={name: runs_as(decode[name], eager[name]) for name in eager},  # after the timing: what ran
         repeats=repeats,
         device=str(target.device),
         threads=torch.get_num_threads(),
+        clock=step_clock(target.device)[0],
     )

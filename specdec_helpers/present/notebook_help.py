@@ -167,7 +167,8 @@ def setup(threads: int | None = None) -> dict:
             "T4 GPU, then run this cell again; without one the notebook uses the offline 'toy' pair."
         )
     else:
-        print(f"No GPU: running on the CPU ({info['cpu_threads']} threads) with the offline pairs.")
+        threads = info["cpu_threads"]
+        print(f"No GPU: running on the CPU ({threads} thread{'s' if threads != 1 else ''}) with the offline pairs.")
     return info
 
 

@@ -14,7 +14,7 @@ RUN_WORDS = {"eager": "eagerly (transformers' forward)", "decode": "as the decod
 
 
 def regime(ratio: float, calls: float, bytes_: float) -> str:
-    """Which cost model a ratio follows: ``"calls"`` (launch/overhead-bound), ``"bytes"`` (memory-bound) or
+    """Which cost model a ratio follows: ``"calls"`` (time ~ layers: a cost per kernel), ``"bytes"`` (memory-bound) or
     ``"between"``, by where it lies between the two predictions on a log scale (thirds)."""
     if ratio <= 0 or calls <= 0 or bytes_ <= 0 or math.isclose(calls, bytes_, rel_tol=0.05):
         return "between"
@@ -23,9 +23,9 @@ def regime(ratio: float, calls: float, bytes_: float) -> str:
 
 
 REGIME_WORDS = {
-    "calls": "time ~ calls (launch/overhead-bound)",
+    "calls": "time ~ layers (a cost per kernel: its launch, Python, or a replayed kernel's minimum run time)",
     "bytes": "time ~ bytes (memory-bound)",
-    "between": "between the two (part calls, part bytes)",
+    "between": "between the two (part per-kernel cost, part bytes)",
 }
 
 
@@ -43,15 +43,16 @@ def noise_advice(threads: int, device: str) -> str:
     return advice
 
 
-def threads_line(threads: int, device: str) -> str:
-    """The thread count the timings ran on, and how to change it on a CPU."""
+def threads_line(threads: int, device: str, clock: str | None = None) -> str:
+    """The clock and the thread count the timings ran on, and how to change the count on a CPU."""
+    timed = f"Clock: {clock}. " if clock else ""
     if not device.startswith("cpu"):
-        return f"Timed on {device}; the host runs PyTorch on {threads} thread(s)."
+        return f"{timed}Timed on {device}; the host runs PyTorch on {threads} thread(s)."
     if threads == 1:
-        return "Timed on 1 torch thread (SPECDEC_THREADS, or torch.set_num_threads, sets it)."
+        return f"{timed}Timed on 1 torch thread (SPECDEC_THREADS, or torch.set_num_threads, sets it)."
     return (
-        f"Timed on {threads} torch threads. On a shared or busy machine set SPECDEC_THREADS=1 before starting "
-        "Jupyter (or call torch.set_num_threads(1)) for steadier numbers."
+        f"{timed}Timed on {threads} torch threads. On a shared or busy machine set SPECDEC_THREADS=1 before "
+        "starting Jupyter (or call torch.set_num_threads(1)) for steadier numbers."
     )
 
 
@@ -63,8 +64,8 @@ def describe_plan(plan: dict) -> str:
         s = shapes[name]
         lines.append(f"  {name:4s}: {s['layers']:3d} layers, width {s['width']:5d}, a step reads {s['mb']:8.1f} MB")
     lines.append("Predicted step time against base:")
-    lines.append(f"  if time ~ calls (layers): deep {calls['deep']:.2f}x, wide {calls['wide']:.2f}x")
-    lines.append(f"  if time ~ bytes read:     deep {bytes_['deep']:.2f}x, wide {bytes_['wide']:.2f}x")
+    lines.append(f"  if time ~ layers (a cost per kernel): deep {calls['deep']:.2f}x, wide {calls['wide']:.2f}x")
+    lines.append(f"  if time ~ bytes read:                 deep {bytes_['deep']:.2f}x, wide {bytes_['wide']:.2f}x")
     lines.append("Only the wide model tells the two apart.")
     return "\n".join(lines)
 
@@ -88,7 +89,7 @@ def verdict(prediction, measured: dict) -> str:
     if prediction is None:
         lines.append(
             "You left my_prediction = None: no verdict. Write your guess of the wide / base ratio in the cell above "
-            f"(between {calls:.2f}, time ~ calls, and {bytes_:.2f}, time ~ bytes), run it, then run this cell again."
+            f"(between {calls:.2f}, time ~ layers, and {bytes_:.2f}, time ~ bytes), run it, then run this cell again."
         )
     elif isinstance(prediction, bool) or not isinstance(prediction, (int, float)) or not prediction > 0:
         lines.append(
@@ -99,25 +100,29 @@ def verdict(prediction, measured: dict) -> str:
         guess = float(prediction)
         guessed = regime(guess, calls, bytes_)
         said = f"You predicted {guess:.2f}x ({REGIME_WORDS[guessed]})"
-        if abs(math.log(guess / wide["median"])) <= math.log(NEAR):
+        if noisy(wide):  # as the text promises: no verdict on a measurement that disagrees with itself
+            lines.append(f"⏳ {said}: no verdict yet, the rounds disagree too much to judge it (see below).")
+        elif abs(math.log(guess / wide["median"])) <= math.log(NEAR):
             lines.append(f"✅ {said}: within 25% of the measurement.")
         elif wide["q1"] <= guess <= wide["q3"]:
             lines.append(f"✅ {said}: within the measurement's quartiles.")
-        elif noisy(wide):
-            lines.append(f"⏳ {said}: no verdict yet, the measurement is too noisy to judge it (see below).")
         elif guessed == found:
             lines.append(f"✅ {said}: the same regime as the measurement.")
         elif "between" in (guessed, found):
             lines.append(
-                f"🔸 Partly: {said}, and the measurement lies one regime over: both calls and bytes count here, "
-                + ("the bytes more than you thought." if guess < wide["median"] else "the calls more than you thought.")
+                f"🔸 Partly: {said}, and the measurement lies one regime over: both kernels and bytes count here, "
+                + (
+                    "the bytes more than you thought."
+                    if guess < wide["median"]
+                    else "the kernels more than you thought."
+                )
             )
         else:
             lines.append(
                 f"❌ {said}; the measurement says otherwise: "
                 + (
-                    "doubling the width barely moved the step, so on this machine a step pays for its calls "
-                    "(launches, Python), not for the weights it reads."
+                    "doubling the width barely moved the step, so on this machine a step pays per kernel "
+                    "(launches, Python, each kernel's minimum run time), not for the weights it reads."
                     if found == "calls"
                     else "the wider step cost about what its bytes cost, so on this machine a step waits on memory."
                 )
@@ -126,7 +131,7 @@ def verdict(prediction, measured: dict) -> str:
         lines.append(noise_advice(measured["threads"], measured["device"]))
     lines.append("")
     lines.append(measured_table(measured))
-    lines.append(threads_line(measured["threads"], measured["device"]))
+    lines.append(threads_line(measured["threads"], measured["device"], measured.get("clock")))
     return "\n".join(lines)
 
 
@@ -138,35 +143,54 @@ def measured_table(measured: dict) -> str:
         lines.append(f"{words}, median of {measured['repeats']} interleaved rounds:")
         for name in ("base", "deep", "wide"):
             s = measured["ms"][run][name]
-            lines.append(f"  {name:4s} step {s['median']:8.3f} ms (quartiles {s['q1']:.3f}-{s['q3']:.3f})")
+            rate = measured["shapes"][name]["mb"] / s["median"] if s["median"] > 0 else float("nan")
+            lines.append(
+                f"  {name:4s} step {s['median']:8.3f} ms (quartiles {s['q1']:.3f}-{s['q3']:.3f}), "
+                f"{rate:8.1f} MB/ms of weights"
+            )
+        lines.append(split_line(measured, run))
         for name in ("deep", "wide"):
             s = measured["ratios"][run][name]
             found = regime(s["median"], measured["predicted"]["calls"][name], measured["predicted"]["bytes"][name])
             note = f": {REGIME_WORDS[found]}" if name == "wide" else ""
-            lines.append(f"  {name} / base {_ratio_text(s)}{note}")
+            flag = " NOISY: the rounds disagree by more than 30%, rerun" if noisy(s) else ""
+            lines.append(f"  {name} / base {_ratio_text(s)}{note}{flag}")
     if "decode" not in measured["ms"]:
         lines.append("The decode runs these models eagerly here: the eager numbers are what it pays.")
     return "\n".join(lines)
 
 
+def split_line(measured: dict, run: str) -> str:
+    """The base step split in two from the deep one: its layers cost deep - base (the deep model adds as many
+    again), the rest of a step (token row, norm, head, the Python around the layers) costs 2 base - deep."""
+    base, deep = measured["ms"][run]["base"]["median"], measured["ms"][run]["deep"]["median"]
+    layers = measured["shapes"]["base"]["layers"]
+    return (
+        f"  the base's {layers} layers cost deep - base = {deep - base:.3f} ms ({(deep - base) / layers:.3f} ms a "
+        f"layer); the rest of its step costs 2 base - deep = {2 * base - deep:.3f} ms"
+    )
+
+
 def describe_pair_costs(costs: dict, alpha: float = 0.8, k: int = 4) -> str:
     """The pair's c, eager and as the decode runs it, against the ratios of layers and bytes, the backend, and the
-    speed-up each c allows (Leviathan et al.'s formula at ``alpha`` and ``k``, verification costing one step)."""
+    speed-up each c allows (Leviathan et al.'s formula at ``alpha`` and ``k``, verification costing one step).
+    ``alpha`` is assumed, not measured here, and the text says so."""
     lines = [
         f"The decode's backend for this pair: {costs['backend']} ({costs['why']}).",
         f"Its steps run as: target: {costs['runs_as']['target']}; draft: {costs['runs_as']['draft']}.",
-        f"If time ~ calls, c = ratio of layers = {costs['layers']:.2f}; if time ~ bytes, c = {costs['bytes']:.2f}.",
+        f"If time ~ layers, c = ratio of layers = {costs['layers']:.2f}; if time ~ bytes, c = {costs['bytes']:.2f}.",
     ]
     for run, c in costs["c"].items():
         target = costs["target_ms"][run]
         found = regime(c["median"], costs["layers"], costs["bytes"])
         lines.append(
             f"{RUN_WORDS[run]}: target step {target['median']:.3f} ms, c = {_ratio_text(c, '')}: {REGIME_WORDS[found]}; "
-            f"at alpha {alpha} and k = {k} speculation could give at most {expected_speedup(alpha, k, c['median']):.2f}x"
+            f"at an assumed acceptance alpha = {alpha} (notebook 05 measures yours) and k = {k}, speculation could "
+            f"give at most {expected_speedup(alpha, k, c['median']):.2f}x"
         )
         if noisy(c):
             lines.append(noise_advice(costs["threads"], costs["device"]))
     if "decode" not in costs["c"]:
         lines.append("The decode runs both models eagerly here: the eager c is the one that counts.")
-    lines.append(threads_line(costs["threads"], costs["device"]))
+    lines.append(threads_line(costs["threads"], costs["device"], costs.get("clock")))
     return "\n".join(lines)
