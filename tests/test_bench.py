@@ -210,7 +210,7 @@ def test_report_builds_from_results_dir(sweep, tmp_path):
     assert "{{" not in markdown and "(missing:" not in markdown
     assert "| preset | drafter | k | acceptance |" in markdown
     page = paths["html"].read_text()
-    assert page.count("<table>") >= 4 and "<th>speedup vs HF generate greedy (KV cache)</th>" in page
+    assert page.count("<table>") >= 4 and "<th>speedup of ours (KV cache) vs HF generate (greedy)</th>" in page
     assert page.count('src="data:image/png;base64,') >= 7  # every figure embedded: one self-contained file
     assert "TODO" in page and "<!--" not in markdown
 

@@ -171,6 +171,12 @@ def test_sweep_on_a_decoder_fills_tables_and_says_whose(pair, tmp_path):
     assert results["config"]["decoder"] == "PA3Decoder (notebooks 01-04)"
     columns, rows, _ = tables.sweep_table(results)
     assert columns[-1] == "matches greedy" and [r[-1] for r in rows] == [True, True]
+    # the method in front of "vs", the baseline after it (not "HF generate greedy (KV cache)": whose cache?)
+    assert columns[6] == "speedup of ours (KV cache) vs HF generate (greedy)"
+    # the theory table's baseline is our greedy loop run eagerly, as the decoder runs (`build_methods`), and says so
+    theory = benchmarking.theory_markdown(results, lambda alpha, k: 1.0)
+    assert "measured vs ours greedy (eager, as your decoder) |" in theory and "no CUDA graphs" in theory
+    assert results["theory"] and theory.count("\n| ") == len(results["theory"])
     assert all(
         r["stats"]["by_position"]["proposed"] for r in (run["methods"]["spec_cached"] for run in results["runs"])
     )
@@ -321,3 +327,32 @@ def test_sampling_on_a_decoders_scoring_pass_is_the_kits_sampling(pair):
         decoder_scoring(PA3Decoder(pair.target, pair.draft))(pair.target, ids, torch.tensor([1, 2, 3]))
     with pytest.raises(ValueError, match="one prompt"):
         sd.speculative_decode(pair.target, pair.draft, [ids[0], ids[0]], score=score, **kw)
+
+
+def test_the_kits_stand_ins_are_observed_round_by_round(pair):
+    """Notebook 05 opened alone (no notebooks 01-04 next to it) benchmarks the kit's stand-ins: the harness must
+    see their rounds, or the sweep has no acceptance to report (it divided by 0 target passes)."""
+    from specdec_helpers.assignment.parts.decoder import build_decoder
+
+    decoder = build_decoder().from_pair(SimpleNamespace(**vars(pair), tokenizer=None))
+    assert decoder.parts_from_kit  # every part is the kit's
+    for use_cache in (True, False):
+        out = observed_decode(decoder, PROMPT, 12, 3, use_cache)
+        assert torch.equal(out.sequences, hf_greedy(pair.target, PROMPT, 12))
+        assert out.stats.target_calls == len(out.steps) == decoder.stats["rounds"] > 0
+        assert sum((s.emitted for s in out.steps), []) == out.sequences[0, PROMPT.shape[1] :].tolist()
+        assert out.stats.proposed == decoder.stats["proposed"] and out.stats.accepted == decoder.stats["accepted"]
+
+
+def test_a_loop_that_verifies_out_of_sight_is_named_not_divided_by_zero(pair):
+    """A ``generate_ids`` that never calls its verify methods leaves no round to read: the harness says so."""
+
+    class Unseen(PA3Decoder):
+        def generate_ids(self, input_ids, max_tokens=100, num_speculative_tokens=5, use_cache=True):
+            return speculative_decode(
+                self.target_model, self.draft_model, input_ids, max_new_tokens=max_tokens
+            ).sequences
+
+    with pytest.raises(RuntimeError, match="without calling verify_tokens_cached .*rounds were not observed"):
+        observed_decode(Unseen(pair.target, pair.draft), PROMPT, 6, 2)
+    assert observed_decode(Unseen(pair.target, pair.draft), PROMPT, 0, 2).stats.target_calls == 0  # nothing to read

@@ -30,7 +30,7 @@ GRADED_LINES = [
     "return decode(target, no_draft, input_ids, **options)",
     "standin_verify_tokens_cached",
     "standin_generate_draft_tokens",
-    "_kit_decode",
+    'stats["accepted"] + accepted,',
     "_verify.score_draft(self.target_model, input_ids, draft_tokens), draft_tokens.reshape(-1)",
     "inspect.getsource(ModelDrafter",
 ]

@@ -101,6 +101,12 @@ def observed_decode(
         )
     prompt_length = input_ids.shape[1]
     new = sequences[0, prompt_length:].tolist()
+    if new and not seen.rounds:  # no round to read: acceptance and tokens per pass would be 0/0
+        raise RuntimeError(
+            f"{type(decoder).__name__}.generate_ids made {len(new)} new tokens without calling "
+            "verify_tokens_cached or verify_tokens_vectorized on itself, so its rounds were not observed; "
+            "the harness counts one round per verify call (notebook 04's loop makes one each round)"
+        )
     stats, steps, at = DecodeStats(new_tokens=len(new), draft_calls=seen.draft_calls, wall_time_s=seconds), [], 0
     for draft_tokens, tokens, accepted in seen.rounds:
         draft, accepted = _ids(draft_tokens), int(accepted)

@@ -131,7 +131,8 @@ def _pooled(group: list[dict], name: str) -> dict:
         proposed = sum(s["proposed"] for s in stats)
         accepted = sum(s["accepted"] for s in stats)
         row["acceptance_rate"] = accepted / proposed if proposed else 0.0
-        row["mean_accepted_length"] = sum(s["new_tokens"] for s in stats) / sum(s["target_calls"] for s in stats)
+        calls = sum(s["target_calls"] for s in stats)  # 0 only with no new token (`observed_decode` sees every round)
+        row["mean_accepted_length"] = sum(s["new_tokens"] for s in stats) / calls if calls else 0.0
         if all("alpha" in s for s in stats):
             per_step = [a for s in stats for a in s["accepted_per_step"]]
             lengths = [m for s in stats for m in s["draft_lengths"]]

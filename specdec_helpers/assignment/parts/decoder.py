@@ -194,7 +194,6 @@ def missing_part(name: str):
 
 ### BEGIN INSTRUCTOR ONLY
 from specdec_helpers.core.cache import new_cache, rollback  # noqa: E402 - the stand-ins' imports
-from specdec_helpers.core.decode import speculative_decode as _kit_decode  # noqa: E402
 from specdec_helpers.core.drafters import ModelDrafter  # noqa: E402
 from specdec_helpers.core import verify as _verify  # noqa: E402 - looked up per call, so the grader's guards see it
 
@@ -253,18 +252,28 @@ def standin_verify_tokens_cached(self, input_ids, draft_tokens, attention_mask=N
 
 @torch.inference_mode()
 def standin_generate_ids(self, input_ids, max_tokens=100, num_speculative_tokens=5, use_cache=True):
+    # PA3's loop over the instance's own methods (not the kit's `speculative_decode`): the harness reads the
+    # rounds from the verify calls it watches (`measure.observed`), so a loop that made none would report none.
     self.reset()
-    out = _kit_decode(
-        self.target_model,
-        self.draft_model,
-        input_ids,
-        max_new_tokens=max_tokens,
-        num_speculative_tokens=num_speculative_tokens,
-        use_cache=use_cache,
-        eos_token_id=self.eos_token_id,
-    )
-    self.stats = {"proposed": out.stats.proposed, "accepted": out.stats.accepted, "rounds": out.stats.target_calls}
-    return out.sequences
+    start, eos = input_ids.shape[1], self.eos_token_id
+    verify = self.verify_tokens_cached if use_cache else self.verify_tokens_vectorized
+    stats = {"proposed": 0, "accepted": 0, "rounds": 0}
+    while input_ids.shape[1] - start < max_tokens:
+        room = max_tokens - (input_ids.shape[1] - start) - 1  # the target's own token takes the last place
+        draft = self.generate_draft_tokens(input_ids, None, min(num_speculative_tokens, room))
+        tokens, accepted = verify(input_ids, draft)
+        stats["proposed"], stats["accepted"], stats["rounds"] = (
+            stats["proposed"] + draft.shape[1],
+            stats["accepted"] + accepted,
+            stats["rounds"] + 1,
+        )
+        if eos in tokens:  # keep a generated EOS, drop what follows it
+            tokens = tokens[: tokens.index(eos) + 1]
+        input_ids = torch.cat([input_ids, input_ids.new_tensor([tokens])], dim=1)
+        if tokens[-1] == eos:
+            break
+    self.stats = {**stats, "new_tokens": input_ids.shape[1] - start}
+    return input_ids
 
 
 STANDINS = {name: globals()[f"standin_{name}"] for name in FUNCTIONS}
