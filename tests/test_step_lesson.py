@@ -191,6 +191,10 @@ def test_the_gpu_path_runs_graphed_steps_emulated_on_the_cpu(monkeypatch, neox):
     assert list(measured["ratios"]) == ["eager", "decode"]
     assert all(not kv.in_use for f in plan["forwards"].values() for kv in f.caches)  # released
     assert "as the decode runs it: CUDA graphs" in step_lesson.measured_table(measured)
+    plan["forwards"]["wide"]._go_eager("a capture that failed", warn=False)  # what a failed capture leaves
+    table = step_lesson.measured_table(step_cost.measure_plan(plan, repeats=2))
+    assert "wide: a static cache, its steps eager (no CUDA graphs: a capture that failed)" in table
+    assert "base: CUDA graphs over a static cache" in table  # the others still graphed: each reported as it ran
 
 
 @pytest.mark.parametrize("eager", [False, True])

@@ -251,7 +251,8 @@ def measure_plan(plan: dict, repeats: int = 21) -> dict:
     runs = sorted({run for run, _ in times}, key=["eager", "decode"].index)
     ms = {run: {name: spread([t * 1e3 for t in times[run, name]]) for name in SHAPES} for run in runs}
     ratios = {run: {name: ratio_spread(times, (run, name), (run, "base")) for name in ("deep", "wide")} for run in runs}
-    ran_as = runs_as(plan["forwards"]["base"], plan["models"]["base"])  # after the timing: what actually ran
+    ran = {name: runs_as(plan["forwards"][name], plan["models"][name]) for name in SHAPES}  # after the timing
+    ran_as = ran["base"] if len(set(ran.values())) == 1 else "; ".join(f"{name}: {how}" for name, how in ran.items())
     return dict(
         plan,
         ms=ms,
