@@ -272,3 +272,151 @@ def test_a_host_tensor_kept_between_calls_loses_the_device_test_named_with_its_l
     lost = [r for r in report.results if not r.passed]
     assert [r.test_id for r in lost] == ["decode.decode_device"], [(r.test_id, r.feedback) for r in lost]
     assert "cat in generate_ids, line" in lost[0].feedback and "built on the CPU" in lost[0].feedback, lost[0].feedback
+
+
+# Switching the watch off (issue 43 item 3's last limit): a decode run with torch's function handling off, or with
+# the watch's mode popped, made no tensor the watch saw, so it recorded no fault. The call's result now tells.
+@contextlib.contextmanager
+def _popped():
+    mode = torch._C._pop_torch_function_stack()
+    try:
+        yield
+    finally:
+        torch._C._push_on_torch_function_stack(mode)
+
+
+SWITCHES = {
+    "DisableTorchFunction": torch._C.DisableTorchFunction,
+    "the mode popped and pushed back": _popped,
+    "torch.overrides._pop_mode_temporarily": torch.overrides._pop_mode_temporarily,
+}
+
+
+class _Greedy:
+    """A toy target (embedding, head) decoding greedily on the device of ``ids``."""
+
+    def __init__(self):
+        self.model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10))
+
+    def decode(self, ids, n=3):
+        for _ in range(n):
+            ids = torch.cat([ids, self.model(ids)[:, -1].argmax(-1, keepdim=True)], dim=1)
+        return ids
+
+
+def _switched(switch, move_back=False):
+    """``(faults recorded during the call, faults with the result checked)`` of a decode run inside ``switch``."""
+    decoder, ids = _Greedy(), torch.ones(1, 3, dtype=torch.long)
+    with DeviceWatch([decoder], [ids]) as watch:
+        with switch():
+            out = decoder.decode(ids)
+        out = out.to(ids.device) if move_back else out
+        during = list(watch.faults)
+    return during, watch.returned(out)
+
+
+@pytest.mark.parametrize("name", sorted(SWITCHES))
+def test_a_decode_with_the_watch_switched_off_is_caught_by_its_result(name):
+    during, faults = _switched(SWITCHES[name])
+    assert during == []  # the control: all the child reported before, so this passed the device test
+    assert faults[0] == devices.UNSEEN and faults[1].startswith(devices.RETURNED), faults
+    assert "(shape (1, 6)) while its input is on the model's device" in faults[1]
+    assert "Leave torch's function handling on" in devices.advice(faults)
+    # its tokens moved to the device where the watch is on again: still not seen reading the model
+    assert _switched(SWITCHES[name], move_back=True) == ([], [devices.UNSEEN])
+
+
+def test_an_honest_decode_and_one_that_only_disables_subclass_handling_are_not():
+    """``DisableTorchFunctionSubclass`` leaves modes on: the watch sees the decode, and an honest one is clean."""
+    assert _switched(contextlib.nullcontext) == ([], [])
+    assert _switched(torch._C.DisableTorchFunctionSubclass) == ([], [])
+
+
+def test_the_mode_popped_for_good_is_caught_and_the_stack_left_clean():
+    decoder, ids = _Greedy(), torch.ones(1, 3, dtype=torch.long)
+    depth = torch._C._len_torch_function_stack()
+    with DeviceWatch([decoder], [ids]) as watch:
+        torch._C._pop_torch_function_stack()
+        out = decoder.decode(ids)
+    faults = watch.returned(out)  # before, the watch's own exit raised ("trying to pop from empty mode stack")
+    assert faults[0] == devices.UNSEEN and faults[1].startswith(devices.RETURNED), faults
+    assert torch._C._len_torch_function_stack() == depth
+    for passes_on, faults in ((True, []), (False, [devices.UNSEEN])):  # a mode of its own left above the watch
+        with DeviceWatch([decoder], [ids]) as watch:
+            torch._C._push_on_torch_function_stack(_Above(passes_on))
+            out = decoder.decode(ids)
+        assert watch.returned(out) == faults  # seen through a mode that passes calls on, not through one that hides
+        assert torch._C._len_torch_function_stack() == depth  # taken off with the watch
+
+
+class _Above(torch.overrides.TorchFunctionMode):
+    def __init__(self, passes_on):
+        super().__init__()
+        self.passes_on = passes_on
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if self.passes_on:
+            return func(*args, **(kwargs or {}))
+        with torch._C.DisableTorchFunction():
+            out = func(*args, **(kwargs or {}))
+        return out.to(args[0][0].device) if func is torch.cat else out
+
+
+def test_a_host_tensor_returned_as_it_is_is_caught():
+    """CUDA returns the ids on the input's device (``torch.cat`` of device tensors); tokens rebuilt on the host
+    and returned unchanged meet no device tensor in the call, and crash the caller's next step."""
+    decoder, ids = _Greedy(), torch.ones(1, 3, dtype=torch.long)
+    with DeviceWatch([decoder], [ids]) as watch:
+        out = torch.tensor(decoder.decode(ids).tolist())
+    faults = watch.returned(out)
+    assert len(faults) == 1 and faults[0].startswith(devices.RETURNED), faults
+    assert "Return the tokens on input_ids.device" in devices.advice(faults)
+    with DeviceWatch([decoder], [ids]) as watch:
+        out = torch.tensor(decoder.decode(ids).tolist(), device=ids.device)
+    assert watch.returned(out) == []
+
+
+_HEAD = "    self.reset()\n"
+_WRAPPED = (
+    "    {switch}\n        return _plain(self, input_ids, max_tokens, num_speculative_tokens, use_cache)\n\n\n"
+    "def _plain(self, input_ids, max_tokens=100, num_speculative_tokens=5, use_cache=True):\n" + _HEAD
+)
+DECODES = {  # the reference's generate_ids, and the same run with the watch switched off, in the child's server
+    "the reference": ((), False),
+    "wrapped in DisableTorchFunction": (_WRAPPED.format(switch="with torch._C.DisableTorchFunction():"), True),
+    "with the mode popped": (_WRAPPED.format(switch="with torch.overrides._pop_mode_temporarily():"), True),
+    "HF generate with the draft as assistant": (
+        "    return self.target_model.generate(input_ids, max_new_tokens=max_tokens, do_sample=False,\n"
+        "        assistant_model=self.draft_model, eos_token_id=self.eos_token_id, pad_token_id=0)\n",
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECODES))
+def test_the_graded_call_in_the_child_is_seen_or_faulted(name):
+    """Through the child's own request (`child.Server.op_call` with ``watch``), as `decode_device` sends it."""
+    from specdec_helpers.assignment.grading.sandbox import InProcess
+    from specdec_helpers.assignment.testing.wire import encode
+
+    body, caught = DECODES[name]
+    edits = ((_HEAD, _HEAD + body),) if body else ()
+    sources = mutations.Mutation(name, name, "decode", edits, "decode.decode_device", "").sources(
+        submission.reference_sources()
+    )
+    child = InProcess(cells.load_functions(sources))
+    handle = child.request("new", world=0, draft="draft", eos=None)
+    prompt = child.server.world(0).prompts[0]
+    answer = child.request(
+        "call",
+        handle=handle,
+        method="generate_ids",
+        args=encode([prompt.clone(), 20, 4]),
+        kwargs=encode({}),
+        watch=True,
+    )
+    assert answer["result"].shape[1] > prompt.shape[1]
+    if caught:
+        assert answer["device_faults"][0] == devices.UNSEEN, answer["device_faults"]
+    else:
+        assert answer["device_faults"] == [], answer["device_faults"]

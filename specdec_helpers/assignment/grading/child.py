@@ -218,7 +218,7 @@ class Server:
         if watch:  # where each tensor would live on a GPU (`devices`)
             with DeviceWatch([decoder], (args, kwargs)) as w, torch.inference_mode():
                 out = fn(*args, **kwargs)
-            return {"result": encode(out), "device_faults": w.faults}
+            return {"result": encode(out), "device_faults": w.returned(out)}
         if probe:
             with world_module.probe(decoder) as p:
                 with torch.inference_mode():

@@ -35,9 +35,18 @@ held: a false fault for an honest decoder first used unwatched, or one that kept
 shared models in an unwatched call (the grader watches only decoders built by `construct`, in their first
 call, and no honest decode writes to the models). The weights of a module built while no watch ran count as
 the grader's (one built in a watched call or construction is marked where it was built). Operations inside
-``torch.vmap`` or with torch functions disabled are not seen (their results are host tensors, caught where
-they meet the device, unless returned as they are). A tensor sharing a device tensor's memory through DLPack
-or unpickled from one is taken to be on the host (a false fault, and no decode needs either).
+``torch.vmap`` are not seen (their results are host tensors, caught where they meet the device or are
+returned). A tensor sharing a device tensor's memory through DLPack or unpickled from one is taken to be on
+the host (a false fault, and no decode needs either).
+
+Switching the watch off is caught by the call's result (`DeviceWatch.returned`, which the child reads): a
+decode run with torch's function handling off (``torch._C.DisableTorchFunction``) or with the mode popped
+returns tokens the watch never saw made (a host tensor: CUDA returns the ids on the input's device), and a
+call that returned new tokens but was never seen reading the models' weights was not watched.
+(``DisableTorchFunctionSubclass`` leaves modes on.) What stays open is forgery by code written against the
+watch: the mark is an attribute (``_specdec_where``) graded code can set, so a decode run unseen, its result
+marked, and one weight read left in view passes. It cannot be closed in the student's process, where the
+watch, its module and the tensors are all reachable; only a real device (or a grader-side replay) would.
 """
 
 from __future__ import annotations
@@ -56,6 +65,8 @@ INDEXING = {"__getitem__", "__setitem__", "index_put", "index_put_"}  # host ind
 MOVES = {"to", "cpu", "cuda", "type_as", "copy_"}  # CUDA copies across devices
 TO_NUMPY = {"numpy", "__array__"}  # CUDA refuses these on a device tensor
 METHODS = {name: getattr(torch.Tensor, name) for name in LIKE_SELF | INDEXING | MOVES | TO_NUMPY}
+UNSEEN = "the device check could not observe the decode (torch function handling switched off?)"
+RETURNED = "the call returns a tensor built on the CPU"
 TAG = "_specdec_where"  # "device" or "host"; a tensor without it is on the host
 
 
@@ -227,21 +238,32 @@ class DeviceWatch(TorchFunctionMode):
     models there), unless an earlier watch saw them built on the host; every other tensor (the decoder's own,
     its caches) is where an earlier watch saw it made, and on the host when no watch did. So watch a decoder
     from its construction (`construct`) on; when the watch ends, what ``held`` holds that is on the host is
-    marked so, for the next watch."""
+    marked so, for the next watch. ``watch.returned(result)`` after it adds the faults of the call's result."""
 
     def __init__(self, held=(), inputs=()):
         super().__init__()
         self.faults: list[str] = []
         self.held = list(held)
+        self.weights: set[int] = set()  # the ids of the models' weights on the device: a decode reads them
+        self.seen = False  # whether an operation on one of them reached the mode
+        self.switched_off = False  # the mode was not on top of the stack when the watch ended
         for root in self.held:
             weights: set[int] = set()
             for t in list(held_tensors(root, weights=weights)):
                 if id(t) in weights and getattr(t, TAG, None) != "host":
                     tag(t, "device")
+                    self.weights.add(id(t))
+        self.inputs = list(_tensors(inputs))
         tag(inputs, "device")
 
     def __exit__(self, *exc):
-        done = super().__exit__(*exc)  # the mode off first: the sweep's own tensor reads are not the decode's
+        stack = torch.overrides._get_current_function_mode_stack()
+        if stack and stack[-1] is self:
+            done = super().__exit__(*exc)  # the mode off first: the sweep's own tensor reads are not the decode's
+        else:  # popped by the code watched, or a mode of its own left above it: the stack as it was before
+            self.switched_off, done = self not in stack, None
+            while self in torch.overrides._get_current_function_mode_stack():
+                torch._C._pop_torch_function_stack()
         for root in self.held:  # unmarked is the host already; marked, a module's weights stay there too
             for t in list(held_tensors(root)):
                 if getattr(t, TAG, None) is None and where(t) == "host":
@@ -255,6 +277,7 @@ class DeviceWatch(TorchFunctionMode):
         if caller.f_code is getattr(func, "__code__", None):  # a Python wrapper (`world.CpuMoves`), called from
             caller = caller.f_back  # the wrapped method inside it: the caller is the wrapper's
         inputs, method = list(_tensors(args)) + list(_tensors(kwargs)), _method(func)
+        self.seen = self.seen or any(id(t) in self.weights for t in inputs)
         if len(self.faults) < 5:
             fault = _fault(func, method, args, inputs)
             if fault:
@@ -270,6 +293,19 @@ class DeviceWatch(TorchFunctionMode):
             tag(out, "device")
         return out
 
+    def returned(self, out) -> list[str]:
+        """The faults, with those of the call's result ``out`` (checked after the watch): each tensor it returns
+        is on the device (CUDA returns the ids on the input's device), and a call that returned more tokens
+        than it was given was seen reading the models' weights, so the watch was on during the decode."""
+        got = list(_tensors(out))
+        longest = max((t.numel() for t in self.inputs), default=0)
+        if self.weights and any(t.numel() > longest for t in got) and (self.switched_off or not self.seen):
+            self.faults.insert(0, UNSEEN)
+        host = [t for t in got if where(t) == "host"]
+        if host:
+            self.faults.append(f"{RETURNED} (shape {tuple(host[0].shape)}) while its input is on the model's device")
+        return self.faults
+
 
 def construct(build, models=()):
     """``(build(), faults)``: a decoder built under the watch, with ``models`` on the device, so that what its
@@ -284,6 +320,17 @@ def construct(build, models=()):
 def advice(faults: list[str]) -> str:
     """The feedback for ``faults``: what happens on a GPU and the fix."""
     more = f" ({len(faults) - 1} more such place(s))" if len(faults) > 1 else ""
+    if faults[0] == UNSEEN:
+        return (
+            f"{UNSEEN}: none of the models' operations reached it, so where the tensors of the decode would live "
+            "is unknown. Leave torch's function handling on (no torch._C.DisableTorchFunction, no popped modes)"
+        )
+    if faults[0].startswith(RETURNED):
+        return (
+            f"{faults[0]}: on a GPU the caller gets the ids on the cpu, and its next step with the model raises "
+            '"Expected all tensors to be on the same device". Return the tokens on input_ids.device: build them '
+            "there, or .to(input_ids.device)" + more
+        )
     if faults[0].endswith("into a NumPy array"):
         return (
             f'{faults[0]}: on a GPU this raises "can\'t convert cuda:0 device type tensor to numpy". Keep the '
