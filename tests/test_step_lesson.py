@@ -69,7 +69,7 @@ def test_measurement_has_both_runs_with_spreads(measured):
             s = measured["ms"][run][name]
             assert 0 < s["q1"] <= s["median"] <= s["q3"]
         assert set(measured["ratios"][run]) == {"deep", "wide"}
-    assert measured["threads"] == torch.get_num_threads() and measured["repeats"] == 3
+    assert measured["threads"] == 1 and measured["repeats"] == 3  # a CPU times on one thread
 
 
 def test_steps_are_timed_round_robin(neox):
@@ -123,7 +123,7 @@ def test_verdict_judges_a_prediction_against_the_measurement():
     assert (
         "Partly" in partly and "kernels more than you thought" in partly and "✅" not in partly and "❌" not in partly
     )
-    assert "1 torch thread (SPECDEC_THREADS" in right
+    assert "1 torch thread (the other cells" in right
     busy = dict(fake(1.1, q=(0.7, 1.3)), threads=2)
     assert "2 torch threads" in step_lesson.verdict(1.0, busy) and "torch.set_num_threads(1)" in step_lesson.verdict(
         1.0, busy
@@ -227,13 +227,13 @@ def test_a_cpu_step_is_timed_in_cpu_time_and_the_output_says_so(measured, monkey
     time. A step that sleeps costs wall time and no CPU time: the control that the CPU clock is the one used."""
     import time
 
-    assert step_cost.step_clock("cpu")[1] is time.process_time
+    assert step_cost.step_clock("cpu")[1] is time.thread_time
     assert step_cost.step_clock("cuda")[1] is time.perf_counter
-    assert step_cost.timed_step(lambda: time.sleep(0.05), "cpu", time.process_time) < 0.05
+    assert step_cost.timed_step(lambda: time.sleep(0.05), "cpu", time.thread_time) < 0.05
     assert step_cost.timed_step(lambda: time.sleep(0.05), "cpu", time.perf_counter) >= 0.05
     assert measured["clock"].startswith("CPU time")
     text = step_lesson.verdict(1.0, measured)
-    assert "Clock: CPU time of this process" in text and "MB/ms of weights" in text
+    assert "Clock: CPU time of the timing thread" in text and "MB/ms of weights" in text
     base, deep = (measured["ms"]["eager"][name]["median"] for name in ("base", "deep"))
     assert f"deep - base = {deep - base:.3f} ms" in text and f"2 base - deep = {2 * base - deep:.3f} ms" in text
 
@@ -300,3 +300,25 @@ def test_the_pairs_alpha_is_called_assumed():
     )
     text = step_lesson.describe_pair_costs(costs)
     assert "assumed acceptance alpha = 0.8" in text and "Clock: CPU time" in text
+
+
+def test_free_memory_on_a_cpu_without_psutil_reads_meminfo(monkeypatch):
+    import sys
+
+    with_psutil = step_cost.free_bytes("cpu")
+    monkeypatch.setitem(sys.modules, "psutil", None)  # import psutil now raises ImportError
+    without = step_cost.free_bytes("cpu")
+    assert 0 < without < 1 << 62 and abs(without - with_psutil) < 0.5 * with_psutil  # the same memory, twice read
+
+
+def test_a_cpu_times_its_steps_on_one_torch_thread_and_restores_the_count(neox):
+    seen = []
+    neox_hook = neox.register_forward_pre_hook(lambda module, args: seen.append(torch.get_num_threads()))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        step_cost.interleaved_steps({"a": neox}, neox.device, repeats=2, warmup=1)
+        assert seen and set(seen) == {1} and torch.get_num_threads() == 2  # one thread while timed, two after
+    finally:
+        torch.set_num_threads(before)
+        neox_hook.remove()

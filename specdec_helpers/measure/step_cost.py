@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import time
+from contextlib import contextmanager
 
 import torch
 
@@ -127,12 +128,34 @@ def release_previous() -> None:
 
 def step_clock(device) -> tuple[str, object]:
     """The clock a step is timed with, and its name. On a GPU: wall time between two synchronizations (the GPU's
-    work is not the process's CPU time). On a CPU: the process's CPU time (`time.process_time`): other programs
-    on a busy machine barely move it, where wall time would add their turns on the cores to every step and push the
-    ratios toward 1. The process's, not the thread's: with several torch threads the work of the others counts."""
+    work is not CPU time). On a CPU: the CPU time of the timing thread (`time.thread_time`) with torch on that one
+    thread (`timing_threads`): other programs on a busy machine barely move it, where wall time would add their
+    turns on the cores to every step and push the ratios toward 1. Not the process's CPU time over several torch
+    threads: on a busy machine their spin-waits for each other count there and swamp the ratios (measured: wide /
+    base quartiles 0.88-2.48 on 2 threads against 2.52-2.76 on one)."""
     if torch.device(device).type == "cpu":
-        return "CPU time of this process (time.process_time)", time.process_time
+        return "CPU time of the timing thread (time.thread_time), torch on 1 thread", time.thread_time
     return "wall time, GPU synchronized before and after", time.perf_counter
+
+
+def steps_threads(device) -> int:
+    """The torch threads the timed steps run on (`timing_threads`): one on a CPU, the host's own on a GPU."""
+    return 1 if torch.device(device).type == "cpu" else torch.get_num_threads()
+
+
+@contextmanager
+def timing_threads(device):
+    """Torch on one thread while a CPU's steps are timed (their clock counts that thread only), restored after; a
+    GPU's host keeps its threads. Yields the thread count the steps ran on."""
+    if torch.device(device).type != "cpu":
+        yield torch.get_num_threads()
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield 1
+    finally:
+        torch.set_num_threads(before)
 
 
 def timed_step(step, device, clock=time.perf_counter) -> float:
@@ -170,22 +193,23 @@ class _Stepper:
 def interleaved_steps(forwards: dict, device, repeats: int = 21, warmup: int = 2) -> dict[str, list[float]]:
     """Seconds of a one-token step of each forward, round by round: every round times each once (A B C A B C ...),
     so a busy moment of the machine hits all of them alike and the ratios within a round stay fair. Timed on
-    `step_clock`: CPU time on a CPU, wall time on a GPU."""
+    `step_clock` (CPU time of one thread on a CPU, wall time on a GPU) on `timing_threads`."""
     steppers = {}
-    try:
-        for name, forward in forwards.items():
-            steppers[name] = _Stepper(forward, device)
-        for _ in range(warmup):
+    with timing_threads(device):
+        try:
+            for name, forward in forwards.items():
+                steppers[name] = _Stepper(forward, device)
+            for _ in range(warmup):
+                for stepper in steppers.values():
+                    stepper.step()
+            times = {name: [] for name in steppers}
+            clock = step_clock(device)[1]
+            for _ in range(repeats):
+                for name, stepper in steppers.items():
+                    times[name].append(timed_step(stepper.step, device, clock))
+        finally:
             for stepper in steppers.values():
-                stepper.step()
-        times = {name: [] for name in steppers}
-        clock = step_clock(device)[1]
-        for _ in range(repeats):
-            for name, stepper in steppers.items():
-                times[name].append(timed_step(stepper.step, device, clock))
-    finally:
-        for stepper in steppers.values():
-            stepper.close()
+                stepper.close()
     return times
 
 
@@ -258,7 +282,7 @@ def measure_plan(plan: dict, repeats: int = 21) -> dict:
         ms=ms,
         ratios=ratios,
         repeats=repeats,
-        threads=torch.get_num_threads(),
+        threads=steps_threads(device),
         clock=step_clock(device)[0],
         runs_as=ran_as,
     )
@@ -284,6 +308,6 @@ def pair_costs(target, draft, repeats: int = 21) -> dict:
         runs_as={name: runs_as(decode[name], eager[name]) for name in eager},  # after the timing: what ran
         repeats=repeats,
         device=str(target.device),
-        threads=torch.get_num_threads(),
+        threads=steps_threads(target.device),
         clock=step_clock(target.device)[0],
     )
