@@ -123,7 +123,7 @@ def test_verdict_judges_a_prediction_against_the_measurement():
     assert (
         "Partly" in partly and "kernels more than you thought" in partly and "✅" not in partly and "❌" not in partly
     )
-    assert "1 torch thread (the other cells" in right
+    assert "1 torch thread (the other cells keep" in right
     busy = dict(fake(1.1, q=(0.7, 1.3)), threads=2)
     assert "2 torch threads" in step_lesson.verdict(1.0, busy) and "torch.set_num_threads(1)" in step_lesson.verdict(
         1.0, busy

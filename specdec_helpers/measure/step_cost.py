@@ -134,7 +134,7 @@ def step_clock(device) -> tuple[str, object]:
     threads: on a busy machine their spin-waits for each other count there and swamp the ratios (measured: wide /
     base quartiles 0.88-2.48 on 2 threads against 2.52-2.76 on one)."""
     if torch.device(device).type == "cpu":
-        return "CPU time of the timing thread (time.thread_time), torch on 1 thread", time.thread_time
+        return "CPU time of the timing thread (time.thread_time)", time.thread_time
     return "wall time, GPU synchronized before and after", time.perf_counter
 
 

@@ -49,7 +49,7 @@ def threads_line(threads: int, device: str, clock: str | None = None) -> str:
     if not device.startswith("cpu"):
         return f"{timed}Timed on {device}; the host runs PyTorch on {threads} thread(s)."
     if threads == 1:
-        return f"{timed}Timed on 1 torch thread (the other cells run on torch.get_num_threads())."
+        return f"{timed}Timed on 1 torch thread (the other cells keep torch.get_num_threads())."
     return (
         f"{timed}Timed on {threads} torch threads. On a shared or busy machine set SPECDEC_THREADS=1 before "
         "starting Jupyter (or call torch.set_num_threads(1)) for steadier numbers."
