@@ -195,6 +195,11 @@ def test_the_gpu_path_runs_graphed_steps_emulated_on_the_cpu(monkeypatch, neox):
     table = step_lesson.measured_table(step_cost.measure_plan(plan, repeats=2))
     assert "wide: a static cache, its steps eager (no CUDA graphs: a capture that failed)" in table
     assert "base: CUDA graphs over a static cache" in table  # the others still graphed: each reported as it ran
+    import weakref
+
+    old = [weakref.ref(plan["models"]["wide"]), weakref.ref(plan["forwards"]["wide"])]
+    step_cost.width_depth_plan(neox)  # a rerun: the static caches and their graphs go with their models
+    assert [ref() for ref in old] == [None, None]
 
 
 @pytest.mark.parametrize("eager", [False, True])
@@ -250,10 +255,14 @@ def test_noise_is_flagged_in_every_ratio_not_only_the_judged_one():
 
 
 def test_a_rerun_frees_the_last_plans_models(neox):
+    import weakref
+
     first = step_cost.width_depth_plan(neox)
     held = dict(first, ms={})  # what `measured` keeps: the same dicts
+    old = [weakref.ref(m) for m in first["models"].values()] + [weakref.ref(f) for f in first["forwards"].values()]
     second = step_cost.width_depth_plan(neox)
     assert first["models"] == {} and held["forwards"] == {} and len(second["models"]) == 3
+    assert all(ref() is None for ref in old)  # nothing else (the lean forwards' registry) keeps them alive
 
 
 def test_the_plan_refuses_models_that_would_not_fit(neox, monkeypatch):
