@@ -331,3 +331,21 @@ def test_a_cpu_times_its_steps_on_one_torch_thread_and_restores_the_count(neox):
     finally:
         torch.set_num_threads(before)
         neox_hook.remove()
+
+
+def test_the_set_up_line_counts_one_thread_in_the_singular(monkeypatch, capsys):
+    from specdec_helpers.present import notebook_help
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(notebook_help, "in_colab", lambda: False)
+    for hook in ("quiet", "_inline_figures", "_brief_errors"):  # no global side effects on the test process
+        monkeypatch.setattr(notebook_help, hook, lambda: None)
+    before = torch.get_num_threads()
+    try:
+        notebook_help.setup(threads=1)
+        one = capsys.readouterr().out
+        notebook_help.setup(threads=2)
+        two = capsys.readouterr().out
+    finally:
+        torch.set_num_threads(before)
+    assert "on the CPU (1 thread) " in one and "on the CPU (2 threads) " in two
