@@ -32,9 +32,13 @@ The limits that remain, and what each is worth to a student:
 - The kit code left in the view can be patched by the student's code (the round recorder, the counters, cache
   helpers, torch itself). Each patch changes only what the child reports, which is checked against what the
   grader computes or measures, or changes the student's own decoder, which is what is graded.
-- The device check runs in the child (`devices.DeviceWatch`, a torch function mode): code that switched it off
-  (``torch._C.DisableTorchFunction()``, which the static check does not read) would hide its own host tensors on
-  a CPU grader, worth at most that test's share of the decode points, and still crash on the first GPU it meets.
+- The device check is the one verdict the child reports that nothing outside checks: a CPU grader has no second
+  device, so `devices.DeviceWatch` (a torch function mode) runs in the child and the child sends its faults.
+  Code that tampers with it on purpose hides its own host tensors: copying the marks a tensor carries, emptying
+  the watch's fault list, rewriting the child's answers on their way out (red team, 2026-11-27: three ways, each
+  earned the device test). The watch catches it being switched off (a decode it never saw, an output on the
+  host), not a forged report. Each is worth that one test's share of the decode points (1/16 of 10), takes code
+  written against the grader, and the same decoder still crashes on the first GPU it meets.
 - The models live in the student's process: their weights can be read, and the pass-heavy target's zero layers
   (`world.deepened`) found. A decoder that ran a forward of its own without them while re-reading the text could
   pass the CPU-time check of cache reuse, which compares with the grader's decoding of the full model: a forward
