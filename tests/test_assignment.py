@@ -391,7 +391,12 @@ def test_delegating_to_the_kit_earns_nothing(reference):
     assert cells.kit_references(sources["verify"]) == []
     results = grader.run_suite(sources, POINTS, only=["verify"], seed=0)
     accept = [r for r in results if r.test_id.startswith("verify.accept")]
-    assert all(r.score == 0 and "kit's own implementation" in r.feedback for r in accept), accept
+    # In the sandbox the kit's verify is absent from the child's view (`isolation.least_code`); without one, the
+    # child's guard names the delegation.
+    absent = "No module named 'specdec_helpers.core.verify'"
+    assert all(r.score == 0 and ("kit's own implementation" in r.feedback or absent in r.feedback) for r in accept), (
+        accept
+    )
 
 
 @pytest.mark.slow
