@@ -4,7 +4,8 @@ The acceptance scored is the grader's own (`replay.grader_rounds`): the rounds e
 with the course's draft. The rounds the child reports are a consistency check that can only cost points. Whether the
 target cache is reused is decided by the child's CPU time, read from outside, never by the child's own counter.
 Two of the issue's attacks, in the kit's own words, earn nothing here: acceptance forged only in the timed runs
-(`cheat_cells/timed_forger.py`), and a capped position counter (`cheat_cells/capped_counter.py`).
+(`cheat_cells/timed_forger.py`), and a capped position counter (`cheat_cells/capped_counter.py`). Nor does a target
+with layers taken out to buy the time (`cheat_cells/skipped_layers.py`): the checks of cost hold the text too.
 """
 
 from __future__ import annotations
@@ -149,6 +150,24 @@ def test_patched_position_and_pass_counters_earn_nothing(reference):
     assert all("measured outside your process" in feedback for feedback in failed.values())  # the counters were fooled
     assert "re-reads the whole text" in failed["decode.decode_cache_reused"]
     assert "the target runs again after a rejection" in failed["decode.decode_one_pass"]
+
+
+@pytest.mark.slow
+def test_a_target_with_its_faint_layers_skipped_earns_nothing(reference):
+    """Red team A03: generate_ids drops its target cache every round, and on the long prompt of the CPU-time check of
+    cache reuse takes the target's faint layers out (`cheat_cells/skipped_layers.py`). With layers that added exactly
+    zero it kept the text and bought the time; on `World.live` every layer counts, so its time passes and its text,
+    held against the grader's own decoding, does not: that test fails, naming the text, and nothing else does."""
+    verify = "        accepted_tokens, accepted_position = verify(input_ids, draft)\n"
+    assert verify in reference["decode"]
+    decode = reference["decode"].replace(verify, "        self.target_cache = None\n" + verify)
+    cheat = decode + "\n\n" + (CHEATS / "skipped_layers.py").read_text()
+    assert cells.kit_references(cheat) == []
+    results = grader.run_suite(dict(reference, decode=cheat), CONFIG["points"], only=["decode"], seed=0)
+    failed = {r.test_id: r.feedback for r in results if not r.passed}
+    assert list(failed) == ["decode.decode_cache_reused"], failed
+    assert "the output differs from the target's own greedy decoding" in failed["decode.decode_cache_reused"]
+    assert "measured outside your process" not in failed["decode.decode_cache_reused"]  # its time passed: control
 
 
 @pytest.mark.slow

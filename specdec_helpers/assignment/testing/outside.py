@@ -5,11 +5,22 @@ CPU seconds move with the machine's load even for the same work (a busy sibling 
 child and the grader are timed at different moments. So a bound is tried up to ``TRIES`` times, each time timing
 the child again and the grader afresh, and only a decoder over the bound on every try fails: an honest decoder
 (ratio about 1) must be unlucky ``TRIES`` times in a row, a mistake (twice the passes or more) is over it each
-time. Only failing decoders pay for the extra tries."""
+time. Only failing decoders pay for the extra tries.
+
+Time alone can be bought by changing the model: a layer that adds exactly zero can be found and skipped (red team,
+2026-11-27). So these checks run `World.live`, whose every layer changes the logits, and hold what the child returns
+against the grader's own run of it (`expect_own_texts`, `same_pass`)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+
+import torch
+
+from specdec_helpers.assignment.testing.cases import expect_greedy, first_difference
+from specdec_helpers.assignment.testing.world import grader_threads
+from specdec_helpers.core.checks import NEAR_TIE, greedy_divergence
 
 TRIES = 3
 
@@ -25,3 +36,40 @@ def within(
         if used <= margin * own + slack:
             return True, used, own
     return False, used, own
+
+
+def own_seconds(run: Callable[[], object]) -> tuple[float, object]:
+    """``(seconds, result)``: the grader's CPU time for ``run()`` with the child's threads, the faster of two runs (the
+    first may pay one-time costs), and what it returned."""
+    own, out = float("inf"), None
+    for _ in range(2):
+        start = time.thread_time()
+        with torch.inference_mode(), grader_threads():  # the child's threads
+            out = run()
+        own = min(own, time.thread_time() - start)
+    return own, out
+
+
+def expect_own_texts(model, prompt: torch.Tensor, texts: list, want: list[int], what: str) -> None:
+    """Each of ``texts`` (the child's decodings) is ``want`` (the grader's own of ``model``), up to numerical near-ties
+    (`greedy_divergence`: in fp32 about none): a decoder that bought its time by skipping layers writes another text."""
+    for got in texts:
+        if got != want and not greedy_divergence(model, prompt, got, want=want)[0]:
+            expect_greedy(got, want, what)
+
+
+def same_pass(logits: torch.Tensor, draft: list[int], got: tuple[list[int], int]) -> tuple[bool, tuple[list[int], int]]:
+    """``(ok, want)``: ``want`` is what one pass with ``logits`` (over the text and ``draft``) verifies, the accepted
+    tokens with the correction or bonus token and the accepted count; ``ok`` if ``got`` is it, or differs first at a
+    numerical near-tie of that pass (the child's kernels may round differently), with either top token."""
+    rows = logits[0, -len(draft) - 1 :].float()
+    top = rows.argmax(-1).tolist()
+    n = next((j for j, (a, b) in enumerate(zip(draft, top)) if a != b), len(draft))
+    want = (top[: n + 1], n)
+    if got == want:
+        return True, want
+    i = first_difference(got[0], want[0])
+    if i >= len(rows) or i >= len(got[0]):
+        return False, want
+    values, indices = rows[i].topk(2)
+    return float(values[0] - values[1]) <= NEAR_TIE[torch.float32] and got[0][i] in indices.tolist(), want

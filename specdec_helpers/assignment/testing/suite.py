@@ -325,18 +325,20 @@ def check_verify(ctx, method: str):
 def _one_pass_outside(ctx, method: str, length: int = 384, margin: float = 1.5):
     """The pass count above is the child's, from a counter its code can patch. So the kernel is asked too: the
     child's CPU time (read from outside) for one call on a long text with a target that costs many passes of its
-    own (`World.deep`, the same logits), against the grader's own single pass over the same positions. A second
-    pass costs about as much again; the call's bookkeeping, next to nothing."""
+    own (`World.live`, no layer of it adds zero), against the grader's own single pass over the same positions. A
+    second pass costs about as much again; the call's bookkeeping, next to nothing. What the call returns must be
+    what that pass verifies: no layer can be skipped to save the time (`outside.same_pass`)."""
     g = torch.Generator().manual_seed(ctx.seed + 17)
     ids = torch.randint(3, ctx.world.vocab, (1, length), generator=g)
-    draft = torch.randint(3, ctx.world.vocab, (1, 4), generator=g)
-    warm = ctx.decoder(draft="deep")  # untimed: the child's first passes of deep cost more
+    draft = torch.tensor([_own_draft(ctx.world, ids)])  # the target's own continuation: all of it is compared
+    warm = ctx.decoder(draft="live-other")  # untimed: the child's first passes of deep cost more
     warm.call(method, ids[:, :8].clone(), draft, torch.ones(1, 8, dtype=torch.long))
+    results = []
 
     def child_seconds() -> float:
-        decoder = ctx.decoder(draft="deep")
+        decoder = ctx.decoder(draft="live-other")
         before = ctx.child.cpu_seconds()
-        decoder.call(method, ids.clone(), draft, torch.ones_like(ids))
+        results.append(unpack(decoder.call(method, ids.clone(), draft, torch.ones_like(ids)), method))
         return ctx.child.cpu_seconds() - before
 
     text = torch.cat([ids, draft], dim=1)
@@ -347,28 +349,28 @@ def _one_pass_outside(ctx, method: str, length: int = 384, margin: float = 1.5):
             f"about {own:.2f} s (measured outside your process): it runs the target more than once. One forward "
             "pass must score every draft token and give the correction/bonus token"
         )
+    for got in results:
+        same, want = outside.same_pass(_OWN[(ctx.world.seed, tuple(text[0].tolist()))][1], draft[0].tolist(), got)
+        if not same:
+            raise Mistake(f"{method} on a {length}-token text: got {got}, where one pass of the target gives {want}")
 
 
 _OWN: dict = {}
 
 
+def _own_draft(world, ids: torch.Tensor) -> list[int]:
+    """`live`'s 4 greedy tokens after ``ids``, once per world and text."""
+    key = ("draft", world.seed, tuple(ids[0].tolist()))
+    return _OWN[key] if key in _OWN else _OWN.setdefault(key, greedy_tokens(world.live, ids, 4))
+
+
 def _own_pass_seconds(world, ids: torch.Tensor, fresh: bool = False) -> float:
-    """The grader's CPU time for one pass of `deep` over ``ids`` (the faster of two), once per world and text, or
-    again when ``fresh``."""
-    import time
-
-    from specdec_helpers.assignment.testing.world import grader_threads
-
+    """The grader's CPU time for one pass of `live` over ``ids`` (`outside.own_seconds`), once per world and text, or
+    again when ``fresh``; its logits are kept."""
     key = (world.seed, tuple(ids[0].tolist()))
     if fresh or key not in _OWN:
-        own = float("inf")
-        for _ in range(2):
-            start = time.thread_time()
-            with torch.inference_mode(), grader_threads():  # the child's threads
-                world.deep(input_ids=ids)
-            own = min(own, time.thread_time() - start)
-        _OWN[key] = own
-    return _OWN[key]
+        _OWN[key] = outside.own_seconds(lambda: world.live(input_ids=ids).logits)
+    return _OWN[key][0]
 
 
 ### END HIDDEN TESTS

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import torch
 
@@ -99,16 +98,17 @@ def _rounds_real_outside(ctx, new: int = 32, ratio: float = 1.6):
 def _cache_reused_outside(ctx, length: int = 384, new: int = 12, margin: float = 2.5):
     """The position counter above runs in the student's process, where code can patch it (`Probe`). So the verdict
     is the kernel's: the child's CPU time (read from outside) to decode ``new`` tokens after a long prompt, with a
-    target that costs many draft passes (`World.deep`, the same logits) and a draft that is nearly always rejected
+    target that costs many draft passes (`World.live`) and a draft that is nearly always rejected
     (about a round a token), against the grader's own cached decoding of the same. A target that re-reads the text
     pays a deep prefill every round: several times the grader's time. A draft that re-reads it, even with no cache
     at all, adds less than one deep prefill over the whole decode, so it passes here whatever the counters say: the
-    drafting tests take those points (no exemption read from the student's own counters)."""
+    drafting tests take those points. On `World.live` the text must be the grader's: no layer can be skipped."""
     g = torch.Generator().manual_seed(ctx.seed + 11)
     prompt = torch.randint(3, ctx.world.vocab, (1, length), generator=g)
-    ctx.decode(ctx.decoder(draft="deep-other"), ctx.world.prompts[2], 3)  # untimed: deep's first passes cost more
+    ctx.decode(ctx.decoder(draft="live-other"), ctx.world.prompts[2], 3)  # untimed: deep's first passes cost more
+    texts: list = []
     ok, used, own = outside.within(
-        lambda: _child_seconds(ctx, prompt, new),
+        lambda: _child_seconds(ctx, prompt, new, texts),
         lambda fresh: _own_cached_seconds(ctx.world, prompt, new, fresh),
         margin,
         0.2,
@@ -120,38 +120,36 @@ def _cache_reused_outside(ctx, length: int = 384, new: int = 12, margin: float =
             "the target re-reads the whole text every round. Keep self.target_cache across rounds and feed only "
             "input_ids[:, cache_length(cache):] plus the draft"
         )
+    want = _OWN[(ctx.world.seed, tuple(prompt[0].tolist()), new)][1]  # the grader's own decoding's text
+    outside.expect_own_texts(ctx.world.live, prompt, texts, want, "generate_ids with the deep target" + EARLIER)
 
 
 _OWN: dict = {}
 
 
-def _child_seconds(ctx, prompt, new: int) -> float:
+def _child_seconds(ctx, prompt, new: int, texts: list) -> float:
     """The child's CPU time, read from outside the student's process (the kernel's accounting), for a fresh decoder
-    of `deep` with `other` to decode ``new`` tokens after ``prompt``."""
-    decoder = ctx.decoder(draft="deep-other")
+    of `live` with `other` to decode ``new`` tokens after ``prompt``; its text goes to ``texts``."""
+    decoder = ctx.decoder(draft="live-other")
     before = ctx.child.cpu_seconds()
-    ctx.decode(decoder, prompt, new)
+    texts.append(ctx.decode(decoder, prompt, new))
     return ctx.child.cpu_seconds() - before
 
 
 def _own_cached_seconds(world, prompt, new: int, fresh: bool = False) -> float:
-    """The grader's CPU time for the kit's cached decoding of ``prompt`` on `deep` with `other`, k = 4 (the faster of
-    two: the first may pay one-time costs), once per world and prompt, or again when ``fresh``."""
-    from specdec_helpers.assignment.testing.world import grader_threads
+    """The grader's CPU time for the kit's cached decoding of ``prompt`` on `live` with `other`, k = 4
+    (`outside.own_seconds`), once per world and prompt, or again when ``fresh``; its text is kept."""
     from specdec_helpers.core.decode import speculative_decode
 
     key = (world.seed, tuple(prompt[0].tolist()), new)
     if fresh or key not in _OWN:
-        own = float("inf")
-        for _ in range(2):
-            start = time.thread_time()
-            with torch.inference_mode(), grader_threads():  # the child's threads
-                speculative_decode(
-                    world.deep, world.other, prompt, max_new_tokens=new, num_speculative_tokens=4, eos_token_id=None
-                )
-            own = min(own, time.thread_time() - start)
-        _OWN[key] = own
-    return _OWN[key]
+        own, out = outside.own_seconds(
+            lambda: speculative_decode(
+                world.live, world.other, prompt, max_new_tokens=new, num_speculative_tokens=4, eos_token_id=None
+            )
+        )
+        _OWN[key] = own, out.new_tokens.tolist()
+    return _OWN[key][0]
 
 
 ### END HIDDEN TESTS
@@ -232,14 +230,14 @@ def decode_one_pass(ctx):
 def _one_pass_outside(ctx, new: int = 16, margin: float = 1.5):
     """The pass counter above runs in the student's process, where code can patch it. So the kernel is asked too:
     the child's CPU time (read from outside) to decode ``new`` tokens after a short prompt with the deep target (a
-    pass costs many draft passes, `World.deep`) and a draft that is nearly always rejected (a round, one target pass,
+    pass costs many draft passes, `World.live`) and a draft that is nearly always rejected (a round, one target pass,
     a token, whatever k or the round structure), against the grader's own decoding of the same. A second pass after
     each rejection (PA3's) costs about twice as much; a target that re-reads the short text, little more (the cache
     test takes that)."""
-    prompt = ctx.world.prompts[0]
-    ctx.decode(ctx.decoder(draft="deep-other"), prompt, 3)  # untimed: the child's first passes of deep cost more
+    prompt, texts = ctx.world.prompts[0], []
+    ctx.decode(ctx.decoder(draft="live-other"), prompt, 3)  # untimed: the child's first passes of deep cost more
     ok, used, own = outside.within(
-        lambda: _child_seconds(ctx, prompt, new),
+        lambda: _child_seconds(ctx, prompt, new, texts),
         lambda fresh: _own_cached_seconds(ctx.world, prompt, new, fresh),
         margin,
         0.1,
@@ -251,6 +249,8 @@ def _one_pass_outside(ctx, new: int = 16, margin: float = 1.5):
             "after a rejection. Verification already returns the correction token; each round needs exactly ONE "
             "target pass"
         )
+    want = _OWN[(ctx.world.seed, tuple(prompt[0].tolist()), new)][1]  # the grader's own decoding's text
+    outside.expect_own_texts(ctx.world.live, prompt, texts, want, "generate_ids with the deep target" + EARLIER)
 
 
 ### END HIDDEN TESTS

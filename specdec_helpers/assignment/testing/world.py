@@ -116,17 +116,19 @@ class World:
 
     def variant(self, name: str):
         """A draft by name: ``draft`` (agrees often), ``same`` (always), ``other`` (rarely); ``deep`` is ``same``
-        and ``deep-other`` is ``other``, each with `deep` as the target (`named_pair`)."""
-        if name not in ("draft", "same", "other", "deep", "deep-other"):
+        with `deep` as the target, ``live-other`` is ``other`` with `live` as the target (`named_pair`)."""
+        if name not in ("draft", "same", "other", "deep", "live-other"):
             raise ValueError(f"unknown draft {name!r}")
-        return {"deep": self.same, "deep-other": self.other}[name] if name.startswith("deep") else getattr(self, name)
+        return {"deep": self.same, "live-other": self.other}.get(name) or getattr(self, name)
 
     def pair(self, draft=None) -> Pair:
         return Pair(self.target, self.draft if draft is None else draft, self.tokenizer)
 
     def named_pair(self, name: str) -> Pair:
-        """The pair a test asks for by its draft's name (`variant`): the target, or `deep` for ``deep*``."""
-        return Pair(self.deep if name.startswith("deep") else self.target, self.variant(name), self.tokenizer)
+        """The pair a test asks for by its draft's name (`variant`): the target, `deep` for ``deep``, `live` for
+        ``live-other``."""
+        target = getattr(self, {"deep": "deep", "live-other": "live"}.get(name, "target"))  # built only when asked for
+        return Pair(target, self.variant(name), self.tokenizer)
 
     @functools.cached_property
     def deep(self):
@@ -134,6 +136,13 @@ class World:
         that a draft pass (`same`, which always agrees) costs little beside a target pass. The CPU time a decode
         takes then tells, from outside the student's process, how many target passes it really ran."""
         return as_timed(deepened(self._plain["target"], times=12))
+
+    @functools.cached_property
+    def live(self):
+        """`deep` whose extra layers each add a little (seeded layer norms, `deepened`): the same cost, other logits. A
+        zero layer can be found and skipped (red team, 2026-11-27); one of these, not without changing the output,
+        which the checks of cost that use it compare with the grader's own (`outside`)."""
+        return as_timed(deepened(self._plain["target"], times=12, live_seed=self.seed + 13))
 
     def folders(self) -> tuple[str, str]:
         """Target and draft saved with the tokenizer, as local model folders for the init exercise. The
@@ -171,20 +180,25 @@ def greedy_tokens(model, ids, n, eos=None) -> list[int]:
     return out[0, ids.shape[1] :].tolist()
 
 
-def deepened(model, times: int):
+def deepened(model, times: int, live_seed: int | None = None):
     """``model`` (GPT-NeoX) with ``times`` as many layers: its own, then copies of them that read nothing: their
     layer norms scale by zero and every bias is zero, so each adds exactly zero to the residual stream (the
     logits stay bit-identical, and the model itself, as a draft, always agrees) while its weights still cost
-    a layer's work."""
+    a layer's work. With ``live_seed``, each copy's layer norms keep a seeded tenth or less of their scale: each
+    adds a little, so no copy can be skipped without changing the logits (and the greedy text)."""
     deep = copy.deepcopy(model).eval()  # copies, not a fresh model: no random initialisation of dozens of layers
     layers = deep.gpt_neox.layers
     count = len(layers)
+    g = torch.Generator().manual_seed(live_seed or 0)
     for index in range(count, count * times):
         layer = copy.deepcopy(layers[index % count])
         layer.attention.layer_idx = index  # its own slot in the KV cache
         with torch.no_grad():
             for norm in (layer.input_layernorm, layer.post_attention_layernorm):
-                norm.weight.zero_()
+                if live_seed is None:
+                    norm.weight.zero_()
+                else:
+                    norm.weight.mul_(0.1 * torch.rand(norm.weight.shape, generator=g))
                 norm.bias.zero_()
             for linear in (
                 layer.attention.query_key_value,
