@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from specdec_helpers.assignment.grading import grader, scoring, speed
 from specdec_helpers.assignment.grading.scoring import Result
@@ -208,3 +209,19 @@ def test_a_bound_read_outside_fails_only_a_decoder_over_it_on_every_try():
     assert asked == [False, True]  # the cached time first, then measured again
     assert outside.within(timer([2.0] * outside.TRIES), lambda fresh: 1.0, 1.5, 0.1) == (False, 2.0, 1.0)
     assert outside.within(timer([1.6]), lambda fresh: 1.0, 1.5, 0.1) == (True, 1.6, 1.0)  # the slack counts
+
+
+def test_a_verification_is_held_against_the_graders_pass_up_to_a_near_tie_only():
+    """`outside.same_pass`: the accepted tokens and count one pass gives; another answer only where that pass's top
+    two logits are a numerical near-tie, and then only with the runner-up."""
+    from specdec_helpers.assignment.testing import outside
+
+    logits = torch.zeros(1, 6, 8)  # a 2-token text and a 4-token draft: rows 1..5 judge the draft and give the bonus
+    for row, token in zip(range(1, 6), (3, 4, 5, 6, 7)):
+        logits[0, row, token] = 1.0
+    draft = [3, 4, 1, 6]
+    assert outside.same_pass(logits, draft, ([3, 4, 5], 2)) == (True, ([3, 4, 5], 2))
+    assert outside.same_pass(logits, draft, ([3, 4, 1, 6, 7], 4))[0] is False  # a model that judged otherwise
+    logits[0, 3, 1] = 1.0 - 1e-5  # a near-tie at the draft's third token: accepting it is a greedy choice too
+    assert outside.same_pass(logits, draft, ([3, 4, 1, 6, 7], 4))[0] is True
+    assert outside.same_pass(logits, draft, ([3, 4, 2], 2))[0] is False  # not one of the two tied
