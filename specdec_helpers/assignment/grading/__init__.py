@@ -18,7 +18,8 @@ process can be rewritten by the student's code there, so no verdict rests on it:
 - Counters and logs the child writes (its statistics, the round log, the test worlds' pass and position
   counters, its device watch) are read as consistency checks that name a mistake. Acceptance is computed by the
   grader from the prompt, the target's greedy text and the draft model's greedy proposals (`replay`); a target
-  that re-reads the text shows in the CPU time of a pass-heavy target (`world.deep`), whatever the counters say.
+  that re-reads the text shows in the CPU time of a pass-heavy target (`World.live`: layers that each change the
+  logits, so none can be skipped), whatever the counters say, and its text is held against the grader's own.
 - The grader writes results.json after every student process is gone; answers from the child are JSON, never
   executed or unpickled.
 
@@ -39,10 +40,11 @@ The limits that remain, and what each is worth to a student:
   earned the device test). The watch catches it being switched off (a decode it never saw, an output on the
   host), not a forged report. Each is worth that one test's share of the decode points (1/16 of 10), takes code
   written against the grader, and the same decoder still crashes on the first GPU it meets.
-- The models live in the student's process: their weights can be read, and the pass-heavy target's zero layers
-  (`world.deepened`) found. A decoder that ran a forward of its own without them while re-reading the text could
-  pass the CPU-time check of cache reuse, which compares with the grader's decoding of the full model: a forward
-  written against the grader, which earns at most that test's share of the decode points.
+- The models live in the student's process: their weights can be read. The pass-heavy target of the checks of
+  cost (`World.live`) has no layer that adds nothing: skipping its faint layers changes the text, which is held
+  against the grader's own (red team A03, tests/cheat_cells/skipped_layers.py). `World.deep`, whose extra layers
+  add exactly zero, is left only where a draft must always agree (`suite_decode._rounds_real_outside`, which
+  holds two of the child's own runs against each other: a decoder can slow either one down, never speed it up).
 - A graded cell sees the test world it runs in (its models, prompts and seed). The timed prompts are drawn
   apart, so nothing it learns there tells them (`world.grading_seed`), and every timed output is checked
   against the grader's own greedy text.
