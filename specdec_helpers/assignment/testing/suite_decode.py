@@ -75,24 +75,27 @@ def _rounds_real_outside(ctx, new: int = 32, ratio: float = 1.6):
     draft that always agrees (so a draft cache left stale after a rejection changes nothing: that costs the
     drafting points only), k = 1 runs the target four times as often as k = 8, and costs over twice the CPU
     time. Plain greedy decoding runs the target once per token whatever k is: the same time for both."""
-    prompt, used, texts = ctx.world.prompts[2], {}, {}
+    prompt = ctx.world.prompts[2]
     ctx.decode(ctx.decoder(draft="deep"), prompt, 4, k=8)  # untimed: the child's first passes of deep cost more
-    for k in (8, 1):
-        decoder = ctx.decoder(draft="deep")
-        before = ctx.child.cpu_seconds()
-        texts[k] = ctx.decode(decoder, prompt, new, k=k)
-        used[k] = ctx.child.cpu_seconds() - before
-    for k, tokens in texts.items():  # deep's logits are the target's, bit for bit
-        expect_greedy(tokens, ctx.world.greedy("target", 2, new), f"generate_ids(k = {k})" + EARLIER)
-    if used[1] < ratio * used[8]:
-        raise Mistake(
-            f"with a draft that always agrees, decoding {new} tokens took {used[1]:.2f} s of CPU time with "
-            f"k = 1 and {used[8]:.2f} s with k = 8 (measured outside your process), where speculative "
-            "decoding takes over twice as long with k = 1 (it runs the target four times as often): "
-            "the target runs about once per token whatever k is. Each round must run the target once, in "
-            "the verification call, on the whole draft; the rounds your decoder reports are not the ones it "
-            "ran"
-        )
+    for _ in range(outside.TRIES):  # load moves CPU seconds (an honest decoder once showed 1.48x in CI): retried
+        used, texts = {}, {}
+        for k in (8, 1):
+            decoder = ctx.decoder(draft="deep")
+            before = ctx.child.cpu_seconds()
+            texts[k] = ctx.decode(decoder, prompt, new, k=k)
+            used[k] = ctx.child.cpu_seconds() - before
+        for k, tokens in texts.items():  # deep's logits are the target's, bit for bit
+            expect_greedy(tokens, ctx.world.greedy("target", 2, new), f"generate_ids(k = {k})" + EARLIER)
+        if used[1] >= ratio * used[8]:
+            return
+    raise Mistake(
+        f"with a draft that always agrees, decoding {new} tokens took {used[1]:.2f} s of CPU time with "
+        f"k = 1 and {used[8]:.2f} s with k = 8 (measured outside your process), where speculative "
+        "decoding takes over twice as long with k = 1 (it runs the target four times as often): "
+        "the target runs about once per token whatever k is. Each round must run the target once, in "
+        "the verification call, on the whole draft; the rounds your decoder reports are not the ones it "
+        "ran"
+    )
 
 
 def _cache_reused_outside(ctx, length: int = 384, new: int = 12, margin: float = 2.5):
