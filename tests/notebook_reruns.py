@@ -26,6 +26,8 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
+from specdec_helpers.present.headless import output_text
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 CHECK_CALL = re.compile(r"\bnb\.(check|checks|check_part)\(|^\s*check_part\(", re.M)
@@ -60,16 +62,6 @@ def rerun_notebook(nb):
     return new_notebook(cells=cells, metadata=nb.metadata)
 
 
-def _text(outputs) -> str:
-    parts = []
-    for out in outputs:
-        if out.get("output_type") == "stream":
-            parts.append(out.get("text", ""))
-        elif out.get("output_type") == "error":
-            parts.append(f"{out.get('ename')}: {out.get('evalue')}")
-    return "".join(parts)
-
-
 def problems(executed) -> list[str]:
     """Every cell run that failed: ``"cell 10 (pass 2, check): CheckFailed: ❌ Not yet: ..."``, and on the
     reference every cell nbval compares that printed otherwise than on pass 1."""
@@ -77,7 +69,7 @@ def problems(executed) -> list[str]:
     for cell in executed.cells:
         index, run = cell.metadata["rerun"]
         outputs = cell.get("outputs", [])
-        text = _text(outputs)
+        text = output_text(outputs)
         errored = any(o.get("output_type") == "error" for o in outputs)
         check = is_check_cell(cell)
         if cell.get("execution_count") is None:

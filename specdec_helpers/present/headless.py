@@ -47,7 +47,8 @@ def notebook_paths(selection: str = "all", folder: Path = NOTEBOOKS) -> list[Pat
     return chosen
 
 
-def _text(outputs) -> str:
+def output_text(outputs) -> str:
+    """What a cell printed: its streams, and an error as ``Name: value``."""
     parts = []
     for out in outputs:
         if out.get("output_type") == "stream":
@@ -98,7 +99,7 @@ def run_notebook(path: Path, preset: str, timeout: float = 600, env: dict | None
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        text = _text(cell.get("outputs", []))
+        text = output_text(cell.get("outputs", []))
         errored = any(o.get("output_type") == "error" for o in cell.get("outputs", []))
         if "nb.check(" in cell.source or "nb.checks(" in cell.source:
             line = next(
