@@ -108,21 +108,30 @@ def _cache_reused_outside(ctx, length: int = 384, new: int = 12, margin: float =
     drafting tests take those points. On `World.live` the text must be the grader's: no layer can be skipped."""
     g = torch.Generator().manual_seed(ctx.seed + 11)
     prompt = torch.randint(3, ctx.world.vocab, (1, length), generator=g)
-    ctx.decode(ctx.decoder(draft="live-other"), ctx.world.prompts[2], 3)  # untimed: deep's first passes cost more
+    slow = (
+        f"decoding {new} tokens after a {length}-token prompt took {{used:.2f}} s of CPU time, where a decoder that "
+        "reuses its target cache takes about {own:.2f} s (measured outside your process): the target re-reads the "
+        "whole text every round. Keep self.target_cache across rounds and feed only input_ids[:, "
+        "cache_length(cache):] plus the draft"
+    )
+    _live_against_own(ctx, prompt, new, margin, 0.2, ctx.world.prompts[2], slow)
+
+
+def _live_against_own(ctx, prompt, new: int, margin: float, slack: float, warm_prompt, mistake) -> None:
+    """The child decodes ``new`` tokens after ``prompt`` with `live` and `other` (after an untimed warm-up on
+    ``warm_prompt``: deep's first passes cost more) within ``margin`` times the grader's own CPU time plus ``slack``
+    (`outside.within`; else ``mistake`` with its ``{used}`` and ``{own}`` filled in), and every text it returned is
+    the grader's own."""
+    ctx.decode(ctx.decoder(draft="live-other"), warm_prompt, 3)
     texts: list = []
     ok, used, own = outside.within(
         lambda: _child_seconds(ctx, prompt, new, texts),
         lambda fresh: _own_cached_seconds(ctx.world, prompt, new, fresh),
         margin,
-        0.2,
+        slack,
     )
     if not ok:
-        raise Mistake(
-            f"decoding {new} tokens after a {length}-token prompt took {used:.2f} s of CPU time, where a "
-            f"decoder that reuses its target cache takes about {own:.2f} s (measured outside your process): "
-            "the target re-reads the whole text every round. Keep self.target_cache across rounds and feed only "
-            "input_ids[:, cache_length(cache):] plus the draft"
-        )
+        raise Mistake(mistake.format(used=used, own=own))
     want = _OWN[(ctx.world.seed, tuple(prompt[0].tolist()), new)][1]  # the grader's own decoding's text
     outside.expect_own_texts(ctx.world.live, prompt, texts, want, "generate_ids with the deep target" + EARLIER)
 
@@ -237,23 +246,14 @@ def _one_pass_outside(ctx, new: int = 16, margin: float = 1.5):
     a token, whatever k or the round structure), against the grader's own decoding of the same. A second pass after
     each rejection (PA3's) costs about twice as much; a target that re-reads the short text, little more (the cache
     test takes that)."""
-    prompt, texts = ctx.world.prompts[0], []
-    ctx.decode(ctx.decoder(draft="live-other"), prompt, 3)  # untimed: the child's first passes of deep cost more
-    ok, used, own = outside.within(
-        lambda: _child_seconds(ctx, prompt, new, texts),
-        lambda fresh: _own_cached_seconds(ctx.world, prompt, new, fresh),
-        margin,
-        0.1,
+    prompt = ctx.world.prompts[0]
+    slow = (
+        f"decoding {new} tokens with a draft that is nearly always rejected took {{used:.2f}} s of CPU time, where "
+        "one target pass a round takes about {own:.2f} s (measured outside your process): the target runs again "
+        "after a rejection. Verification already returns the correction token; each round needs exactly ONE target "
+        "pass"
     )
-    if not ok:
-        raise Mistake(
-            f"decoding {new} tokens with a draft that is nearly always rejected took {used:.2f} s of CPU time, where "
-            f"one target pass a round takes about {own:.2f} s (measured outside your process): the target runs again "
-            "after a rejection. Verification already returns the correction token; each round needs exactly ONE "
-            "target pass"
-        )
-    want = _OWN[(ctx.world.seed, tuple(prompt[0].tolist()), new)][1]  # the grader's own decoding's text
-    outside.expect_own_texts(ctx.world.live, prompt, texts, want, "generate_ids with the deep target" + EARLIER)
+    _live_against_own(ctx, prompt, new, margin, 0.1, prompt, slow)
 
 
 ### END HIDDEN TESTS
