@@ -8,14 +8,15 @@ it is stated per case (the expectation is what a real GPU does, not what the wat
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import pytest
 import torch
 
 from specdec_helpers.assignment.authoring import mutations
-from specdec_helpers.assignment.grading import submission
+from specdec_helpers.assignment.grading import classroom, grader, submission
 from specdec_helpers.assignment.parts import cells
-from specdec_helpers.assignment.testing import devices, world
+from specdec_helpers.assignment.testing import devices, suite_decode, world
 from specdec_helpers.assignment.testing.devices import DeviceWatch
 
 # a new token built on the host, then put after the text on the device: each crashes on a GPU
@@ -142,6 +143,34 @@ def test_a_tensor_held_before_the_call_is_on_the_device_and_one_built_in_it_is_n
     with DeviceWatch([holder], []) as watch:
         model(torch.zeros(1, 2, 4))
     assert len(watch.faults) == 1 and "linear" in watch.faults[0]
+
+
+def test_forging_the_device_check_earns_nothing_and_a_failure_is_flagged_for_the_instructor():
+    """The watch runs in the student's process: the red team (2026-11-27) hid a host tensor three ways (marks
+    copied onto it, the watch's fault list emptied, the child's answers rewritten) and each earned the device
+    test's share. The check now carries no points, so forging it earns nothing; its failure shows in the
+    gradebook's flags, and only where the part otherwise works (a stub fails it too, and is not flagged)."""
+    assert [t.weight for t in grader.TESTS if t.body is suite_decode.decode_device] == [0]
+    points = grader.load_config()["points"]
+    report = grader.Report(
+        [
+            grader.Result(t.part, t.name, best, best, "passed", test_id=t.id)
+            for part in grader.EXERCISES
+            for t, best in zip(
+                [t for t in grader.TESTS if t.part == part],
+                grader.split_points(points[part], [t.weight for t in grader.TESTS if t.part == part]),
+            )
+        ]
+    )
+    device = report.find("decode.decode_device")
+    assert device.max_score == 0 and report.score == report.max_score == sum(points[p] for p in grader.EXERCISES)
+    device.status = "failed"  # a host tensor: the same points, one flag
+    flagged = classroom.Student("ana", Path("."), results=report.gradescope())
+    assert flagged.review() == [f"check: {device.name}"] and report.score == report.max_score
+    for r in report.results:  # a stub of the decode part: every decode test fails, nothing to review
+        if r.item == "decode":
+            r.status, r.score = "not implemented", 0.0
+    assert classroom.Student("bo", Path("."), results=report.gradescope()).review() == []
 
 
 def test_the_torch_tensor_cheat_of_issue_43_earns_nothing():

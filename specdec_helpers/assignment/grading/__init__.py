@@ -33,13 +33,13 @@ The limits that remain, and what each is worth to a student:
 - The kit code left in the view can be patched by the student's code (the round recorder, the counters, cache
   helpers, torch itself). Each patch changes only what the child reports, which is checked against what the
   grader computes or measures, or changes the student's own decoder, which is what is graded.
-- The device check is the one verdict the child reports that nothing outside checks: a CPU grader has no second
-  device, so `devices.DeviceWatch` (a torch function mode) runs in the child and the child sends its faults.
-  Code that tampers with it on purpose hides its own host tensors: copying the marks a tensor carries, emptying
-  the watch's fault list, rewriting the child's answers on their way out (red team, 2026-11-27: three ways, each
-  earned the device test). The watch catches it being switched off (a decode it never saw, an output on the
-  host), not a forged report. Each is worth that one test's share of the decode points (1/16 of 10), takes code
-  written against the grader, and the same decoder still crashes on the first GPU it meets.
+- The device check is the one verdict only the child can give: a CPU grader has no second device, so
+  `devices.DeviceWatch` (a torch function mode) runs in the child and the child sends its faults. Code written
+  against it hides its own host tensors: copying the marks a tensor carries, emptying the watch's fault list,
+  rewriting the child's answers on their way out (red team, 2026-11-27: three ways). So the check carries no
+  points (weight 0): it tells the student the line that would crash on a GPU, and the gradebook flags a failure
+  for the instructor (`classroom.Student.review`). Forging it earns nothing; the same decoder still crashes on
+  the first GPU it meets, where the correctness tests lose their points.
 - The models live in the student's process: their weights can be read. The pass-heavy target of the checks of
   cost (`World.live`) has no layer that adds nothing: skipping its faint layers changes the text, which is held
   against the grader's own (red team A03, tests/cheat_cells/skipped_layers.py). `World.deep`, whose extra layers

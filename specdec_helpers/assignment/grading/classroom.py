@@ -9,7 +9,8 @@ run goes on. Then, in ``out``:
 - ``students/NAME/results.json`` (Gradescope's format; the class run adds the similarity flags under
   ``extra_data``) and ``students/NAME/grade.log`` (what grading printed);
 - ``gradebook.csv``: student, points per part, total, max, status, flags (a row as soon as each student is
-  graded, with their results.json: an interrupted run keeps what it graded);
+  graded, with their results.json: an interrupted run keeps what it graded). The flags are near-copies and the
+  failed checks that carry no points (the device check: `Student.review`), for the instructor to look at;
 - ``histogram.png``: the totals;
 - ``similarity.html`` / ``similarity.json``: near-copies among the graded cells (`similarity`),
   between students, with the reference and with the kit, side by side. Flags are for the instructor
@@ -57,6 +58,18 @@ class Student:
             if item:
                 got[item] += test["score"]
         return {item: round(value, 2) for item, value in got.items()}
+
+    def review(self) -> list[str]:
+        """The checks without points (their verdict comes from the student's own process, so it carries no
+        points) that failed in a part that otherwise works: the instructor reads the code behind them. A stub
+        or a part that does not load fails them too, and is not flagged."""
+        tests = self.results.get("tests", [])
+        works = {t["name"].split(": ", 1)[0] for t in tests if t.get("max_score") and t.get("status") == "passed"}
+        return [
+            f"check: {t['name'].split(': ', 1)[-1]}"
+            for t in tests
+            if not t.get("max_score") and t.get("status") == "failed" and t["name"].split(": ", 1)[0] in works
+        ]
 
 
 def students_in(folder) -> list[Student]:
@@ -305,7 +318,7 @@ def write_gradebook(students: list[Student], path: Path) -> None:
                     s.results.get("max_score", ""),
                     s.status,
                     round(s.seconds),
-                    "; ".join(s.flags),
+                    "; ".join(s.review() + s.flags),
                 ]
             )
 

@@ -23,8 +23,8 @@ EXERCISES = ("init", "draft", "verify", "decode")
 @dataclass(frozen=True)
 class TestCase:
     """One test of ``part``: ``body(ctx)`` raises `Mistake` (feedback) or returns (passed); it earns
-    ``weight`` shares of the part's points. Hidden ones are shown after the due date and are left out of
-    the student kit (they sit inside the hidden-test markers)."""
+    ``weight`` shares of the part's points (0: feedback, flagged in the gradebook when it fails). Hidden ones
+    are shown after the due date and are left out of the student kit (they sit inside the hidden-test markers)."""
 
     part: str
     name: str

@@ -331,7 +331,10 @@ def decode_rounds(ctx):
 
 
 def decode_device(ctx):
-    """Every tensor on the device of the tensors it meets, checked on a CPU with a simulated GPU (`devices`)."""
+    """Every tensor on the device of the tensors it meets, checked on a CPU with a simulated GPU (`devices`).
+    Feedback without points: the watch runs in the student's process, where code written against it hides its
+    own faults (the trust model in `grading`), so the gradebook flags a failure for the instructor instead
+    (`classroom.Student.review`). On a real GPU the same mistake crashes the decode and loses its tests."""
     prompt, g, i = _eos_case(ctx.world, 20)
     for draft, use_cache in (("other", True), ("draft", False)):
         decoder = ctx.decoder(draft=draft, eos=g[i])
@@ -388,7 +391,12 @@ TESTS = (
     TestCase(
         "decode", "rounds the grader can follow: k drafted, verified once, tokens kept on the device", 1, decode_rounds
     ),
-    TestCase("decode", "builds every tensor on the models' device (checked with a simulated GPU)", 1, decode_device),
+    TestCase(
+        "decode",
+        "builds every tensor on the models' device (checked with a simulated GPU; feedback, no points)",
+        0,
+        decode_device,
+    ),
     ### BEGIN HIDDEN TESTS
     TestCase(
         "decode", "equals greedy with drafts that always / never agree, k = 1 and 8", 2, decode_edges, hidden=True
