@@ -1,7 +1,9 @@
 """Which forward runs the target and the draft, and why: the kit's one decision about speed, made in `choose`.
 
-Every backend speaks one protocol: ``forward(input_ids=..., cache=..., logits_to_keep=...)`` returns ``.logits``, and
-``forward.new_cache(n)`` gives an empty cache of at least ``n`` positions, which `cache.rollback` rolls back.
+The static backends (lean, graphs, compiled) speak one protocol: ``forward(input_ids=..., cache=...,
+logits_to_keep=...)`` returns ``.logits``, and ``forward.new_cache(n)`` gives an empty `cache.StaticKV` of at least
+``n`` positions, which `cache.rollback` rolls back. ``dynamic`` and ``uncached`` run the model itself (a cache, where
+one is kept, goes under the keyword `cache.cache_kwargs` finds on its forward).
 
 - ``dynamic``: the model itself over transformers' ``DynamicCache`` (any family, any drafter, trees, batches).
 - ``lean``: a Llama on a CPU through `lean.LeanForward` (transformers' operations without its per-layer Python,
@@ -47,7 +49,8 @@ def choose(
 ) -> tuple[str, str]:
     """``(backend name, why)`` for a decode: the caller's explicit wishes first, then the fastest backend that gives
     the target's own logits on this device. ``lean=False`` with ``graphs=False`` runs the model itself, eagerly,
-    as a decoder of one's own does (notebook 05 times its greedy baseline so)."""
+    as a decoder of one's own does (notebook 05 times its greedy baseline so). Where lean is left to decide, the
+    first call for a model runs `lean.lean_forward`'s check (its logits against the model's own, then kept)."""
     if not use_cache or score is not None:
         return "uncached", "use_cache=False" if not use_cache else "a caller's score= reads no cache"
     if compile:

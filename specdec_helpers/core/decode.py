@@ -158,7 +158,8 @@ def greedy_decode(
 
 def _rounds(run: Backend, input_ids, max_new_tokens, schedule: KSchedule, sampler, eos, score=None) -> DecodeOutput:
     """One round on one screen: draft, one target pass, accept, append, roll back to the kept text."""
-    target, cache, drafter = run.target, run.cache, run.drafter  # what runs them: `backends.choose`
+    # Built by `backends.backend` (`choose` says why); on lean, graphs and compiled `target` is the kit's forward.
+    target, cache, drafter = run.target, run.cache, run.drafter
     text = Text(input_ids, max_new_tokens, eos)
     drafter.update(0)  # a new text
     sync_device(input_ids.device)

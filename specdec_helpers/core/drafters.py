@@ -144,8 +144,9 @@ class ModelDrafter(Drafter):
 
 
 class PromptLookupDrafter(Drafter):
-    """Model-free drafting: find the latest earlier occurrence of the text's last n-gram and
-    propose what followed it. Free to run; pays off when text repeats (code, lyrics, quotes).
+    """Model-free drafting: find the latest earlier occurrence of the text's last n-gram (the longest first,
+    ``max_ngram`` down to ``min_ngram`` tokens) and propose what followed it, up to k tokens and no further than the
+    text goes. Free to run; pays off when text repeats (code, lyrics, quotes).
 
     ``grow_with_match``: propose at most twice as many tokens as the text matched, counting the match
     back past ``max_ngram`` (k still caps it). A short match is often a coincidence, a long one

@@ -63,8 +63,9 @@ def _hooked(model) -> bool:
 
 
 class LeanForward:
-    """The forward protocol (``forward(input_ids, cache)``, ``new_cache(n)``; ``logits_to_keep`` and
-    ``output_hidden_states`` as the model takes them) over a `StaticKV`."""
+    """The static backends' forward protocol over a `StaticKV`: called as ``fwd(input_ids=..., cache=kv)``
+    (`cache.cache_kwargs` finds the ``cache`` keyword on ``__call__``; ``logits_to_keep`` and ``output_hidden_states``
+    as the model takes them), and ``new_cache(n)``."""
 
     def __init__(self, model, fuse: bool = True):
         # A weak reference (the check's table must not keep the model alive); its modules are read at each pass, so

@@ -1,7 +1,7 @@
-"""The kit's edition of notebook 04's answer (greedy speculative decoding of one prompt), as the loops ask for it:
-the checks that let greedy speculative decoding run (`check_decoding`, `check_tree`, `check_batch`), the target
-cache's rollback (`keep_target_cache`) and the greedy baseline (`greedy_baseline`). Which forward and which cache:
-that is `backends`.
+"""The parts of the decode loops the student edition differs in, in the kit's edition: the checks that let greedy
+speculative decoding run (`check_decoding`, `check_tree`, `check_batch`), the target cache's rollback hook
+(`keep_target_cache`) and the greedy baseline's wrapper (`greedy_baseline`). Which forward and which cache: that is
+`backends`.
 
 The student edition replaces this module whole (``grading/editions.SWAPS``: `release`, the grader's view and the
 student kit's `check` all swap in ``assignment/student/edition_loop.py``): there greedy speculative decoding of

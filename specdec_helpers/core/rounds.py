@@ -37,7 +37,8 @@ class VerifyResult:
 class Step:
     """One round: what the draft proposed, how many the target accepted, what was appended."""
 
-    draft: list[int]  # a device tensor while the loop runs (no read per round); `Text.finish` makes it a list
+    # A device tensor while the loop runs (no read per round); `Text.finish` makes it a list.
+    draft: torch.Tensor | list[int]
     accepted: int
     emitted: list[int]  # tokens appended this round (accepted draft + correction/bonus, cut at EOS/limit)
 

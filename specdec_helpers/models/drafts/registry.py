@@ -42,7 +42,7 @@ class DraftKind:
 def _prompt_lookup(request: DraftRequest):
     if request.argument is None:  # HF's prompt lookup: n-grams of 1-3 tokens, k tokens proposed
         return PromptLookupDrafter()
-    n = request.argument  # the kit's: n-grams of N tokens or more, proposals grow with the match
+    n = request.argument  # the kit's: n-grams of N to max(3, N) tokens, proposals grow with the match
     if not n.isdigit() or int(n) < 1:
         raise ValueError(
             f"draft='prompt-lookup:{n}': write 'prompt-lookup:N' with N >= 1 the shortest n-gram to "
