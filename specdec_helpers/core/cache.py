@@ -17,9 +17,9 @@ from transformers import DynamicCache, StaticCache
 from transformers.cache_utils import DynamicLayer, StaticLayer
 
 
-BLOCK = (
-    256  # static cache capacities are multiples of this, so texts of different lengths share one cache (and its steps)
-)
+# graphs' and compiled's cache capacities are multiples of this, so texts of different lengths share one cache (and
+# its steps or compiled graph); lean's is exactly the prompt plus max_new_tokens.
+BLOCK = 256
 
 
 @functools.lru_cache(maxsize=None)
@@ -71,7 +71,9 @@ class StaticKV:
     It holds transformers' ``StaticCache`` (``cache``), so the model's own forward writes into it, and the lean CPU
     forward writes the same layers' rows itself. Each layer counts its length in a device tensor (all layers: views of
     ``lengths``), which a CUDA graph reads; ``position`` is the host's copy, read without waiting for the device.
-    Both change only through `move_to`, so they cannot drift apart (a pass that raised is undone there too).
+    ``position`` changes only through `move_to`; ``lengths`` also advance when the model's own forward writes through
+    transformers' ``StaticLayer.update``, so the forwards that run it (compiled's, graphs') end every pass, even one
+    that raised, with `move_to`, which sets both again.
     """
 
     def __init__(self, model, capacity: int):
@@ -134,6 +136,9 @@ def rollback(cache, kept) -> None:
 
     ``cache=None`` (a loop that keeps no cache): nothing to roll back.
     """
+    if isinstance(cache, StaticKV) and type(kept) is int:  # each round of a static backend; as the general path does
+        cache.keep(kept)
+        return
     if cache is None:
         return
     kept = _as_kept(kept)
