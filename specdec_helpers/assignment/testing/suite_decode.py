@@ -331,10 +331,8 @@ def decode_rounds(ctx):
 
 
 def decode_device(ctx):
-    """Every tensor on the device of the tensors it meets, checked on a CPU with a simulated GPU (`devices`).
-    Feedback without points: the watch runs in the student's process, where code written against it hides its
-    own faults (the trust model in `grading`), so the gradebook flags a failure for the instructor instead
-    (`classroom.Student.review`). On a real GPU the same mistake crashes the decode and loses its tests."""
+    """Every tensor on the device of the tensors it meets, on a CPU with a simulated GPU (`devices`). No points: the
+    watch runs in the student's process (`grading`'s trust model); the gradebook flags a failure instead."""
     prompt, g, i = _eos_case(ctx.world, 20)
     for draft, use_cache in (("other", True), ("draft", False)):
         decoder = ctx.decoder(draft=draft, eos=g[i])
@@ -377,6 +375,7 @@ def decode_eos_in_prompt(ctx):
 ### END HIDDEN TESTS
 
 
+FEEDBACK_ONLY = "(checked with a simulated GPU; feedback, no points)"
 TESTS = (
     TestCase("decode", "verify_tokens_cached: one pass, cache rolled back to the kept text", 2, verify_cached),
     TestCase("decode", "equals the target's greedy output (KV cache)", 2, decode_cached),
@@ -391,12 +390,7 @@ TESTS = (
     TestCase(
         "decode", "rounds the grader can follow: k drafted, verified once, tokens kept on the device", 1, decode_rounds
     ),
-    TestCase(
-        "decode",
-        "builds every tensor on the models' device (checked with a simulated GPU; feedback, no points)",
-        0,
-        decode_device,
-    ),
+    TestCase("decode", "builds every tensor on the models' device " + FEEDBACK_ONLY, 0, decode_device),
     ### BEGIN HIDDEN TESTS
     TestCase(
         "decode", "equals greedy with drafts that always / never agree, k = 1 and 8", 2, decode_edges, hidden=True
