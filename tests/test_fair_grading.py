@@ -226,41 +226,6 @@ def test_a_kit_function_handed_to_a_helper_is_still_a_delegation():
     assert poisoned(1) == "real"  # called from here (neither graded nor kit): passes
 
 
-PATCHED_COUNTER = """
-_world = getattr(__builtins__, "get", lambda *a: None)("__im" "port__") or getattr(__builtins__, "__im" "port__")
-_world = _world("specdec_helpers.assignment.testing.world", fromlist=["Probe"])
-
-
-def _few(self, module, args, kwargs):
-    ids = kwargs.get("input_ids", args[0] if args else None)
-    self.target_calls += 1
-    self.target_positions += min(5, int(ids.shape[-1]))
-
-
-_world.Probe._on_target = _few
-"""
-
-
-@pytest.mark.slow
-def test_patching_the_position_counter_earns_nothing(reference):
-    """The cheat of issue 34: the target re-reads the whole text every round, and the counter in the student's
-    own process is patched to report 5 positions a pass. The kernel's CPU time, read from outside, tells."""
-    rereads = reference["decode"].replace(
-        "fed = torch.cat([input_ids[:, cache_length(cache):], draft_tokens], dim=1)",
-        "crop_cache(cache, 0)\n    fed = torch.cat([input_ids, draft_tokens], dim=1)",
-    )
-    assert cells.kit_references(rereads + PATCHED_COUNTER) == []  # the static check does not see this one
-    for source, caught in ((rereads + PATCHED_COUNTER, True), (reference["decode"], False)):
-        results = {
-            r.test_id: r for r in grader.run_suite(dict(reference, decode=source), POINTS, only=["decode"], seed=0)
-        }
-        reused = results["decode.decode_cache_reused"]
-        assert reused.passed != caught, reused
-        if caught:
-            assert "measured outside your process" in reused.feedback
-            assert [t for t, r in results.items() if not r.passed] == ["decode.decode_cache_reused"]
-
-
 def test_aliases_of_sys_and_importlib_are_seen():
     for source in (
         "import importlib as _loader\nf = _loader.import_module('specdec_helpers.core.verify')\n",

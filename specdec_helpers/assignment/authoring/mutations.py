@@ -294,9 +294,15 @@ CATALOG = [
 
 
 def grade_mutation(
-    m: Mutation, reference: dict | None = None, seed: int | None = None, in_process: bool = False
+    m: Mutation,
+    reference: dict | None = None,
+    seed: int | None = None,
+    in_process: bool = False,
+    only_its_test: bool = False,
 ) -> Report:
-    """The implementation tests of the mutated part, run in a child like a submission's. ``in_process``:
+    """The implementation tests of the mutated part, run in a child like a submission's (``only_its_test``:
+    just the test that must catch it, which then holds the part's points; the others' checks of cost are most
+    of a part's grading time). ``in_process``:
     answered here instead (the catalog is the instructor's own code): the same `child.Server` and JSON
     round trip without a child's start (~8 s of imports each), which tests/test_assignment.py keeps equal.
     In process nothing times out and a cell that fails to load raises here: fine for the instructor's own
@@ -304,7 +310,10 @@ def grade_mutation(
     config = load_config()
     sources = m.sources(reference)
     factory = (lambda: InProcess(load_functions(sources))) if in_process else None
-    return Report(run_suite(sources, config["points"], only=[m.part], seed=seed, child_factory=factory), source=m.name)
+    ids = {m.test_id} if only_its_test else None
+    return Report(
+        run_suite(sources, config["points"], only=[m.part], seed=seed, child_factory=factory, ids=ids), source=m.name
+    )
 
 
 def grade_all(hidden: bool = True) -> list[tuple[Mutation, Report]]:

@@ -155,15 +155,21 @@ def run_suite(
     only=None,
     seed: int | None = None,
     child_factory: Callable | None = None,
+    ids: set[str] | None = None,
 ) -> list[Result]:
     """Run the implementation tests against the graded cells ``sources`` (``{part: source}``), the
-    student's code in a child process; each part's points are split over its tests by weight."""
+    student's code in a child process; each part's points are split over its tests by weight. ``ids``: only
+    these tests (the mistake catalog's check of one test), sharing their parts' points."""
     seed = grading_seed(seed)
     status = part_status(sources)
     runnable = {part: src for part, src in sources.items() if status.get(part) == "ok"}
     start = child_factory or (lambda: Child(runnable, ready_timeout=max(timeout, 10)))
     child, start_error = None, ""
-    tests = [t for t in TESTS if (hidden or not t.hidden) and (only is None or t.part in only)]
+    tests = [
+        t
+        for t in TESTS
+        if (hidden or not t.hidden) and (only is None or t.part in only) and (ids is None or t.id in ids)
+    ]
     results = []
     for exercise in EXERCISES:
         group = [t for t in tests if t.part == exercise]
