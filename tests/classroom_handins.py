@@ -605,11 +605,15 @@ NONE = dict.fromkeys(FULL, 0.0)
 #: The class the test suite grades (tests/test_classroom.py): every case of the full class once. Two copies that
 #: between them use every disguise of `COPY_KINDS` (one a folder, one a zip; each disguise alone is flagged in
 #: tests/test_similarity.py, "renamed" also end to end in test_classroom), one released stub per upload form (a
-#: folder, a zip, a Colab copy). 22 hand-ins; benchmarks/class_grading.py grades the full class of 30.
-SUITE_CLASS = {"copy_kinds": ("renamed+reordered+comments", "padded+reordered"), "stub_variants": 3}
+#: folder, a zip, a Colab copy), the two independent authors whose work was copied (C, copied by nobody, is a
+#: third full grading that shows nothing A and B do not). 21 hand-ins; benchmarks/class_grading.py grades the
+#: full class of 30.
+SUITE_CLASS = {"copy_kinds": ("renamed+reordered+comments", "padded+reordered"), "stub_variants": 3, "authors": "AB"}
 
 
-def build_class(folder: Path, copy_kinds=COPY_KINDS, stub_variants: int = STUB_VARIANTS) -> dict[str, dict]:
+def build_class(
+    folder: Path, copy_kinds=COPY_KINDS, stub_variants: int = STUB_VARIANTS, authors: str = "ABC"
+) -> dict[str, dict]:
     """Write a class of hand-ins into ``folder`` (30 with the defaults; `SUITE_CLASS` for the suite's smaller
     one); returns ``{student: expected}`` where expected holds ``points`` per part, ``status`` (the statuses
     allowed) and ``flags``: ``{(part, other)}``, other a classmate, "reference" or "kit"."""
@@ -631,7 +635,7 @@ def build_class(folder: Path, copy_kinds=COPY_KINDS, stub_variants: int = STUB_V
         add(f"copy_{i}", copied_sources(how), FULL, zipped=i % 2 == 1)
     for name in copies:  # each copy is flagged with the reference solution and with every other copy
         expected[name]["flags"] = {(p, o) for p in compared for o in ["reference"] + [c for c in copies if c != name]}
-    for author in "ABC":
+    for author in authors:  # independent authors: A has a friend who copied, B a classmate who copied a part
         add(f"ind_{author.lower()}", independent_sources(author), FULL, zipped=author == "B")
     add("ind_a_friend", disguise(INDEPENDENT["A"], "renamed+reordered"), FULL, flags={(p, "ind_a") for p in compared})
     expected["ind_a"]["flags"] = {(p, "ind_a_friend") for p in compared}
