@@ -375,7 +375,6 @@ def decode_eos_in_prompt(ctx):
 ### END HIDDEN TESTS
 
 
-FEEDBACK_ONLY = "(checked with a simulated GPU; feedback, no points)"
 TESTS = (
     TestCase("decode", "verify_tokens_cached: one pass, cache rolled back to the kept text", 2, verify_cached),
     TestCase("decode", "equals the target's greedy output (KV cache)", 2, decode_cached),
@@ -390,7 +389,7 @@ TESTS = (
     TestCase(
         "decode", "rounds the grader can follow: k drafted, verified once, tokens kept on the device", 1, decode_rounds
     ),
-    TestCase("decode", "builds every tensor on the models' device " + FEEDBACK_ONLY, 0, decode_device),
+    TestCase("decode", "builds every tensor on the models' device (simulated GPU; no points)", 0, decode_device),
     ### BEGIN HIDDEN TESTS
     TestCase(
         "decode", "equals greedy with drafts that always / never agree, k = 1 and 8", 2, decode_edges, hidden=True
