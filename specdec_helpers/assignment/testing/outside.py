@@ -23,20 +23,29 @@ from specdec_helpers.assignment.testing.world import grader_threads
 from specdec_helpers.core.checks import NEAR_TIE, greedy_divergence
 
 TRIES = 3
+LOAD_ROOM = 2.0  # how much slower than the grader's cached time a retry may be, whatever load it shares
 
 
 def within(
     child_seconds: Callable[[], float], own_seconds: Callable[[bool], float], margin: float, slack: float
 ) -> tuple[bool, float, float]:
     """``(ok, used, own)``: whether the child's time stayed under ``margin * own + slack`` on some try, with the
-    last try's times. ``own_seconds(fresh)`` is the grader's time: cached on the first try, measured again after."""
-    own = float("inf")
-    for attempt in range(TRIES):
-        used = child_seconds()
-        own = min(own, own_seconds(attempt > 0))  # a busy moment never loosens the bound (a second pass passed so)
-        if used <= margin * own + slack:
+    last try's times. The first try holds the child against the grader's cached time (``own_seconds(False)``); each
+    later one against the grader's time measured afresh just before and just after it (the faster), so that a retry
+    shares the machine's load of its moment: CI once failed an honest decoder on all three tries against a time
+    cached in a quiet moment (1.63 s against a bound of 1.04 s; about 0.55 s alone). A retry must also stay within
+    ``LOAD_ROOM`` times the first bound: under a load that slowed the grader's timings, PA3's second pass once passed
+    against them (red team of this change, three busy loops beside the test)."""
+    used = child_seconds()
+    own = own_seconds(False)
+    ceiling = LOAD_ROOM * (margin * own + slack)
+    for _ in range(TRIES - 1):
+        if used <= min(margin * own + slack, ceiling):
             return True, used, own
-    return False, used, own
+        before = own_seconds(True)
+        used = child_seconds()
+        own = min(before, own_seconds(True))
+    return used <= min(margin * own + slack, ceiling), used, own
 
 
 def own_seconds(run: Callable[[], object]) -> tuple[float, object]:
