@@ -136,9 +136,6 @@ def rollback(cache, kept) -> None:
 
     ``cache=None`` (a loop that keeps no cache): nothing to roll back.
     """
-    if isinstance(cache, StaticKV) and type(kept) is int:  # each round of a static backend; as the general path does
-        cache.keep(kept)
-        return
     if cache is None:
         return
     kept = _as_kept(kept)

@@ -54,7 +54,7 @@ class Student:
         items = {label: item for item, label in LABELS.items()}
         got = dict.fromkeys(LABELS, 0.0)
         for test in self.results.get("tests", []):
-            item = items.get(test["name"].split(": ", 1)[0])
+            item = items.get(_label(test))
             if item:
                 got[item] += test["score"]
         return {item: round(value, 2) for item, value in got.items()}
@@ -64,12 +64,17 @@ class Student:
         points) that failed in a part that otherwise works: the instructor reads the code behind them. A stub
         or a part that does not load fails them too, and is not flagged."""
         tests = self.results.get("tests", [])
-        works = {t["name"].split(": ", 1)[0] for t in tests if t.get("max_score") and t.get("status") == "passed"}
+        works = {_label(t) for t in tests if t.get("max_score") and t.get("status") == "passed"}
         return [
             f"check: {t['name'].split(': ', 1)[-1]}"
             for t in tests
-            if not t.get("max_score") and t.get("status") == "failed" and t["name"].split(": ", 1)[0] in works
+            if not t.get("max_score") and t.get("status") == "failed" and _label(t) in works
         ]
+
+
+def _label(test: dict) -> str:
+    """The graded item's label a results.json test is named after (``"2 drafting: ..."`` -> ``"2 drafting"``)."""
+    return test["name"].split(": ", 1)[0]
 
 
 def students_in(folder) -> list[Student]:
