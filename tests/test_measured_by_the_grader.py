@@ -190,6 +190,18 @@ def test_a_second_verification_pass_hidden_from_the_counter_earns_nothing(refere
     assert "runs the target more than once" in failed["verify.verify_vectorized"]
 
 
+@pytest.mark.slow
+def test_the_reference_passes_the_checks_of_cost_with_two_torch_threads_in_the_child(reference, monkeypatch):
+    """The child's CPU time is its whole process's, every torch thread and their spinning included; the grader's own
+    must be counted the same way. Counted on one thread, the reference failed all three checks of cost at
+    ``SPECDEC_THREADS=2`` (19.9/45 on an H100, 2026-11-27, and on this CPU): 2.5 times the grader's time."""
+    monkeypatch.setenv("SPECDEC_THREADS", "2")
+    ids = {"verify.verify_vectorized", "decode.verify_cached", "decode.decode_one_pass"}
+    results = grader.run_suite(reference, CONFIG["points"], only=["verify", "decode"], ids=ids, seed=0)
+    assert sorted(r.test_id for r in results) == sorted(ids)
+    assert all(r.passed for r in results), [r.feedback for r in results if not r.passed]
+
+
 def test_a_bound_read_outside_fails_only_a_decoder_over_it_on_every_try():
     """Load moves CPU seconds: an honest decoder unlucky once (the notebook 04 check once failed the reference at
     load 7; CI once failed one on every try against a time cached in a quiet moment) is timed again between two fresh
