@@ -162,8 +162,29 @@ def test_a_failed_check_line_shows_the_verdict_not_nbvals_report(tmp_path):
             new_code_cell("nb.check(...)", metadata={"nbgrader": {"grade_id": "ex1_check", "locked": True}}),
         ]
     )
-    [line] = submission._check_lines("01_x.ipynb", nb, junit)
+    line, others = submission._check_lines("01_x.ipynb", nb, junit)
     assert line.status == "failed" and line.feedback == verdict
+    assert (others.name, others.status) == ("01_x.ipynb: its 1 other cells run", "passed")
+
+
+def test_a_failed_cell_without_a_check_gets_a_line_too(tmp_path):
+    """nbval-lax runs every cell: one that fails with no check cell after it (a plot at the end) is reported, naming
+    the first such cell and its error, with 0 points; a cell nbval never ran counts as failed."""
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    junit = tmp_path / "05.xml"
+    junit.write_text(
+        '<testsuites><testsuite><testcase name="Cell 0"/><testcase name="Cell 1"/><testcase name="Cell 2">'
+        "<failure>Traceback:\nNameError: name 'plot' is not defined</failure></testcase></testsuite></testsuites>"
+    )
+    check = {"nbgrader": {"grade_id": "ex1_check", "locked": True}}
+    cells = [new_code_cell("x = 1"), new_code_cell("nb.check(...)", metadata=check), new_code_cell("plot(x)")]
+    line, others = submission._check_lines("05_x.ipynb", new_notebook(cells=cells), junit)
+    assert line.status == "passed" and (others.status, others.score, others.max_score) == ("failed", 0.0, 0.0)
+    assert others.feedback == "1 of them failed: code cell 2: NameError: name 'plot' is not defined"
+    cells.append(new_code_cell("never_run()"))
+    _, others = submission._check_lines("05_x.ipynb", new_notebook(cells=cells), junit)
+    assert others.feedback.startswith("2 of them failed: code cell 2")
 
 
 def _verify_solution() -> str:

@@ -194,12 +194,14 @@ def test_the_solved_hand_in_graded_as_root_passes_every_check_line(solved):
     assert len(checks) >= 4 and all(t["status"] == "passed" for t in checks), [
         t for t in checks if t["status"] != "passed"
     ]
+    # every cell of every notebook ran and passed (the only fp32 nbval run of the notebooks in the suite)
+    ran = sorted(t["name"].split(": ")[1][:2] for t in checks if t["name"].endswith("other cells run"))
+    assert ran == [p.name[:2] for p in sorted((ROOT / "notebooks").glob("0*.ipynb"))], ran
 
 
 def test_full_marks_for_the_solutions_and_not_implemented_for_the_stubs(solved, stubs):
     assert solved["score"] == solved["max_score"] == 45, solved["output"]
-    # the notebooks ran under nbval: one line per check cell, no points (the only nbval run of the
-    # instructor's answers in the grading tests; test_assignment's grading skips it)
+    # the notebooks ran under nbval: one line per check cell, no points (test_assignment's grading skips it)
     checks = [t for t in solved["tests"] if t["name"].startswith("checks")]
     assert checks and all(t["score"] == t["max_score"] == 0 for t in checks), checks
     data = stubs[1]

@@ -3,7 +3,7 @@
 fp32 fails here, on a machine without a GPU.
 
 ``SPECDEC_DTYPE=fp16`` makes `load_pair` (and so every notebook's pair) load the toy models in half precision;
-all eight run in one pytest child, as the README's nbval run does, with that variable set. All eight, no
+all eight run in one pytest child under nbval, with that variable set (in fp32 they run in tests/test_course.py). All eight, no
 subset: in fp16 on the shared 2-core machine they took 10-28 s each, 135 s one after another
 (benchmarks/RESULTS.md). A notebook that cannot run (no nbval, no kernel, a cell that fails or is skipped)
 fails the test: nothing here skips.

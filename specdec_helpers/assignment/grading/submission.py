@@ -264,6 +264,8 @@ def _verdict(report: str) -> str:
 
 
 def _check_lines(name: str, nb, junit: Path) -> list[Result]:
+    """A 0-point line per check cell, and one for the notebook's other cells: a cell that fails with no check after
+    it is reported too, so the grading of a solved hand-in runs every cell as plain nbval would (tests/test_course)."""
     verdicts = {}
     if junit.is_file():
         for case in ElementTree.parse(junit).getroot().iter("testcase"):
@@ -286,6 +288,21 @@ def _check_lines(name: str, nb, junit: Path) -> list[Result]:
                 "passed" if problem == "" else "failed",
                 problem,
                 test_id=f"nbval.{Path(name).stem}.{grade_id}",
+            )
+        )
+    others = [i for i, cell in enumerate(code) if not nbgrader(cell).get("grade_id", "").endswith("_check")]
+    broken = [i for i in others if verdicts.get(i, "not run")]
+    if verdicts and others:  # every cell counts: one that fails with no check after it would go unseen
+        first = f": code cell {broken[0]}: {verdicts.get(broken[0], 'not run')}" if broken else ""
+        lines.append(
+            Result(
+                "checks",
+                f"{name}: its {len(others)} other cells run",
+                0.0,
+                0.0,
+                "failed" if broken else "passed",
+                f"{len(broken)} of them failed{first}" if broken else "",
+                test_id=f"nbval.{Path(name).stem}.cells",
             )
         )
     if not verdicts:
