@@ -181,8 +181,8 @@ class Workers:
                 worker.stdin.close()
             except OSError:
                 pass
-            try:
-                worker.wait(timeout=5)
+            try:  # an idle worker's exit (its graders' temporary folders removed) took over 5 s at CI's load
+                worker.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.stop(worker)
 
