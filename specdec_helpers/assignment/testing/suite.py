@@ -368,9 +368,7 @@ def _own_pass_seconds(world, ids: torch.Tensor, fresh: bool = False) -> float:
     """The grader's CPU time for one pass of `live` over ``ids`` (`outside.own_seconds`), once per world and text, or
     again when ``fresh``; its logits are kept."""
     key = (world.seed, tuple(ids[0].tolist()))
-    if fresh or key not in _OWN:
-        _OWN[key] = outside.own_seconds(lambda: world.live(input_ids=ids).logits)
-    return _OWN[key][0]
+    return outside.kept_own_seconds(_OWN, key, lambda: world.live(input_ids=ids).logits, fresh)
 
 
 ### END HIDDEN TESTS

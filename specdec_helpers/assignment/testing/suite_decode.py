@@ -154,14 +154,14 @@ def _own_cached_seconds(world, prompt, new: int, fresh: bool = False) -> float:
     from specdec_helpers.core.decode import speculative_decode
 
     key = (world.seed, tuple(prompt[0].tolist()), new)
-    if fresh or key not in _OWN:
-        own, out = outside.own_seconds(
-            lambda: speculative_decode(
-                world.live, world.other, prompt, max_new_tokens=new, num_speculative_tokens=4, eos_token_id=None
-            )
-        )
-        _OWN[key] = own, out.new_tokens.tolist()
-    return _OWN[key][0]
+    return outside.kept_own_seconds(
+        _OWN,
+        key,
+        lambda: speculative_decode(
+            world.live, world.other, prompt, max_new_tokens=new, num_speculative_tokens=4, eos_token_id=None
+        ).new_tokens.tolist(),
+        fresh,
+    )
 
 
 ### END HIDDEN TESTS
