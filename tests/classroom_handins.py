@@ -602,13 +602,13 @@ def misbehaving_sources(name: str) -> dict[str, str]:
 STUB_VARIANTS = 9
 FULL = {"init": 5.0, "draft": 5.0, "verify": 5.0, "decode": 10.0}
 NONE = dict.fromkeys(FULL, 0.0)
-#: The class the test suite grades (tests/test_classroom.py): every case of the full class once. Two copies that
-#: between them use every disguise of `COPY_KINDS` (one a folder, one a zip; each disguise alone is flagged in
-#: tests/test_similarity.py, "renamed" also end to end in test_classroom), one released stub per upload form (a
-#: folder, a zip, a Colab copy), the two independent authors whose work was copied (C, copied by nobody, is a
-#: third full grading that shows nothing A and B do not). 21 hand-ins; benchmarks/class_grading.py grades the
-#: full class of 30.
-SUITE_CLASS = {"copy_kinds": ("renamed+reordered+comments", "padded+reordered"), "stub_variants": 3, "authors": "AB"}
+#: The class the test suite grades (tests/test_classroom.py): every case of the full class once. One copy of the
+#: reference, in the disguise that combines three of `COPY_KINDS` (each disguise alone is flagged in
+#: tests/test_similarity.py, "renamed" also end to end in test_classroom; a copy of a classmate is `ind_a_friend`),
+#: one released stub per upload form (a folder, a zip, a Colab copy), the two independent authors whose work was
+#: copied (C, copied by nobody, is a third full grading that shows nothing A and B do not). 20 hand-ins, six of
+#: them full-mark gradings; benchmarks/class_grading.py grades the full class of 30.
+SUITE_CLASS = {"copy_kinds": ("renamed+reordered+comments",), "stub_variants": 3, "authors": "AB"}
 
 
 def build_class(
