@@ -3,7 +3,7 @@
 # a bare GPU machine lacks: it has Python 3.12, a CUDA torch, an older transformers (the kit needs the forward's
 # cache= argument, transformers >= 5.24), no Jupyter stack, and nothing can be fetched there. Then copy the tree
 # with .gpu/ to that machine (with the device tool: carry .gpu) and run `bash benchmarks/gpu/run.sh` there: at most
-# 5 minutes, a summary and one archive of logs in $OUT (benchmarks/RESULTS.md, "On a GPU").
+# 6 minutes, a summary and one archive of logs in $OUT (benchmarks/RESULTS.md, "On a GPU").
 #   PYVER=3.12 bash benchmarks/gpu/prepare.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
