@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from full_marks import full_marks
 
 from specdec_helpers.assignment.authoring import mutations
 from specdec_helpers.assignment.grading import classroom, grader, submission
@@ -152,16 +153,7 @@ def test_forging_the_device_check_earns_nothing_and_a_failure_is_flagged_for_the
     gradebook's flags, and only where the part otherwise works (a stub fails it too, and is not flagged)."""
     assert [t.weight for t in grader.TESTS if t.body is suite_decode.decode_device] == [0]
     points = grader.load_config()["points"]
-    report = grader.Report(
-        [
-            grader.Result(t.part, t.name, best, best, "passed", test_id=t.id)
-            for part in grader.EXERCISES
-            for t, best in zip(
-                [t for t in grader.TESTS if t.part == part],
-                grader.split_points(points[part], [t.weight for t in grader.TESTS if t.part == part]),
-            )
-        ]
-    )
+    report = grader.Report(full_marks(points, ids=True))
     device = report.find("decode.decode_device")
     assert device.max_score == 0 and report.score == report.max_score == sum(points[p] for p in grader.EXERCISES)
     device.status = "failed"  # a host tensor: the same points, one flag
