@@ -62,7 +62,8 @@ fi
 # what ran where (package versions without importing them: quick), and the device when none was named
 DEVICE=${DEVICE:-$($PY -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")' 2> /dev/null || echo cpu)}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -1)
-commit=$(git rev-parse --short HEAD 2> /dev/null || cat .gpu/commit 2> /dev/null || echo unknown)
+# prepare.sh names the commit it carried: the device tool's copy of .git can be older than the tree it copies
+commit=$(cat .gpu/commit 2> /dev/null || git rev-parse --short HEAD 2> /dev/null || echo unknown)
 $PY -c 'import importlib.metadata as m, platform
 def version(name):
     try:
