@@ -155,9 +155,12 @@ def student_processes() -> list[int]:
     return [pid for uid in uids for pid in privilege.processes_of(uid)]
 
 
-def attempts(data: dict) -> dict:
-    """What the cheat reported (the first test line whose feedback carries it)."""
-    text = next(t["output"] for t in data["tests"] if "CHEAT-RAN" in t["output"])
+def attempts(data: dict, kernel: bool = False) -> dict:
+    """What the cheat reported: in the graded cells' child (the first test line whose feedback carries it), or in the
+    notebook's kernel (nbval's line for the notebook's other cells, where the cheat's cell raised)."""
+    text = next(
+        t["output"] for t in data["tests"] if "CHEAT-RAN" in t["output"] and t["name"].startswith("checks") == kernel
+    )
     words = text.split("CHEAT-RAN", 1)[1].split()
     return dict(word.split("=", 1) for word in words if "=" in word)
 
@@ -190,6 +193,9 @@ def test_every_cheat_earns_nothing_and_results_json_is_the_graders(bundle):
             "kill_grader",
         }, tried
         assert not [name for name, outcome in tried.items() if outcome == "ok"], tried
+        # the kernel's view holds the visible tests (its testing/suite.py has the hidden ones stripped): nothing else
+        in_kernel = attempts(data, kernel=True)
+        assert {name for name, outcome in in_kernel.items() if outcome == "ok"} <= {"import_hidden_tests"}, in_kernel
         assert any("01_model_init.ipynb: init_check" in t["name"] for t in data["tests"])  # nbval ran it too
         assert tree_hash(root / "source" / "kit") == kit_before
         assert not Path("/tmp/specdec-cheat-marker").exists()

@@ -32,6 +32,7 @@ from specdec_helpers.assignment.grading.packages import mismatch
 from specdec_helpers.assignment.testing.wire import decode, encode
 from specdec_helpers.assignment.parts.cells import load_functions
 from specdec_helpers.assignment.parts.decoder import DecoderBase, build_decoder
+from specdec_helpers.core.timing import child_thread_count
 
 DELEGATED: list[str] = []
 
@@ -277,7 +278,7 @@ def main(argv=None) -> int:
     requests = sys.stdin
     sources = json.loads(requests.readline() or "{}")
     sys.stdout = sys.stderr  # prints of student code never reach the answer channel
-    torch.set_num_threads(int(os.environ.get("SPECDEC_THREADS", "1")))
+    torch.set_num_threads(child_thread_count())
     # fixed for the grading: more threads on a busy machine only burn CPU time, which the outside check of the
     # target cache counts (an honest decoder that raised them was taken for one that re-reads the text)
     torch.set_num_threads = lambda n: None

@@ -32,7 +32,7 @@ from specdec_helpers.assignment.testing.wire import StudentError
 from specdec_helpers.assignment.testing.cases import EXERCISES, Ctx, TestCase
 from specdec_helpers.assignment.testing import suite, suite_decode
 from specdec_helpers.assignment.testing.world import Mistake, grading_seed
-from specdec_helpers.assignment.testing.world import grader_threads
+from specdec_helpers.core.timing import child_threads
 from specdec_helpers.assignment.grading.scoring import LABELS, Report, Result, performance_results, split_points
 from specdec_helpers.assignment.grading.scoring import exact_sum  # noqa: F401 - the tests add scores as grader.exact_sum
 from specdec_helpers.assignment.grading.speed import Measurement, baseline_of
@@ -239,7 +239,7 @@ def grade(
     config = config or load_config()
     start = time.perf_counter()
     results = list(checks or [])
-    with grader_threads():
+    with child_threads():
         results += run_suite(sources, config["points"], hidden=hidden, timeout=config["test_timeout_s"], seed=seed)
     decode_ok = all(r.passed for r in results if r.test_id in ("decode.decode_cached", "decode.verify_cached"))
     measurement, reason = None, ""

@@ -23,6 +23,7 @@ from specdec_helpers.assignment.grading import privilege
 from specdec_helpers.assignment.grading.child import error_answer
 from specdec_helpers.assignment.testing.wire import StudentError, decode
 from specdec_helpers.assignment.grading.packages import PackagesDiffer
+from specdec_helpers.core.timing import child_threads
 
 
 class ChildFailed(Exception):
@@ -223,13 +224,11 @@ class InProcess:
         return time.process_time()
 
     def request(self, op: str, timeout: float = 60, **kwargs):
-        from specdec_helpers.assignment.testing.world import grader_threads
-
         # the child's torch threads (`$SPECDEC_THREADS`, default 1), not this kernel's: the checks of cost hold this
         # process's CPU time against the grader's own at that count, and a Colab kernel's two threads spin
         # 1.6-1.9 times the CPU of one (a correct decoder then failed "one target pass")
         try:  # the same JSON round trip as the child's answers
-            with grader_threads():
+            with child_threads():
                 answer = getattr(self.server, "op_" + op)(**decode(kwargs))
             return decode(json.loads(json.dumps(answer)))
         except Exception as error:  # reported like the child does

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specdec_helpers.assignment.testing.wire import encode
-from specdec_helpers.assignment.testing.world import grader_threads
+from specdec_helpers.core.timing import child_threads
 from specdec_helpers.assignment.testing.replay import check_rounds, grader_rounds
 from specdec_helpers.assignment.grading.sandbox import Child, ChildFailed
 from specdec_helpers.assignment.testing.wire import StudentError
@@ -102,7 +102,7 @@ def measure(
     """Time the student's decoder against the reference on the course pair (see the module's doc), with
     as many torch threads here as in the children (``$SPECDEC_THREADS``, default 1): the grader's own
     greedy decoding and replay took 25x longer with two threads on a shared 2-core machine."""
-    with grader_threads():
+    with child_threads():
         return _measure(student_sources, reference_sources, perf, seed, timeout)
 
 

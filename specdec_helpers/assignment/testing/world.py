@@ -374,14 +374,3 @@ def make_decoder(cls, pair, eos=None, record=False):
     decoder.eos_token_id = eos
     decoder.log = []
     return decoder
-
-
-@contextmanager
-def grader_threads():
-    """Torch threads as in the student's child (``$SPECDEC_THREADS``, default 1) while grading, then back."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(int(os.environ.get("SPECDEC_THREADS", "1")))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
