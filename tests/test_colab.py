@@ -181,10 +181,18 @@ def test_a_failed_cell_without_a_check_gets_a_line_too(tmp_path):
     cells = [new_code_cell("x = 1"), new_code_cell("nb.check(...)", metadata=check), new_code_cell("plot(x)")]
     line, others = submission._check_lines("05_x.ipynb", new_notebook(cells=cells), junit)
     assert line.status == "passed" and (others.status, others.score, others.max_score) == ("failed", 0.0, 0.0)
-    assert others.feedback == "1 of them failed: code cell 2: NameError: name 'plot' is not defined"
+    assert others.feedback == "1 of them failed, first code cell 3 ('plot(x)'): NameError: name 'plot' is not defined"
     cells.append(new_code_cell("never_run()"))
     _, others = submission._check_lines("05_x.ipynb", new_notebook(cells=cells), junit)
-    assert others.feedback.startswith("2 of them failed: code cell 2")
+    assert others.feedback.startswith("2 of them failed, first code cell 3")
+    # a cell nbval skipped (NBVAL_SKIP) never ran: said, not failed; a skipped check cell fails
+    junit.write_text(
+        '<testsuites><testsuite><testcase name="Cell 0"><skipped/></testcase><testcase name="Cell 1"><skipped/>'
+        '</testcase><testcase name="Cell 2"/></testsuite></testsuites>'
+    )
+    line, others = submission._check_lines("05_x.ipynb", new_notebook(cells=cells[:3]), junit)
+    assert line.status == "failed" and others.status == "passed"
+    assert others.feedback == "1 skipped (NBVAL_SKIP), first code cell 1 ('x = 1')"
 
 
 def _verify_solution() -> str:

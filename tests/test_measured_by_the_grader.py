@@ -262,12 +262,40 @@ def test_a_bound_read_outside_fails_only_a_decoder_over_it_on_every_try():
     assert outside.within(timer([1.6]), lambda fresh: 1.0, 1.5, 0.1) == (True, 1.6, 1.0)  # the slack counts
 
 
+def test_the_child_is_stopped_while_the_grader_times_itself():
+    """A child that keeps processes busy between its requests (where its own time is not read) would slow the
+    grader's measurement and loosen its own bound: the child and its jail are stopped while the grader times itself,
+    and go on afterwards, also when the timing fails."""
+    from specdec_helpers.assignment.testing import outside
+
+    events = []
+
+    class Child:
+        def pause(self):
+            events.append("pause")
+
+        def resume(self):
+            events.append("resume")
+
+    def own(fresh):
+        events.append(("own", fresh))
+        if fresh:
+            raise RuntimeError("the grader's own run failed")
+        return 1.5
+
+    timed = outside.stopped(Child(), own)
+    assert timed(False) == 1.5 and events == ["pause", ("own", False), "resume"]
+    with pytest.raises(RuntimeError):
+        timed(True)
+    assert events[3:] == ["pause", ("own", True), "resume"]
+
+
 def test_a_retrys_fresh_grader_time_is_one_run_and_only_a_faster_one_is_kept():
     """The first measurement is the faster of two runs; a retry's is one run (the one-time costs are paid), returned
     as it is, and kept only if faster: a time measured in a loaded moment never becomes the next grading's bound."""
     from specdec_helpers.assignment.testing import outside
 
-    costs = iter([0.2, 0.1, 0.3, 0.05])  # CPU seconds of each run
+    costs = iter([0.4, 0.2, 0.8, 0.05])  # CPU seconds of each run
 
     def run():
         cost = next(costs)
@@ -277,11 +305,11 @@ def test_a_retrys_fresh_grader_time_is_one_run_and_only_a_faster_one_is_kept():
         return cost
 
     store = {}
-    first = outside.kept_own_seconds(store, "k", run, fresh=False)  # runs 0.2 and 0.1: keeps 0.1
-    assert 0.1 <= first < 0.15 and store["k"][1] == 0.1
+    first = outside.kept_own_seconds(store, "k", run, fresh=False)  # runs 0.4 and 0.2: keeps 0.2
+    assert 0.2 <= first < 0.4 and store["k"][1] == 0.2
     assert outside.kept_own_seconds(store, "k", run, fresh=False) == first  # cached: no run
-    loaded = outside.kept_own_seconds(store, "k", run, fresh=True)  # one run, 0.3: returned, not kept
-    assert loaded >= 0.3 and store["k"][0] == first
+    loaded = outside.kept_own_seconds(store, "k", run, fresh=True)  # one run, 0.8: returned, not kept
+    assert loaded >= 0.8 and store["k"][0] == first
     quiet = outside.kept_own_seconds(store, "k", run, fresh=True)  # one run, 0.05: kept
     assert quiet < first and store["k"][0] == quiet
 

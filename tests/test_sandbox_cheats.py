@@ -195,6 +195,7 @@ def test_every_cheat_earns_nothing_and_results_json_is_the_graders(bundle):
         assert not [name for name, outcome in tried.items() if outcome == "ok"], tried
         # the kernel's view holds the visible tests (its testing/suite.py has the hidden ones stripped): nothing else
         in_kernel = attempts(data, kernel=True)
+        assert set(in_kernel) >= set(tried) - {"kill_grader"}, in_kernel  # each attempt reported (the last may be cut)
         assert {name for name, outcome in in_kernel.items() if outcome == "ok"} <= {"import_hidden_tests"}, in_kernel
         assert any("01_model_init.ipynb: init_check" in t["name"] for t in data["tests"])  # nbval ran it too
         assert tree_hash(root / "source" / "kit") == kit_before

@@ -45,6 +45,10 @@ class Runner(Protocol):
 
     def cpu_seconds(self) -> float: ...
 
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -222,6 +226,12 @@ class InProcess:
 
     def cpu_seconds(self) -> float:
         return time.process_time()
+
+    def pause(self) -> None:  # this process: the grader's own timing runs in it
+        pass
+
+    def resume(self) -> None:
+        pass
 
     def request(self, op: str, timeout: float = 60, **kwargs):
         # the child's torch threads (`$SPECDEC_THREADS`, default 1), not this kernel's: the checks of cost hold this

@@ -263,6 +263,15 @@ def _verdict(report: str) -> str:
     return (lines[-1] if lines else "failed")[:400]
 
 
+SKIPPED = "skipped (NBVAL_SKIP): it never ran"
+
+
+def _cell_words(cell, index: int) -> str:
+    """A code cell as a student finds it: its number among the code cells from 1, and its first line."""
+    first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+    return f"code cell {index + 1} ({first[:60]!r})"
+
+
 def _check_lines(name: str, nb, junit: Path) -> list[Result]:
     """A 0-point line per check cell, and one for the notebook's other cells: a cell that fails with no check after
     it is reported too, so the grading of a solved hand-in runs every cell as plain nbval would (tests/test_course)."""
@@ -272,6 +281,8 @@ def _check_lines(name: str, nb, junit: Path) -> list[Result]:
             failure = case.find("failure") if case.find("failure") is not None else case.find("error")
             index = int(case.get("name", "Cell -1").split()[-1])
             verdicts[index] = "" if failure is None else _verdict(failure.text or failure.get("message") or "failed")
+            if failure is None and case.find("skipped") is not None:  # NBVAL_SKIP: the cell never ran
+                verdicts[index] = SKIPPED
     code = [c for c in nb.cells if c.cell_type == "code"]
     lines = []
     for index, cell in enumerate(code):
@@ -291,9 +302,15 @@ def _check_lines(name: str, nb, junit: Path) -> list[Result]:
             )
         )
     others = [i for i, cell in enumerate(code) if not nbgrader(cell).get("grade_id", "").endswith("_check")]
-    broken = [i for i in others if verdicts.get(i, "not run")]
+    broken = [i for i in others if verdicts.get(i, "not run") not in ("", SKIPPED)]
+    skipped = [i for i in others if verdicts.get(i) == SKIPPED]
     if verdicts and others:  # every cell counts: one that fails with no check after it would go unseen
-        first = f": code cell {broken[0]}: {verdicts.get(broken[0], 'not run')}" if broken else ""
+        said = []
+        if broken:
+            i = broken[0]
+            said.append(f"{len(broken)} of them failed, first {_cell_words(code[i], i)}: {verdicts.get(i, 'not run')}")
+        if skipped:
+            said.append(f"{len(skipped)} skipped (NBVAL_SKIP), first {_cell_words(code[skipped[0]], skipped[0])}")
         lines.append(
             Result(
                 "checks",
@@ -301,7 +318,7 @@ def _check_lines(name: str, nb, junit: Path) -> list[Result]:
                 0.0,
                 0.0,
                 "failed" if broken else "passed",
-                f"{len(broken)} of them failed{first}" if broken else "",
+                "; ".join(said),
                 test_id=f"nbval.{Path(name).stem}.cells",
             )
         )

@@ -26,6 +26,20 @@ TRIES = 3
 LOAD_ROOM = 2.0  # how much slower than the grader's cached time a retry may be, whatever load it shares
 
 
+def stopped(child, own_seconds: Callable[[bool], float]) -> Callable[[bool], float]:
+    """``own_seconds`` run with ``child`` and its jail stopped (`Child.pause`): a child that keeps processes busy
+    between its requests, where its own time is not read, cannot load the machine while the grader times itself."""
+
+    def timed(fresh: bool) -> float:
+        child.pause()
+        try:
+            return own_seconds(fresh)
+        finally:
+            child.resume()
+
+    return timed
+
+
 def within(
     child_seconds: Callable[[], float], own_seconds: Callable[[bool], float], margin: float, slack: float
 ) -> tuple[bool, float, float]:
@@ -50,8 +64,8 @@ def within(
 
 def kept_own_seconds(store: dict, key, run: Callable[[], object], fresh: bool) -> float:
     """The grader's time for ``run`` (`own_seconds`), measured once per ``key`` and kept with its result in ``store``;
-    ``fresh`` (a retry, `within`) times one run again and returns that, keeping the faster of the two: a loaded
-    moment's time never becomes the next grading's first bound."""
+    ``fresh`` (a retry, `within`) times one run again and returns that, keeping the faster of the two: a retry's time
+    from a loaded moment never replaces a faster one (the first measurement is kept as it was taken)."""
     if key not in store:
         store[key] = own_seconds(run)
     elif fresh:
@@ -63,8 +77,9 @@ def kept_own_seconds(store: dict, key, run: Callable[[], object], fresh: bool) -
 
 def own_seconds(run: Callable[[], object], runs: int = 2) -> tuple[float, object]:
     """``(seconds, result)``: the grader's CPU time for ``run()`` with the child's threads, the fastest of ``runs`` runs
-    (the first may pay one-time costs), and what it returned. Counted for the whole process, as the child's is: with more
-    than one torch thread the others' work (and their spinning) is in the child's time too, and one thread's clock
+    (the first may pay one-time costs), and what it returned. Counted over every thread of this process, as the
+    child's is over its whole process tree: with more than one torch thread the others' work (and their spinning) is
+    in the child's time too, and one thread's clock
     held a correct decoder at 2 threads to 2.5 times the grader's (an H100 run, ``SPECDEC_THREADS=2``)."""
     own, out = float("inf"), None
     for _ in range(runs):

@@ -342,7 +342,8 @@ def _one_pass_outside(ctx, method: str, length: int = 384, margin: float = 1.5):
         return ctx.child.cpu_seconds() - before
 
     text = torch.cat([ids, draft], dim=1)
-    ok, used, own = outside.within(child_seconds, lambda fresh: _own_pass_seconds(ctx.world, text, fresh), margin, 0.05)
+    own_seconds = outside.stopped(ctx.child, lambda fresh: _own_pass_seconds(ctx.world, text, fresh))
+    ok, used, own = outside.within(child_seconds, own_seconds, margin, 0.05)
     if not ok:
         raise Mistake(
             f"{method} on a {length}-token text took {used:.2f} s of CPU time, where one target pass over it takes "

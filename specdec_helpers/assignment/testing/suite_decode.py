@@ -126,7 +126,7 @@ def _live_against_own(ctx, prompt, new: int, margin: float, slack: float, warm_p
     texts: list = []
     ok, used, own = outside.within(
         lambda: _child_seconds(ctx, prompt, new, texts),
-        lambda fresh: _own_cached_seconds(ctx.world, prompt, new, fresh),
+        outside.stopped(ctx.child, lambda fresh: _own_cached_seconds(ctx.world, prompt, new, fresh)),
         margin,
         slack,
     )
