@@ -79,8 +79,8 @@ def own_seconds(run: Callable[[], object], runs: int = 2) -> tuple[float, object
     """``(seconds, result)``: the grader's CPU time for ``run()`` with the child's threads, the fastest of ``runs`` runs
     (the first may pay one-time costs), and what it returned. Counted over every thread of this process, as the
     child's is over its whole process tree: with more than one torch thread the others' work (and their spinning) is
-    in the child's time too, and one thread's clock
-    held a correct decoder at 2 threads to 2.5 times the grader's (an H100 run, ``SPECDEC_THREADS=2``)."""
+    in the child's time too, and one thread's clock held a correct decoder at 2 threads to 2.5 times the grader's
+    (an H100 run, ``SPECDEC_THREADS=2``)."""
     own, out = float("inf"), None
     for _ in range(runs):
         start = time.process_time()
