@@ -2,7 +2,7 @@
 the child can forge (`suite._one_pass_outside`, `suite_decode._cache_reused_outside`, `_one_pass_outside`).
 
 CPU seconds move with the machine's load even for the same work (a busy sibling hyperthread, a cold cache), and the
-child and the grader are timed at different moments. So a bound is tried up to ``TRIES`` times, each time timing
+child and the grader are timed one after the other. So a bound is tried up to ``TRIES`` times, each time timing
 the child again and the grader afresh, and only a decoder over the bound on every try fails: an honest decoder
 (ratio about 1) must be unlucky ``TRIES`` times in a row, a mistake (twice the passes or more) is over it each
 time. Only failing decoders pay for the extra tries.
@@ -23,17 +23,17 @@ from specdec_helpers.core.timing import child_threads
 from specdec_helpers.core.checks import NEAR_TIE, greedy_divergence
 
 TRIES = 3
-LOAD_ROOM = 2.0  # how much slower than the grader's cached time a retry may be, whatever load it shares
+LOAD_ROOM = 2.0  # how much slower than the first try's bound a retry's may be, whatever load it shares
 
 
-def stopped(child, own_seconds: Callable[[bool], float]) -> Callable[[bool], float]:
+def stopped(child, own_seconds: Callable[[], float]) -> Callable[[], float]:
     """``own_seconds`` run with ``child`` and its jail stopped (`Child.pause`): a child that keeps processes busy
     between its requests, where its own time is not read, cannot load the machine while the grader times itself."""
 
-    def timed(fresh: bool) -> float:
+    def timed() -> float:
         child.pause()
         try:
-            return own_seconds(fresh)
+            return own_seconds()
         finally:
             child.resume()
 
@@ -41,38 +41,36 @@ def stopped(child, own_seconds: Callable[[bool], float]) -> Callable[[bool], flo
 
 
 def within(
-    child_seconds: Callable[[], float], own_seconds: Callable[[bool], float], margin: float, slack: float
+    child_seconds: Callable[[], float], own_seconds: Callable[[], float], margin: float, slack: float
 ) -> tuple[bool, float, float]:
     """``(ok, used, own)``: whether the child's time stayed under ``margin * own + slack`` on some try, with the
-    last try's times. The first try holds the child against the grader's cached time (``own_seconds(False)``); each
-    later one against the grader's time measured afresh just before and just after it (the faster), so that a retry
-    shares the machine's load of its moment: CI once failed an honest decoder on all three tries against a time
-    cached in a quiet moment (1.63 s against a bound of 1.04 s; about 0.55 s alone). A retry must also stay within
-    ``LOAD_ROOM`` times the first bound: under a load that slowed the grader's timings, PA3's second pass once passed
-    against them (red team of this change, three busy loops beside the test)."""
+    last try's times. Each try holds the child against the grader's time measured right after it (a retry: the faster
+    of the grader's times just before and just after it), so that both share the machine's load of their moment.
+    Against a time kept from an earlier, busier moment, a second verification pass once passed (CI, three workers on
+    two cores); against one kept from a quieter moment, CI once failed an honest decoder on all three tries (1.63 s
+    against a bound of 1.04 s; about 0.55 s alone). A retry must also stay within ``LOAD_ROOM`` times the first
+    bound: under a load that slowed the grader's timings, PA3's second pass once passed against them (red team,
+    three busy loops beside the test)."""
     used = child_seconds()
-    own = own_seconds(False)
+    own = own_seconds()
     ceiling = LOAD_ROOM * (margin * own + slack)
     for _ in range(TRIES - 1):
         if used <= min(margin * own + slack, ceiling):
             return True, used, own
-        before = own_seconds(True)
+        before = own_seconds()
         used = child_seconds()
-        own = min(before, own_seconds(True))
+        own = min(before, own_seconds())
     return used <= min(margin * own + slack, ceiling), used, own
 
 
-def kept_own_seconds(store: dict, key, run: Callable[[], object], fresh: bool) -> float:
-    """The grader's time for ``run`` (`own_seconds`), measured once per ``key`` and kept with its result in ``store``;
-    ``fresh`` (a retry, `within`) times one run again and returns that, keeping the faster of the two: a retry's time
-    from a loaded moment never replaces a faster one (the first measurement is kept as it was taken)."""
+def kept_own_seconds(store: dict, key, run: Callable[[], object]) -> float:
+    """The grader's time for ``run`` (`own_seconds`), measured afresh at each call: the faster of two runs the first
+    time for ``key`` (which pays the one-time costs, and keeps ``run``'s result in ``store`` for the checks of what
+    the child returned), one run after that."""
     if key not in store:
         store[key] = own_seconds(run)
-    elif fresh:
-        seconds, _ = own_seconds(run, runs=1)  # the one-time costs were paid by the first measurement
-        store[key] = min(store[key][0], seconds), store[key][1]
-        return seconds
-    return store[key][0]
+        return store[key][0]
+    return own_seconds(run, runs=1)[0]
 
 
 def own_seconds(run: Callable[[], object], runs: int = 2) -> tuple[float, object]:

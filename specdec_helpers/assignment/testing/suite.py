@@ -342,7 +342,7 @@ def _one_pass_outside(ctx, method: str, length: int = 384, margin: float = 1.5):
         return ctx.child.cpu_seconds() - before
 
     text = torch.cat([ids, draft], dim=1)
-    own_seconds = outside.stopped(ctx.child, lambda fresh: _own_pass_seconds(ctx.world, text, fresh))
+    own_seconds = outside.stopped(ctx.child, lambda: _own_pass_seconds(ctx.world, text))
     ok, used, own = outside.within(child_seconds, own_seconds, margin, 0.05)
     if not ok:
         raise Mistake(
@@ -365,11 +365,11 @@ def _own_draft(world, ids: torch.Tensor) -> list[int]:
     return _OWN[key] if key in _OWN else _OWN.setdefault(key, greedy_tokens(world.live, ids, 4))
 
 
-def _own_pass_seconds(world, ids: torch.Tensor, fresh: bool = False) -> float:
-    """The grader's CPU time for one pass of `live` over ``ids`` (`outside.own_seconds`), once per world and text, or
-    again when ``fresh``; its logits are kept."""
+def _own_pass_seconds(world, ids: torch.Tensor) -> float:
+    """The grader's CPU time for one pass of `live` over ``ids`` (`outside.kept_own_seconds`); the first pass's
+    logits are kept per world and text."""
     key = (world.seed, tuple(ids[0].tolist()))
-    return outside.kept_own_seconds(_OWN, key, lambda: world.live(input_ids=ids).logits, fresh)
+    return outside.kept_own_seconds(_OWN, key, lambda: world.live(input_ids=ids).logits)
 
 
 ### END HIDDEN TESTS

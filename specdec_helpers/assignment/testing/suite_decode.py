@@ -126,7 +126,7 @@ def _live_against_own(ctx, prompt, new: int, margin: float, slack: float, warm_p
     texts: list = []
     ok, used, own = outside.within(
         lambda: _child_seconds(ctx, prompt, new, texts),
-        outside.stopped(ctx.child, lambda fresh: _own_cached_seconds(ctx.world, prompt, new, fresh)),
+        outside.stopped(ctx.child, lambda: _own_cached_seconds(ctx.world, prompt, new)),
         margin,
         slack,
     )
@@ -148,9 +148,9 @@ def _child_seconds(ctx, prompt, new: int, texts: list) -> float:
     return ctx.child.cpu_seconds() - before
 
 
-def _own_cached_seconds(world, prompt, new: int, fresh: bool = False) -> float:
+def _own_cached_seconds(world, prompt, new: int) -> float:
     """The grader's CPU time for the kit's cached decoding of ``prompt`` on `live` with `other`, k = 4
-    (`outside.own_seconds`), once per world and prompt, or again when ``fresh``; its text is kept."""
+    (`outside.kept_own_seconds`); the first decoding's text is kept per world and prompt."""
     from specdec_helpers.core.decode import speculative_decode
 
     key = (world.seed, tuple(prompt[0].tolist()), new)
@@ -160,7 +160,6 @@ def _own_cached_seconds(world, prompt, new: int, fresh: bool = False) -> float:
         lambda: speculative_decode(
             world.live, world.other, prompt, max_new_tokens=new, num_speculative_tokens=4, eos_token_id=None
         ).new_tokens.tolist(),
-        fresh,
     )
 
 
