@@ -199,6 +199,37 @@ def test_reference_scores_exactly_full_implementation_marks(reference, seed):
     assert sum(t["score"] for t in report.gradescope()["tests"]) == pytest.approx(25, abs=1e-9)
 
 
+def test_only_the_graders_run_times_the_child_a_check_cells_runs_what_the_student_kit_holds(reference, monkeypatch):
+    """The hidden parts of visible tests (the checks of cost, measured outside the child) run in the grader's suite
+    (``hidden=True``) and not in a check cell's (``hidden=False``): release strips them from the student kit, so the
+    instructor's solved notebooks check what a student's check does."""
+    from specdec_helpers.assignment.testing import suite, suite_decode
+
+    ran = []
+    for module, name in (
+        (suite, "_draft_cache_reused_outside"),
+        (suite, "_one_pass_outside"),
+        (suite_decode, "_rounds_real_outside"),
+        (suite_decode, "_cache_reused_outside"),
+        (suite_decode, "_one_pass_outside"),
+    ):
+        monkeypatch.setattr(module, name, lambda *args, name=name, module=module: ran.append((module.__name__, name)))
+    ids = {"draft.draft_cache_reuse", "verify.verify_vectorized", "decode.decode_cached", "decode.decode_cache_reused"}
+    ids.add("decode.decode_one_pass")
+    for hidden in (False, True):
+        ran.clear()
+        results = grader.run_suite(
+            reference,
+            POINTS,
+            seed=0,
+            hidden=hidden,
+            ids=ids,
+            child_factory=lambda: InProcess(load_functions(reference)),
+        )
+        assert {r.test_id for r in results} == ids and all(r.passed for r in results), results
+        assert len(ran) == (5 if hidden else 0), (hidden, ran)
+
+
 @pytest.mark.slow
 def test_released_stubs_are_not_implemented(reference):
     stubs = {}

@@ -112,10 +112,12 @@ class Counted:
 
 
 class Ctx:
-    """What a test gets: the child running the student's code and the tiny world (``seed``)."""
+    """What a test gets: the child running the student's code and the tiny world (``seed``). ``hidden``: the grader's
+    run, which also runs the hidden parts of visible tests; a check cell's (False) runs what the student kit holds,
+    where release stripped them."""
 
-    def __init__(self, child, seed: int = 0, timeout: float = 60):
-        self.child, self.seed, self.timeout = child, seed, timeout
+    def __init__(self, child, seed: int = 0, timeout: float = 60, hidden: bool = True):
+        self.child, self.seed, self.timeout, self.hidden = child, seed, timeout, hidden
         self.world: World = world(seed)
 
     def decoder(self, draft: str = "draft", eos=None) -> Remote:

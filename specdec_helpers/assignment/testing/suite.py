@@ -176,7 +176,8 @@ def draft_cache_reuse(ctx):
         fix = target_text[round_] if target_text[round_] != got[1] else (got[1] + 1) % ctx.world.vocab
         text = torch.cat([text, torch.tensor([[got[0], fix]])], dim=1)
     ### BEGIN HIDDEN TESTS
-    _draft_cache_reused_outside(ctx)
+    if ctx.hidden:  # the grader's run (a check cell runs the student kit's tests, stripped of this)
+        _draft_cache_reused_outside(ctx)
     ### END HIDDEN TESTS
 
 
@@ -317,7 +318,8 @@ def check_verify(ctx, method: str):
                     "(crop_cache(self.target_cache, L + accepted_position))"
                 )
     ### BEGIN HIDDEN TESTS
-    _one_pass_outside(ctx, method)
+    if ctx.hidden:  # the grader's run (a check cell runs the student kit's tests, stripped of this)
+        _one_pass_outside(ctx, method)
     ### END HIDDEN TESTS
 
 

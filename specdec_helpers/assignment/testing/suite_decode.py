@@ -28,7 +28,8 @@ def decode_cached(ctx):
         expect_greedy(got, ctx.world.greedy("target", i)[:20], f"generate_ids(prompt {i}, use_cache=True)" + EARLIER)
         _verified_with(decoder, "verify_tokens_cached", True)
     ### BEGIN HIDDEN TESTS
-    _rounds_real_outside(ctx)
+    if ctx.hidden:  # the grader's run (a check cell runs the student kit's tests, stripped of this)
+        _rounds_real_outside(ctx)
     ### END HIDDEN TESTS
 
 
@@ -63,7 +64,8 @@ def decode_cache_reused(ctx):
             "input_ids[:, cache_length(cache):] plus the draft"
         )
     ### BEGIN HIDDEN TESTS
-    _cache_reused_outside(ctx)
+    if ctx.hidden:  # the grader's run (a check cell runs the student kit's tests, stripped of this)
+        _cache_reused_outside(ctx)
     ### END HIDDEN TESTS
 
 
@@ -233,7 +235,8 @@ def decode_one_pass(ctx):
                 "correction or bonus token; do not run the target again after a rejection (PA3 did)"
             )
     ### BEGIN HIDDEN TESTS
-    _one_pass_outside(ctx)
+    if ctx.hidden:  # the grader's run (a check cell runs the student kit's tests, stripped of this)
+        _one_pass_outside(ctx)
     ### END HIDDEN TESTS
 
 
