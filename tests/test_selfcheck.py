@@ -157,8 +157,10 @@ def test_a_tampered_check_cell_fails_selfcheck(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_selfcheck_end_to_end_on_cpu_toy(tmp_path):
-    """The CI run: every section on the CPU with toy (one notebook to keep CI short: the nbval tier runs them
-    all); the JSON holds a row per check, the environment, and passed."""
+    """The CI run: every section but the grader on the CPU with toy (one notebook to keep CI short: the nbval tier
+    runs them all); the JSON holds a row per check, the environment, and passed. The grader's own judgement of the
+    reference, performance included, is graded in tests/test_course.py (Gradescope) and tests/test_assignment.py
+    (fixed worlds); how this section reports it, in the next test."""
     out = tmp_path / "selfcheck.json"
     done = subprocess.run(
         [
@@ -183,6 +185,8 @@ def test_selfcheck_end_to_end_on_cpu_toy(tmp_path):
             "1",
             "--repeats",
             "1",
+            "--skip",
+            "grader",
         ],
         capture_output=True,
         text=True,
@@ -192,14 +196,48 @@ def test_selfcheck_end_to_end_on_cpu_toy(tmp_path):
     result = json.loads(out.read_text())
     assert result["passed"] and result["environment"]["device"] == "cpu" and result["environment"]["dtype"] == "float32"
     sections = {r["section"] for r in result["rows"]}
-    assert sections == {"greedy", "sampling", "tree", "ours vs HF", "notebooks", "grader"}, sections
+    assert sections == {"greedy", "sampling", "tree", "ours vs HF", "notebooks"}, sections
     assert not [r for r in result["rows"] if r["status"] == FAIL]
-    grader = next(r for r in result["rows"] if r["section"] == "grader")
-    assert grader["values"]["score"] == grader["values"]["max_score"] > 0
     bound = next(r for r in result["rows"] if r["check"] == "Leviathan bound")
     assert 0 < bound["values"]["alpha"] <= 1 and bound["values"]["bound"] > 0
     assert "PASSED" in done.stdout and "section" in done.stdout  # the table and the verdict line
     assert np.isfinite(result["seconds"])
+
+
+def test_the_grader_section_grades_the_reference_and_reports_what_it_did_not_pass(monkeypatch):
+    """selfcheck's grader rows from the grader's report: a first row with the score, speedup and acceptance, then a
+    row per performance item and per item not passed. `grade` is the recording stand-in here; the call it gets must
+    bind to the real one's signature."""
+    import inspect
+
+    from specdec_helpers.assignment.authoring import selfcheck
+    from specdec_helpers.assignment.grading import grader, speed, submission
+    from specdec_helpers.assignment.grading.scoring import Report, Result
+
+    real, calls = inspect.signature(grader.grade), []
+
+    def grade(*args, **kwargs):
+        calls.append(real.bind(*args, **kwargs).arguments)
+        results = [
+            Result("decode", "equals greedy", 1.0, 1.0, "passed", "", False, "decode.decode_cached"),
+            Result("decode", "one target pass per round", 0.0, 1.0, "failed", "ran twice", False, "decode.one"),
+            Result("speedup", "speed", 10.0, 10.0, "passed", "1.01x", False, "perf.speedup"),
+        ]
+        return Report(results, "", 1.0, {"speedup": 1.01, "acceptance": 0.41, "detail": {"baseline": "reference"}})
+
+    monkeypatch.setattr(grader, "grade", grade)
+    rows = selfcheck.grader_rows("toy")
+    (call,) = calls
+    reference = submission.reference_sources()
+    assert call["sources"] == reference and call["reference_sources"] == reference and call["seed"] == 0
+    assert call["measure_fn"] is speed.measure and call["config"] == grader.load_config(preset="toy")
+    assert [(r.check, r.status) for r in rows] == [
+        ("reference solution at toy", FAIL),
+        ("one target pass per round", FAIL),
+        ("speed", PASS),
+    ]
+    assert rows[0].detail == "11/12 points; speedup 1.01x (reference baseline), acceptance 0.41", rows[0].detail
+    assert rows[0].values["score"] == 11 and rows[1].detail == "ran twice"
 
 
 @pytest.mark.slow
