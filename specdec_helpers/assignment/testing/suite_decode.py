@@ -155,14 +155,11 @@ def _own_cached_seconds(world, prompt, new: int) -> float:
     (`outside.kept_own_seconds`); the first decoding's text is kept per world and prompt."""
     from specdec_helpers.core.decode import speculative_decode
 
-    key = (world.seed, tuple(prompt[0].tolist()), new)
-    return outside.kept_own_seconds(
-        _OWN,
-        key,
-        lambda: speculative_decode(
-            world.live, world.other, prompt, max_new_tokens=new, num_speculative_tokens=4, eos_token_id=None
-        ).new_tokens.tolist(),
-    )
+    def run():
+        out = speculative_decode(world.live, world.other, prompt, max_new_tokens=new, num_speculative_tokens=4)
+        return out.new_tokens.tolist()
+
+    return outside.kept_own_seconds(_OWN, (world.seed, tuple(prompt[0].tolist()), new), run)
 
 
 ### END HIDDEN TESTS
