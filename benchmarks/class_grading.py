@@ -2,11 +2,12 @@
 
     python benchmarks/class_grading.py               # 30 hand-ins, --jobs 6, hangs stopped at 180 s
     python benchmarks/class_grading.py --jobs 4 --timeout 300
-    python benchmarks/class_grading.py --suite-class # the test suite's 20, to compare on the same machine
+    python benchmarks/class_grading.py --suite-class # the test suite's 18, to compare on the same machine
 
 tests/test_classroom.py grades a class of the same kinds with each case once (`classroom_handins.SUITE_CLASS`,
-20 hand-ins), which keeps CI short; this grades `classroom_handins.build_class` at its defaults (four disguised
-copies of the reference, nine released stubs, a third independent author, and the rest as in the test), checks the gradebook and the
+18 hand-ins), which keeps CI short; this grades `classroom_handins.build_class` at its defaults (four disguised
+copies of the reference, nine released stubs, three independent authors, a second crasher, and the rest as in the
+test), checks the gradebook and the
 flagged pairs as the test does, and prints the wall time, the grading's CPU time (as root: every process it
 started, in a cgroup of its own; `suite_cpu.py`) and the load. Its numbers: benchmarks/RESULTS.md ("Where CI's
 time goes"). Needs root and bubblewrap, as CI and Gradescope have.

@@ -605,14 +605,25 @@ NONE = dict.fromkeys(FULL, 0.0)
 #: The class the test suite grades (tests/test_classroom.py): every case of the full class once. One copy of the
 #: reference, in the disguise that combines three of `COPY_KINDS` (each disguise alone is flagged in
 #: tests/test_similarity.py, "renamed" also end to end in test_classroom; a copy of a classmate is `ind_a_friend`),
-#: one released stub per upload form (a folder, a zip, a Colab copy), the two independent authors whose work was
-#: copied (C, copied by nobody, is a third full grading that shows nothing A and B do not). 20 hand-ins, six of
-#: them full-mark gradings; benchmarks/class_grading.py grades the full class of 30.
-SUITE_CLASS = {"copy_kinds": ("renamed+reordered+comments",), "stub_variants": 3, "authors": "AB"}
+#: one released stub per upload form (a folder, a zip, a Colab copy), one independent author, copied whole by a
+#: friend and in part by a classmate (B and C, the full class's, are full gradings that show nothing A does not), and
+#: one crasher (the segfault: a child that dies on exit is `crasher_exit` in the full class, and a graded part that
+#: exits is test_assignment's ``sys_exit_at_import``). 18 hand-ins, four of them full-mark gradings;
+#: benchmarks/class_grading.py grades the full class of 30.
+SUITE_CLASS = {
+    "copy_kinds": ("renamed+reordered+comments",),
+    "stub_variants": 3,
+    "authors": "A",
+    "misbehaving": tuple(name for name in MISBEHAVING if name != "crasher_exit"),
+}
 
 
 def build_class(
-    folder: Path, copy_kinds=COPY_KINDS, stub_variants: int = STUB_VARIANTS, authors: str = "ABC"
+    folder: Path,
+    copy_kinds=COPY_KINDS,
+    stub_variants: int = STUB_VARIANTS,
+    authors: str = "ABC",
+    misbehaving=tuple(MISBEHAVING),
 ) -> dict[str, dict]:
     """Write a class of hand-ins into ``folder`` (30 with the defaults; `SUITE_CLASS` for the suite's smaller
     one); returns ``{student: expected}`` where expected holds ``points`` per part, ``status`` (the statuses
@@ -635,22 +646,30 @@ def build_class(
         add(f"copy_{i}", copied_sources(how), FULL, zipped=i % 2 == 1)
     for name in copies:  # each copy is flagged with the reference solution and with every other copy
         expected[name]["flags"] = {(p, o) for p in compared for o in ["reference"] + [c for c in copies if c != name]}
-    for author in authors:  # independent authors: A has a friend who copied, B a classmate who copied a part
+    # independent authors: A has a friend who copied, B (else A) a classmate who copied a part
+    for author in authors:
         add(f"ind_{author.lower()}", independent_sources(author), FULL, zipped=author == "B")
-    add("ind_a_friend", disguise(INDEPENDENT["A"], "renamed+reordered"), FULL, flags={(p, "ind_a") for p in compared})
-    expected["ind_a"]["flags"] = {(p, "ind_a_friend") for p in compared}
+    friend = "ind_a_friend"
+    flags = {(p, "ind_a") for p in compared}  # zipped without B: a zipped full-mark upload either way
+    add(friend, disguise(INDEPENDENT["A"], "renamed+reordered"), FULL, flags=flags, zipped="B" not in authors)
+    expected["ind_a"]["flags"] = {(p, friend) for p in compared}
+    source = "B" if "B" in authors else "A"
+    copier = f"ind_{source.lower()}_verify_copy"
     add(
-        "ind_b_verify_copy",
-        disguise({"verify": INDEPENDENT["B"]["verify"]}, "renamed"),
+        copier,
+        disguise({"verify": INDEPENDENT[source]["verify"]}, "renamed"),
         {**NONE, "verify": 5.0},
-        flags={("verify", "ind_b")},
+        flags={("verify", f"ind_{source.lower()}")},
     )
-    expected["ind_b"]["flags"] = {("verify", "ind_b_verify_copy")}
+    expected[f"ind_{source.lower()}"]["flags"] |= {("verify", copier)}
+    if source == "A":  # the friend's verify is A's too
+        expected[copier]["flags"].add(("verify", friend))
+        expected[friend]["flags"].add(("verify", copier))
     add("kit_copy", kit_copy_sources(), {**NONE, "draft": 5.0, "verify": 5.0}, flags={(p, "kit") for p in compared})
     for i in range(stub_variants):  # released notebooks, as folders, zips and Colab copies
         names = {n: f"Copy of {n}" for n in GRADED_NOTEBOOKS} if i % 3 == 2 else None
         add(f"stub_{i}", None, zipped=i % 3 == 1, names=names)
-    for name in MISBEHAVING:
+    for name in misbehaving:
         # the forger kills the grader when it runs as the same user ("crashed"); in the sandbox's jail (own
         # user) it cannot, and its init part fails ("graded", 0 points)
         status = {

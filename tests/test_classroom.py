@@ -1,6 +1,6 @@
-"""A class graded at once: ``grade CLASS_FOLDER`` on 20 synthetic hand-ins (`classroom_handins.build_class`
-at `SUITE_CLASS`): the reference, a disguised copy of it, two independent authors and two classmates who
-copied them, a paste of the kit's code, released stubs (a folder, a zip, a Colab copy), a crasher, a sleeper,
+"""A class graded at once: ``grade CLASS_FOLDER`` on 18 synthetic hand-ins (`classroom_handins.build_class`
+at `SUITE_CLASS`): the reference, a disguised copy of it, an independent author and two classmates who
+copied it (whole and in part), a paste of the kit's code, released stubs (a folder, a zip, a Colab copy), a crasher, a sleeper,
 a bounded fork storm, cheats (a fake verdict, a forged results.json that kills the grader, calls of the kit)
 and broken uploads. The gradebook must be exact, the flagged pairs exactly the copies, and nothing a
 student started may survive the run. The full class of 30 (more copies and stubs of the same kinds) is
