@@ -243,30 +243,33 @@ def test_a_bound_read_outside_fails_only_a_decoder_over_it_on_every_try():
 
     def timer(values):
         values = iter(values)
-        return lambda: next(values)
+        return lambda attempt: next(values)
 
     events = []
 
-    def child():
-        events.append("child")
-        return [2.0, 1.1][events.count("child") - 1]
+    def child(attempt):
+        events.append(("child", attempt))
+        return [2.0, 1.1][attempt]
 
-    def own():
-        events.append("own")
+    def own(attempt):
+        events.append(("own", attempt))
         return 1.0
 
     assert outside.within(child, own, 1.5, 0.1) == (True, 1.1, 1.0)
-    # the grader is timed right after the child, then again before and after the retry: never a time kept from
-    # another moment (CI: a second pass passed against a time kept from a busier one)
-    assert events == ["child", "own", "own", "child", "own"]
+    # the grader is timed right after the child, then again before and after the retry, each try on an input of its
+    # own: never a time kept from another moment (CI: a second pass passed against a time kept from a busier one),
+    # never an input seen before (a review: a decoder that memoized its answer passed its retry in no time)
+    assert events == [("child", 0), ("own", 0), ("own", 1), ("child", 1), ("own", 1)]
     assert outside.within(timer([2.0]), timer([1.4]), 1.5, 0.1) == (True, 2.0, 1.4)  # the fresh time is the bound
     # a retry is held against the faster of the grader's two timings around it: a busy moment must cover both
     assert outside.within(timer([2.0, 1.7, 1.7]), timer([1.0, 2.0, 1.0, 2.0, 1.0]), 1.5, 0.1) == (False, 1.7, 1.0)
     assert outside.within(timer([2.0, 1.7]), timer([1.0, 2.0, 1.2]), 1.5, 0.1) == (True, 1.7, 1.2)
     # ... and within LOAD_ROOM times the first bound, however slow the grader's timings around it were
     assert outside.within(timer([2.0, 3.3, 3.3]), timer([1.0] + [3.0] * 4), 1.5, 0.1) == (False, 3.3, 3.0)
-    assert outside.within(timer([2.0] * outside.TRIES), lambda: 1.0, 1.5, 0.1) == (False, 2.0, 1.0)
-    assert outside.within(timer([1.6]), lambda: 1.0, 1.5, 0.1) == (True, 1.6, 1.0)  # the slack counts
+    assert outside.within(timer([2.0] * outside.TRIES), lambda attempt: 1.0, 1.5, 0.1) == (False, 2.0, 1.0)
+    assert outside.within(timer([1.6]), lambda attempt: 1.0, 1.5, 0.1) == (True, 1.6, 1.0)  # the slack counts
+    texts = outside.random_texts(50, 7, 12)
+    assert torch.equal(texts(1), texts(1)) and not torch.equal(texts(0), texts(1)) and texts(2).shape == (1, 12)
 
 
 def test_the_child_is_stopped_while_the_grader_times_itself():
@@ -286,18 +289,18 @@ def test_the_child_is_stopped_while_the_grader_times_itself():
 
     results = iter([1.5, RuntimeError("the grader's own run failed")])
 
-    def own():
-        events.append("own")
+    def own(attempt):
+        events.append(("own", attempt))
         result = next(results)
         if isinstance(result, Exception):
             raise result
         return result
 
     timed = outside.stopped(Child(), own)
-    assert timed() == 1.5 and events == ["pause", "own", "resume"]
+    assert timed(0) == 1.5 and events == ["pause", ("own", 0), "resume"]
     with pytest.raises(RuntimeError):
-        timed()
-    assert events[3:] == ["pause", "own", "resume"]
+        timed(1)
+    assert events[3:] == ["pause", ("own", 1), "resume"]
 
 
 def test_the_graders_time_is_two_runs_the_first_time_then_one_and_the_first_result_is_kept():
@@ -315,13 +318,39 @@ def test_the_graders_time_is_two_runs_the_first_time_then_one_and_the_first_resu
         return cost
 
     store = {}
-    first = outside.kept_own_seconds(store, "k", run)  # runs 0.4 and 0.2: the faster
-    assert 0.2 <= first < 0.4 and store["k"][1] == 0.2
-    loaded = outside.kept_own_seconds(store, "k", run)  # one run, 0.8: returned as measured
+    first = outside.own_seconds_keeping(store, "k", run)  # runs 0.4 and 0.2: the faster
+    assert 0.2 <= first < 0.4 and store["k"] == 0.2
+    loaded = outside.own_seconds_keeping(store, "k", run)  # one run, 0.8: returned as measured
     assert loaded >= 0.8
-    quiet = outside.kept_own_seconds(store, "k", run)  # one run, 0.05
-    assert quiet < first and store["k"] == (first, 0.2)  # the first result stays
+    quiet = outside.own_seconds_keeping(store, "k", run)  # one run, 0.05
+    assert quiet < first and store == {"k": 0.2}  # the first result stays
     assert next(costs, None) is None  # four runs in all
+
+
+@pytest.mark.slow
+def test_a_second_pass_that_answers_a_retry_from_memory_earns_nothing(reference):
+    """The hidden second pass above, plus a memo: an input seen before is answered from memory, in no time. When
+    every try of the check of cost ran on the same text, the first try failed and the retry passed (a review of
+    stop 49); each try now has its own text."""
+    line = "    logits = self.target_model(input_ids=torch.cat([input_ids, draft_tokens], dim=1)).logits[0]\n"
+    hidden = (
+        "    _Quiet.hide = True\n    self.target_model(input_ids=torch.cat([input_ids, draft_tokens], dim=1))\n"
+        "    _Quiet.hide = False\n"
+    )
+    memo = (
+        "\n\n_memo, _computed = {}, verify_tokens_vectorized\n\n\n"
+        "def verify_tokens_vectorized(self, input_ids, draft_tokens, attention_mask=None):\n"
+        "    key = (tuple(input_ids.flatten().tolist()), tuple(draft_tokens.flatten().tolist()))\n"
+        "    if key not in _memo:\n"
+        "        _memo[key] = _computed(self, input_ids, draft_tokens, attention_mask)\n"
+        "    return _memo[key]\n"
+    )
+    cheat = reference["verify"].replace(line, line + hidden) + (CHEATS / "capped_counter.py").read_text() + memo
+    assert cells.kit_references(cheat) == []
+    results = grader.run_suite(dict(reference, verify=cheat), CONFIG["points"], only=["verify"], seed=0)
+    failed = {r.test_id: r.feedback for r in results if not r.passed}
+    assert list(failed) == ["verify.verify_vectorized"], failed
+    assert "measured outside your process" in failed["verify.verify_vectorized"]
 
 
 def test_a_verification_is_held_against_the_graders_pass_up_to_a_near_tie_only():

@@ -68,7 +68,11 @@ def grade(argv=None) -> int:
     parser.add_argument("--preset", type=preset_names, help="pair for the performance items (default: toy)")
     parser.add_argument("--no-perf", action="store_true", help="skip the performance items")
     parser.add_argument("--no-nbval", action="store_true", help="do not run the notebooks under nbval")
-    parser.add_argument("--visible-only", action="store_true", help="skip the hidden tests")
+    parser.add_argument(
+        "--visible-only",
+        action="store_true",
+        help="only what the student kit holds: no hidden test, and no hidden part of a visible one (the checks of cost)",
+    )
     parser.add_argument("--no-similarity", action="store_true", help="do not look for copied graded cells")
     parser.add_argument(
         "--seed",

@@ -160,7 +160,8 @@ def run_suite(
     """Run the implementation tests against the graded cells ``sources`` (``{part: source}``), the
     student's code in a child process; each part's points are split over its tests by weight. ``ids``: only
     these tests (the mistake catalog's check of one test), sharing their parts' points. ``hidden=False`` (a check
-    cell, ``check``): only what the student kit holds, no hidden test and no hidden part of a visible one."""
+    cell, ``check``, ``grade --visible-only``): only what the student kit holds, no hidden test and no hidden part of
+    a visible one."""
     seed = grading_seed(seed)
     status = part_status(sources)
     runnable = {part: src for part, src in sources.items() if status.get(part) == "ok"}

@@ -1,5 +1,5 @@
 """The grader's side of `child`: start a child on some graded cells, send it requests with a
-deadline, pause it (SIGSTOP) while another child is timed, and turn its death into a message.
+deadline, pause it (SIGSTOP) while another child or the grader itself is timed, and turn its death into a message.
 
 One protocol (`Runner`) for the ways student code is answered: `Child` (a process in the student's
 `privilege.Jail`: another user and/or a bubblewrap sandbox) for grading, `InProcess` for trusted code.

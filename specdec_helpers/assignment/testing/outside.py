@@ -1,9 +1,10 @@
 """CPU time read from outside the student's process, held against the grader's own: the verdicts no counter in
-the child can forge (`suite._one_pass_outside`, `suite_decode._cache_reused_outside`, `_one_pass_outside`).
+the child can forge (`suite._one_pass_outside`; `suite_decode._live_against_own`, for `_cache_reused_outside` and
+`_one_pass_outside`).
 
 CPU seconds move with the machine's load even for the same work (a busy sibling hyperthread, a cold cache), and the
 child and the grader are timed one after the other. So a bound is tried up to ``TRIES`` times, each time timing
-the child again and the grader afresh, and only a decoder over the bound on every try fails: an honest decoder
+the child again (on another input) and the grader afresh, and only a decoder over the bound on every try fails: an honest decoder
 (ratio about 1) must be unlucky ``TRIES`` times in a row, a mistake (twice the passes or more) is over it each
 time. Only failing decoders pay for the extra tries.
 
@@ -23,17 +24,18 @@ from specdec_helpers.core.timing import child_threads
 from specdec_helpers.core.checks import NEAR_TIE, greedy_divergence
 
 TRIES = 3
-LOAD_ROOM = 2.0  # how much slower than the first try's bound a retry's may be, whatever load it shares
+LOAD_ROOM = 2.0  # how much looser than the first try's bound a retry's may be, whatever load it shares
 
 
-def stopped(child, own_seconds: Callable[[], float]) -> Callable[[], float]:
-    """``own_seconds`` run with ``child`` and its jail stopped (`Child.pause`): a child that keeps processes busy
-    between its requests, where its own time is not read, cannot load the machine while the grader times itself."""
+def stopped(child, own_seconds: Callable[[int], float]) -> Callable[[int], float]:
+    """``own_seconds`` run with ``child`` stopped (`Child.pause`: as root, every process of the student's user; in
+    bubblewrap alone, the processes of its namespace): a child that keeps processes busy between its requests, where
+    its own time is not read, cannot load the machine while the grader times itself."""
 
-    def timed() -> float:
+    def timed(attempt: int) -> float:
         child.pause()
         try:
-            return own_seconds()
+            return own_seconds(attempt)
         finally:
             child.resume()
 
@@ -41,35 +43,42 @@ def stopped(child, own_seconds: Callable[[], float]) -> Callable[[], float]:
 
 
 def within(
-    child_seconds: Callable[[], float], own_seconds: Callable[[], float], margin: float, slack: float
+    child_seconds: Callable[[int], float], own_seconds: Callable[[int], float], margin: float, slack: float
 ) -> tuple[bool, float, float]:
     """``(ok, used, own)``: whether the child's time stayed under ``margin * own + slack`` on some try, with the
-    last try's times. Each try holds the child against the grader's time measured right after it (a retry: the faster
-    of the grader's times just before and just after it), so that both share the machine's load of their moment.
-    Against a time kept from an earlier, busier moment, a second verification pass once passed (CI, three workers on
-    two cores); against one kept from a quieter moment, CI once failed an honest decoder on all three tries (1.63 s
-    against a bound of 1.04 s; about 0.55 s alone). A retry must also stay within ``LOAD_ROOM`` times the first
-    bound: under a load that slowed the grader's timings, PA3's second pass once passed against them (red team,
-    three busy loops beside the test)."""
-    used = child_seconds()
-    own = own_seconds()
+    last try's times. Try ``i`` runs on the caller's ``i``-th input (``child_seconds(i)``, ``own_seconds(i)``): a
+    decoder over the bound cannot answer a retry from what it computed on an earlier try (a review found that one
+    that memoized its answer passed its second try in no time). Each try holds the child against the grader's time
+    for the same input measured right after it (a retry: the faster of the grader's times just before and just after
+    it), so that both share the machine's load of their moment. Against a time kept from an earlier, busier moment, a
+    second verification pass once passed (CI, three workers on two cores); against one kept from a quieter moment,
+    CI once failed an honest decoder on all three tries (1.63 s against a bound of 1.04 s; about 0.55 s alone). A
+    retry must also stay within ``LOAD_ROOM`` times the first bound: load that starts after the first try and slows
+    the grader's timings (three busy loops let PA3's second pass through once) cannot loosen the bound further."""
+    used = child_seconds(0)
+    own = own_seconds(0)
     ceiling = LOAD_ROOM * (margin * own + slack)
-    for _ in range(TRIES - 1):
+    for attempt in range(1, TRIES):
         if used <= min(margin * own + slack, ceiling):
             return True, used, own
-        before = own_seconds()
-        used = child_seconds()
-        own = min(before, own_seconds())
+        before = own_seconds(attempt)
+        used = child_seconds(attempt)
+        own = min(before, own_seconds(attempt))
     return used <= min(margin * own + slack, ceiling), used, own
 
 
-def kept_own_seconds(store: dict, key, run: Callable[[], object]) -> float:
-    """The grader's time for ``run`` (`own_seconds`), measured afresh at each call: the faster of two runs the first
-    time for ``key`` (which pays the one-time costs, and keeps ``run``'s result in ``store`` for the checks of what
-    the child returned), one run after that."""
+def random_texts(vocab: int, seed: int, length: int) -> Callable[[int], torch.Tensor]:
+    """Try ``i``'s input for `within` (each try has its own): ``length`` random token ids, drawn from ``seed`` and ``i``."""
+    return lambda i: torch.randint(3, vocab, (1, length), generator=torch.Generator().manual_seed(seed + 1009 * i))
+
+
+def own_seconds_keeping(store: dict, key, run: Callable[[], object]) -> float:
+    """The grader's CPU time for ``run`` (`own_seconds`), measured afresh at each call: the faster of two runs the
+    first time for ``key`` (which pays the one-time costs), keeping what ``run`` returned in ``store[key]`` for the
+    checks of what the child returned; one run after that."""
     if key not in store:
-        store[key] = own_seconds(run)
-        return store[key][0]
+        seconds, store[key] = own_seconds(run)
+        return seconds
     return own_seconds(run, runs=1)[0]
 
 

@@ -329,22 +329,23 @@ def _one_pass_outside(ctx, method: str, length: int = 384, margin: float = 1.5):
     child's CPU time (read from outside) for one call on a long text with a target that costs many passes of its
     own (`World.live`, no layer of it adds zero), against the grader's own single pass over the same positions. A
     second pass costs about as much again; the call's bookkeeping, next to nothing. What the call returns must be
-    what that pass verifies: no layer can be skipped to save the time (`outside.same_pass`)."""
-    g = torch.Generator().manual_seed(ctx.seed + 17)
-    ids = torch.randint(3, ctx.world.vocab, (1, length), generator=g)
-    draft = torch.tensor([_own_draft(ctx.world, ids)])  # the target's own continuation: all of it is compared
-    warm = ctx.decoder(draft="live-other")  # untimed: the child's first passes of deep cost more
+    what that pass verifies: no layer can be skipped to save the time (`outside.same_pass`). Each try has its text."""
+
+    def case(attempt: int) -> tuple[torch.Tensor, torch.Tensor]:  # a random text, the target's own 4 tokens after it
+        ids = outside.random_texts(ctx.world.vocab, ctx.seed + 17, length)(attempt)
+        return ids, torch.tensor([_own_draft(ctx.world, ids)])
+
+    (ids, draft), warm = case(0), ctx.decoder(draft="live-other")  # untimed: the first passes of deep cost more
     warm.call(method, ids[:, :8].clone(), draft, torch.ones(1, 8, dtype=torch.long))
     results = []
 
-    def child_seconds() -> float:
-        decoder = ctx.decoder(draft="live-other")
-        before = ctx.child.cpu_seconds()
-        results.append(unpack(decoder.call(method, ids.clone(), draft, torch.ones_like(ids)), method))
+    def child_seconds(attempt: int) -> float:
+        ids, draft = case(attempt)
+        decoder, before = ctx.decoder(draft="live-other"), ctx.child.cpu_seconds()  # in this order
+        results.append((attempt, unpack(decoder.call(method, ids.clone(), draft, torch.ones_like(ids)), method)))
         return ctx.child.cpu_seconds() - before
 
-    text = torch.cat([ids, draft], dim=1)
-    own_seconds = outside.stopped(ctx.child, lambda: _own_pass_seconds(ctx.world, text))
+    own_seconds = outside.stopped(ctx.child, lambda attempt: _own_pass_seconds(ctx.world, torch.cat(case(attempt), 1)))
     ok, used, own = outside.within(child_seconds, own_seconds, margin, 0.05)
     if not ok:
         raise Mistake(
@@ -352,8 +353,9 @@ def _one_pass_outside(ctx, method: str, length: int = 384, margin: float = 1.5):
             f"about {own:.2f} s (measured outside your process): it runs the target more than once. One forward "
             "pass must score every draft token and give the correction/bonus token"
         )
-    for got in results:
-        same, want = outside.same_pass(_OWN[(ctx.world.seed, tuple(text[0].tolist()))][1], draft[0].tolist(), got)
+    for attempt, got in results:
+        text = torch.cat(case(attempt), dim=1)[0].tolist()
+        same, want = outside.same_pass(_OWN[(ctx.world.seed, tuple(text))], text[length:], got)
         if not same:
             raise Mistake(f"{method} on a {length}-token text: got {got}, where one pass of the target gives {want}")
 
@@ -368,10 +370,9 @@ def _own_draft(world, ids: torch.Tensor) -> list[int]:
 
 
 def _own_pass_seconds(world, ids: torch.Tensor) -> float:
-    """The grader's CPU time for one pass of `live` over ``ids`` (`outside.kept_own_seconds`); the first pass's
-    logits are kept per world and text."""
+    """The grader's CPU time for one pass of `live` over ``ids``; its first logits are kept per world and text."""
     key = (world.seed, tuple(ids[0].tolist()))
-    return outside.kept_own_seconds(_OWN, key, lambda: world.live(input_ids=ids).logits)
+    return outside.own_seconds_keeping(_OWN, key, lambda: world.live(input_ids=ids).logits)
 
 
 ### END HIDDEN TESTS

@@ -108,8 +108,7 @@ def _cache_reused_outside(ctx, length: int = 384, new: int = 12, margin: float =
     pays a deep prefill every round: several times the grader's time. A draft that re-reads it, even with no cache
     at all, adds less than one deep prefill over the whole decode, so it passes here whatever the counters say: the
     drafting tests take those points. On `World.live` the text must be the grader's: no layer can be skipped."""
-    g = torch.Generator().manual_seed(ctx.seed + 11)
-    prompt = torch.randint(3, ctx.world.vocab, (1, length), generator=g)
+    prompt = outside.random_texts(ctx.world.vocab, ctx.seed + 11, length)
     slow = (
         f"decoding {new} tokens after a {length}-token prompt took {{used:.2f}} s of CPU time, where a decoder that "
         "reuses its target cache takes about {own:.2f} s (measured outside your process): the target re-reads the "
@@ -120,22 +119,23 @@ def _cache_reused_outside(ctx, length: int = 384, new: int = 12, margin: float =
 
 
 def _live_against_own(ctx, prompt, new: int, margin: float, slack: float, warm_prompt, mistake) -> None:
-    """The child decodes ``new`` tokens after ``prompt`` with `live` and `other` (after an untimed warm-up on
-    ``warm_prompt``: deep's first passes cost more) within ``margin`` times the grader's own CPU time plus ``slack``
-    (`outside.within`; else ``mistake`` with its ``{used}`` and ``{own}`` filled in), and every text it returned is
-    the grader's own."""
+    """The child decodes ``new`` tokens after ``prompt(i)`` on try ``i`` with `live` and `other` (after an untimed
+    warm-up on ``warm_prompt``: deep's first passes cost more) within ``margin`` times the grader's own CPU time plus
+    ``slack`` (`outside.within`; else ``mistake`` with its ``{used}`` and ``{own}`` filled in), and every text it
+    returned is the grader's own."""
     ctx.decode(ctx.decoder(draft="live-other"), warm_prompt, 3)
-    texts: list = []
+    texts: dict = {}
     ok, used, own = outside.within(
-        lambda: _child_seconds(ctx, prompt, new, texts),
-        outside.stopped(ctx.child, lambda: _own_cached_seconds(ctx.world, prompt, new)),
+        lambda i: _child_seconds(ctx, prompt(i), new, texts.setdefault(i, [])),
+        outside.stopped(ctx.child, lambda i: _own_cached_seconds(ctx.world, prompt(i), new)),
         margin,
         slack,
     )
     if not ok:
         raise Mistake(mistake.format(used=used, own=own))
-    want = _OWN[(ctx.world.seed, tuple(prompt[0].tolist()), new)][1]  # the grader's own decoding's text
-    outside.expect_own_texts(ctx.world.live, prompt, texts, want, "generate_ids with the deep target" + EARLIER)
+    for i, got in texts.items():  # against the grader's own decoding's text
+        want = _OWN[(ctx.world.seed, tuple(prompt(i)[0].tolist()), new)]
+        outside.expect_own_texts(ctx.world.live, prompt(i), got, want, "generate_ids with the deep target" + EARLIER)
 
 
 _OWN: dict = {}
@@ -152,14 +152,14 @@ def _child_seconds(ctx, prompt, new: int, texts: list) -> float:
 
 def _own_cached_seconds(world, prompt, new: int) -> float:
     """The grader's CPU time for the kit's cached decoding of ``prompt`` on `live` with `other`, k = 4
-    (`outside.kept_own_seconds`); the first decoding's text is kept per world and prompt."""
+    (`outside.own_seconds_keeping`); the first decoding's text is kept per world and prompt."""
     from specdec_helpers.core.decode import speculative_decode
 
     def run():
         out = speculative_decode(world.live, world.other, prompt, max_new_tokens=new, num_speculative_tokens=4)
         return out.new_tokens.tolist()
 
-    return outside.kept_own_seconds(_OWN, (world.seed, tuple(prompt[0].tolist()), new), run)
+    return outside.own_seconds_keeping(_OWN, (world.seed, tuple(prompt[0].tolist()), new), run)
 
 
 ### END HIDDEN TESTS
@@ -245,14 +245,16 @@ def _one_pass_outside(ctx, new: int = 16, margin: float = 1.5):
     a token, whatever k or the round structure), against the grader's own decoding of the same. A second pass after
     each rejection (PA3's) costs about twice as much; a target that re-reads the short text, little more (the cache
     test takes that)."""
-    prompt = ctx.world.prompts[0]
+    short = ctx.world.prompts[0]
     slow = (
         f"decoding {new} tokens with a draft that is nearly always rejected took {{used:.2f}} s of CPU time, where "
         "one target pass a round takes about {own:.2f} s (measured outside your process): the target runs again "
         "after a rejection. Verification already returns the correction token; each round needs exactly ONE target "
         "pass"
     )
-    _live_against_own(ctx, prompt, new, margin, 0.1, prompt, slow)
+    _live_against_own(
+        ctx, outside.random_texts(ctx.world.vocab, ctx.seed + 13, short.shape[1]), new, margin, 0.1, short, slow
+    )
 
 
 ### END HIDDEN TESTS
