@@ -268,8 +268,9 @@ def test_a_bound_read_outside_fails_only_a_decoder_over_it_on_every_try():
     assert outside.within(timer([2.0, 3.3, 3.3]), timer([1.0] + [3.0] * 4), 1.5, 0.1) == (False, 3.3, 3.0)
     assert outside.within(timer([2.0] * outside.TRIES), lambda attempt: 1.0, 1.5, 0.1) == (False, 2.0, 1.0)
     assert outside.within(timer([1.6]), lambda attempt: 1.0, 1.5, 0.1) == (True, 1.6, 1.0)  # the slack counts
-    texts = outside.random_texts(50, 7, 12)
+    texts, others = outside.random_texts(50, 12), outside.random_texts(50, 12)  # a secret each: never the world's
     assert torch.equal(texts(1), texts(1)) and not torch.equal(texts(0), texts(1)) and texts(2).shape == (1, 12)
+    assert not torch.equal(texts(0), others(0))
 
 
 def test_the_child_is_stopped_while_the_grader_times_itself():

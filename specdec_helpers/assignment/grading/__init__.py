@@ -47,5 +47,6 @@ The limits that remain, and what each is worth to a student:
   holds two of the child's own runs against each other: a decoder can slow either one down, never speed it up).
 - A graded cell sees the test world it runs in (its models, prompts and seed). The timed prompts are drawn
   apart, so nothing it learns there tells them (`world.grading_seed`), and every timed output is checked
-  against the grader's own greedy text.
+  against the grader's own greedy text. So are the texts of the checks of cost, one per try
+  (`outside.random_texts`): a decoder cannot run their passes ahead, or answer a retry from memory.
 """

@@ -4,9 +4,9 @@ the child can forge (`suite._one_pass_outside`; `suite_decode._live_against_own`
 
 CPU seconds move with the machine's load even for the same work (a busy sibling hyperthread, a cold cache), and the
 child and the grader are timed one after the other. So a bound is tried up to ``TRIES`` times, each time timing
-the child again (on another input) and the grader afresh, and only a decoder over the bound on every try fails: an honest decoder
-(ratio about 1) must be unlucky ``TRIES`` times in a row, a mistake (twice the passes or more) is over it each
-time. Only failing decoders pay for the extra tries.
+the child again (on another input) and the grader afresh, and only a decoder over the bound on every try fails:
+an honest decoder (ratio about 1) must be unlucky ``TRIES`` times in a row, a mistake (twice the passes or more) is
+over it each time. Only failing decoders pay for the extra tries.
 
 Time alone can be bought by changing the model: a layer that adds exactly zero can be found and skipped (red team,
 2026-11-27). So these checks run `World.live`, whose every layer changes the logits, and hold what the child returns
@@ -14,6 +14,7 @@ against the grader's own run of it (`expect_own_texts`, `same_pass`)."""
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable
 
@@ -29,8 +30,8 @@ LOAD_ROOM = 2.0  # how much looser than the first try's bound a retry's may be, 
 
 def stopped(child, own_seconds: Callable[[int], float]) -> Callable[[int], float]:
     """``own_seconds`` run with ``child`` stopped (`Child.pause`: as root, every process of the student's user; in
-    bubblewrap alone, the processes of its namespace): a child that keeps processes busy between its requests, where
-    its own time is not read, cannot load the machine while the grader times itself."""
+    bubblewrap alone, the processes of its namespace; else its process group): a child that keeps processes busy
+    between its requests, where its own time is not read, cannot load the machine while the grader times itself."""
 
     def timed(attempt: int) -> float:
         child.pause()
@@ -67,9 +68,12 @@ def within(
     return used <= min(margin * own + slack, ceiling), used, own
 
 
-def random_texts(vocab: int, seed: int, length: int) -> Callable[[int], torch.Tensor]:
-    """Try ``i``'s input for `within` (each try has its own): ``length`` random token ids, drawn from ``seed`` and ``i``."""
-    return lambda i: torch.randint(3, vocab, (1, length), generator=torch.Generator().manual_seed(seed + 1009 * i))
+def random_texts(vocab: int, length: int) -> Callable[[int], torch.Tensor]:
+    """Try ``i``'s input for `within`, each try its own: ``length`` random token ids drawn from a secret of this call
+    (not the world's seed, which every request carries: from it a graded cell could work the texts out, and run the
+    passes ahead, while the grader does not time it)."""
+    secret = secrets.randbits(62)
+    return lambda i: torch.randint(3, vocab, (1, length), generator=torch.Generator().manual_seed(secret + 1009 * i))
 
 
 def own_seconds_keeping(store: dict, key, run: Callable[[], object]) -> float:

@@ -331,9 +331,10 @@ def _one_pass_outside(ctx, method: str, length: int = 384, margin: float = 1.5):
     second pass costs about as much again; the call's bookkeeping, next to nothing. What the call returns must be
     what that pass verifies: no layer can be skipped to save the time (`outside.same_pass`). Each try has its text."""
 
+    texts = outside.random_texts(ctx.world.vocab, length)
+
     def case(attempt: int) -> tuple[torch.Tensor, torch.Tensor]:  # a random text, the target's own 4 tokens after it
-        ids = outside.random_texts(ctx.world.vocab, ctx.seed + 17, length)(attempt)
-        return ids, torch.tensor([_own_draft(ctx.world, ids)])
+        return texts(attempt), torch.tensor([_own_draft(ctx.world, texts(attempt))])
 
     (ids, draft), warm = case(0), ctx.decoder(draft="live-other")  # untimed: the first passes of deep cost more
     warm.call(method, ids[:, :8].clone(), draft, torch.ones(1, 8, dtype=torch.long))

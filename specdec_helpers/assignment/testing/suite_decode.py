@@ -108,7 +108,7 @@ def _cache_reused_outside(ctx, length: int = 384, new: int = 12, margin: float =
     pays a deep prefill every round: several times the grader's time. A draft that re-reads it, even with no cache
     at all, adds less than one deep prefill over the whole decode, so it passes here whatever the counters say: the
     drafting tests take those points. On `World.live` the text must be the grader's: no layer can be skipped."""
-    prompt = outside.random_texts(ctx.world.vocab, ctx.seed + 11, length)
+    prompt = outside.random_texts(ctx.world.vocab, length)
     slow = (
         f"decoding {new} tokens after a {length}-token prompt took {{used:.2f}} s of CPU time, where a decoder that "
         "reuses its target cache takes about {own:.2f} s (measured outside your process): the target re-reads the "
@@ -252,9 +252,7 @@ def _one_pass_outside(ctx, new: int = 16, margin: float = 1.5):
         "after a rejection. Verification already returns the correction token; each round needs exactly ONE target "
         "pass"
     )
-    _live_against_own(
-        ctx, outside.random_texts(ctx.world.vocab, ctx.seed + 13, short.shape[1]), new, margin, 0.1, short, slow
-    )
+    _live_against_own(ctx, outside.random_texts(ctx.world.vocab, short.shape[1]), new, margin, 0.1, short, slow)
 
 
 ### END HIDDEN TESTS
