@@ -80,7 +80,7 @@ if [ "$DEVICE" = cpu ]; then JOBS=${JOBS:-2}; NOTEBOOKS=${NOTEBOOKS:-01}; export
 else JOBS=${JOBS:-8}; NOTEBOOKS=${NOTEBOOKS:-all}; export OMP_NUM_THREADS=2 SPECDEC_THREADS=2; fi
 if [ -n "$QUICK" ]; then
   export SPECDEC_SANDBOX=${SPECDEC_SANDBOX:-none}   # rehearses this script, not the sandbox (tests/test_course.py)
-  SKIP=${SKIP-^grader-}   # the grader takes 25 s of CPU at any size; tests/test_selfcheck.py grades the reference
+  SKIP=${SKIP-^grader-}   # the grader takes 25 s of CPU at any size; tests/test_course.py grades the reference
   MIN_S=${MIN_S:-3}; SC="--samples 100 --decodes 10 --prompts 1 --max-new-tokens 8"; AGREE="--tokens 8"
   GOALS="--scale 0.0625 --vocab 256 --max-new-tokens 6 --repeats 1"; SYNC="--scale 0.0625 --max-new-tokens 4"
 else
