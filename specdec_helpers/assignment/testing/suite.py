@@ -331,10 +331,12 @@ def _one_pass_outside(ctx, method: str, length: int = 384, margin: float = 1.5):
     second pass costs about as much again; the call's bookkeeping, next to nothing. What the call returns must be
     what that pass verifies: no layer can be skipped to save the time (`outside.same_pass`). Each try has its text."""
 
-    texts = outside.random_texts(ctx.world.vocab, length)
+    texts, own = outside.random_texts(ctx.world.vocab, length), {}  # own: the grader's drafts and logits, per try
 
     def case(attempt: int) -> tuple[torch.Tensor, torch.Tensor]:  # a random text, the target's own 4 tokens after it
-        return texts(attempt), torch.tensor([_own_draft(ctx.world, texts(attempt))])
+        if ("draft", attempt) not in own:
+            own["draft", attempt] = greedy_tokens(ctx.world.live, texts(attempt), 4)
+        return texts(attempt), torch.tensor([own["draft", attempt]])
 
     (ids, draft), warm = case(0), ctx.decoder(draft="live-other")  # untimed: the first passes of deep cost more
     warm.call(method, ids[:, :8].clone(), draft, torch.ones(1, 8, dtype=torch.long))
@@ -346,34 +348,21 @@ def _one_pass_outside(ctx, method: str, length: int = 384, margin: float = 1.5):
         results.append((attempt, unpack(decoder.call(method, ids.clone(), draft, torch.ones_like(ids)), method)))
         return ctx.child.cpu_seconds() - before
 
-    own_seconds = outside.stopped(ctx.child, lambda attempt: _own_pass_seconds(ctx.world, torch.cat(case(attempt), 1)))
-    ok, used, own = outside.within(child_seconds, own_seconds, margin, 0.05)
+    def own_seconds(attempt: int) -> float:  # one pass of the target over the text and draft; its logits are kept
+        text = torch.cat(case(attempt), dim=1)
+        return outside.own_seconds_keeping(own, attempt, lambda: ctx.world.live(input_ids=text).logits)
+
+    ok, used, own_used = outside.within(child_seconds, outside.stopped(ctx.child, own_seconds), margin, 0.05)
     if not ok:
         raise Mistake(
             f"{method} on a {length}-token text took {used:.2f} s of CPU time, where one target pass over it takes "
-            f"about {own:.2f} s (measured outside your process): it runs the target more than once. One forward "
+            f"about {own_used:.2f} s (measured outside your process): it runs the target more than once. One forward "
             "pass must score every draft token and give the correction/bonus token"
         )
     for attempt, got in results:
-        text = torch.cat(case(attempt), dim=1)[0].tolist()
-        same, want = outside.same_pass(_OWN[(ctx.world.seed, tuple(text))], text[length:], got)
+        same, want = outside.same_pass(own[attempt], own["draft", attempt], got)
         if not same:
             raise Mistake(f"{method} on a {length}-token text: got {got}, where one pass of the target gives {want}")
-
-
-_OWN: dict = {}
-
-
-def _own_draft(world, ids: torch.Tensor) -> list[int]:
-    """`live`'s 4 greedy tokens after ``ids``, once per world and text."""
-    key = ("draft", world.seed, tuple(ids[0].tolist()))
-    return _OWN[key] if key in _OWN else _OWN.setdefault(key, greedy_tokens(world.live, ids, 4))
-
-
-def _own_pass_seconds(world, ids: torch.Tensor) -> float:
-    """The grader's CPU time for one pass of `live` over ``ids``; its first logits are kept per world and text."""
-    key = (world.seed, tuple(ids[0].tolist()))
-    return outside.own_seconds_keeping(_OWN, key, lambda: world.live(input_ids=ids).logits)
 
 
 ### END HIDDEN TESTS

@@ -124,21 +124,17 @@ def _live_against_own(ctx, prompt, new: int, margin: float, slack: float, warm_p
     ``slack`` (`outside.within`; else ``mistake`` with its ``{used}`` and ``{own}`` filled in), and every text it
     returned is the grader's own."""
     ctx.decode(ctx.decoder(draft="live-other"), warm_prompt, 3)
-    texts: dict = {}
-    ok, used, own = outside.within(
+    texts, own = {}, {}  # per try: the child's texts, the grader's own
+    ok, used, own_used = outside.within(
         lambda i: _child_seconds(ctx, prompt(i), new, texts.setdefault(i, [])),
-        outside.stopped(ctx.child, lambda i: _own_cached_seconds(ctx.world, prompt(i), new)),
+        outside.stopped(ctx.child, lambda i: _own_cached_seconds(ctx.world, prompt(i), new, own, i)),
         margin,
         slack,
     )
     if not ok:
-        raise Mistake(mistake.format(used=used, own=own))
+        raise Mistake(mistake.format(used=used, own=own_used))
     for i, got in texts.items():  # against the grader's own decoding's text
-        want = _OWN[(ctx.world.seed, tuple(prompt(i)[0].tolist()), new)]
-        outside.expect_own_texts(ctx.world.live, prompt(i), got, want, "generate_ids with the deep target" + EARLIER)
-
-
-_OWN: dict = {}
+        outside.expect_own_texts(ctx.world.live, prompt(i), got, own[i], "generate_ids with the deep target" + EARLIER)
 
 
 def _child_seconds(ctx, prompt, new: int, texts: list) -> float:
@@ -150,16 +146,16 @@ def _child_seconds(ctx, prompt, new: int, texts: list) -> float:
     return ctx.child.cpu_seconds() - before
 
 
-def _own_cached_seconds(world, prompt, new: int) -> float:
+def _own_cached_seconds(world, prompt, new: int, store: dict, key) -> float:
     """The grader's CPU time for the kit's cached decoding of ``prompt`` on `live` with `other`, k = 4
-    (`outside.own_seconds_keeping`); the first decoding's text is kept per world and prompt."""
+    (`outside.own_seconds_keeping`); the first decoding's text is kept in ``store[key]``."""
     from specdec_helpers.core.decode import speculative_decode
 
     def run():
         out = speculative_decode(world.live, world.other, prompt, max_new_tokens=new, num_speculative_tokens=4)
         return out.new_tokens.tolist()
 
-    return outside.own_seconds_keeping(_OWN, (world.seed, tuple(prompt[0].tolist()), new), run)
+    return outside.own_seconds_keeping(store, key, run)
 
 
 ### END HIDDEN TESTS
