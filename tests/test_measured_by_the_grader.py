@@ -176,13 +176,22 @@ def test_a_target_with_its_faint_layers_skipped_earns_nothing(reference):
 def test_a_second_verification_pass_hidden_from_the_counter_earns_nothing(reference):
     """The same patched counter, in the verification cell: verify_tokens_vectorized runs the target twice and hides
     the second pass from `world.Probe`. The child's count says one pass; its CPU time, read from outside, says two."""
+    _only_the_one_pass_check_fails(reference, _hidden_second_pass(reference))
+
+
+def _hidden_second_pass(reference) -> str:
+    """The reference's verification cell running the target a second time, hidden from the tests' pass counter."""
     line = "    logits = self.target_model(input_ids=torch.cat([input_ids, draft_tokens], dim=1)).logits[0]\n"
     assert line in reference["verify"]
     hidden = (
         "    _Quiet.hide = True\n    self.target_model(input_ids=torch.cat([input_ids, draft_tokens], dim=1))\n"
         "    _Quiet.hide = False\n"
     )
-    cheat = reference["verify"].replace(line, line + hidden) + (CHEATS / "capped_counter.py").read_text()
+    return reference["verify"].replace(line, line + hidden) + (CHEATS / "capped_counter.py").read_text()
+
+
+def _only_the_one_pass_check_fails(reference, cheat: str) -> None:
+    """Graded, the verification cell ``cheat`` fails only verify_tokens_vectorized's test, on its CPU time."""
     assert cells.kit_references(cheat) == []
     results = grader.run_suite(dict(reference, verify=cheat), CONFIG["points"], only=["verify"], seed=0)
     failed = {r.test_id: r.feedback for r in results if not r.passed}
@@ -333,11 +342,6 @@ def test_a_second_pass_that_answers_a_retry_from_memory_earns_nothing(reference)
     """The hidden second pass above, plus a memo: an input seen before is answered from memory, in no time. When
     every try of the check of cost ran on the same text, the first try failed and the retry passed (a review of
     stop 49); each try now has its own text."""
-    line = "    logits = self.target_model(input_ids=torch.cat([input_ids, draft_tokens], dim=1)).logits[0]\n"
-    hidden = (
-        "    _Quiet.hide = True\n    self.target_model(input_ids=torch.cat([input_ids, draft_tokens], dim=1))\n"
-        "    _Quiet.hide = False\n"
-    )
     memo = (
         "\n\n_memo, _computed = {}, verify_tokens_vectorized\n\n\n"
         "def verify_tokens_vectorized(self, input_ids, draft_tokens, attention_mask=None):\n"
@@ -346,12 +350,7 @@ def test_a_second_pass_that_answers_a_retry_from_memory_earns_nothing(reference)
         "        _memo[key] = _computed(self, input_ids, draft_tokens, attention_mask)\n"
         "    return _memo[key]\n"
     )
-    cheat = reference["verify"].replace(line, line + hidden) + (CHEATS / "capped_counter.py").read_text() + memo
-    assert cells.kit_references(cheat) == []
-    results = grader.run_suite(dict(reference, verify=cheat), CONFIG["points"], only=["verify"], seed=0)
-    failed = {r.test_id: r.feedback for r in results if not r.passed}
-    assert list(failed) == ["verify.verify_vectorized"], failed
-    assert "measured outside your process" in failed["verify.verify_vectorized"]
+    _only_the_one_pass_check_fails(reference, _hidden_second_pass(reference) + memo)
 
 
 def test_a_verification_is_held_against_the_graders_pass_up_to_a_near_tie_only():
