@@ -15,7 +15,7 @@ import time
 import torch
 
 from specdec_helpers.core.cache import cache_kwargs, new_cache, rollback
-from specdec_helpers.core.lean import lean_forward
+from specdec_helpers.core.backends import lean_forward
 from specdec_helpers.measure.sweep import PA3_PROMPTS
 from specdec_helpers.models.pairs import load_pair
 

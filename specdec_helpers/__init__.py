@@ -83,4 +83,4 @@ __all__ = [
     "verify_tokens_vectorized",
 ]
 from specdec_helpers.core.graphs import static_forward  # a model step over a static cache (notebook 01)
-from specdec_helpers.core.lean import lean_forward  # a Llama's forward without transformers' Python (notebook 01)
+from specdec_helpers.core.backends import lean_forward  # a Llama's forward without transformers' Python (notebook 01)

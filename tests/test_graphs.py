@@ -13,7 +13,8 @@ from tiny_models import hf_greedy, perturbed_copy, tiny_model
 
 import specdec_helpers as sd
 from specdec_helpers.core import backends, graphs
-from specdec_helpers.core.cache import BLOCK, StaticKV, cache_kwargs, cache_length, crop_cache, plain_static_layers
+from specdec_helpers.core.cache import BLOCK, cache_kwargs, cache_length, crop_cache, plain_static_layers
+from specdec_helpers.core.lean import StaticKV
 from specdec_helpers.core.graphs import GRAPH_TOKENS, StaticForward, static_forward
 
 

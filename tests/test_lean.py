@@ -49,7 +49,7 @@ def models():
 @pytest.mark.parametrize("name,model", list(models()), ids=lambda v: v if isinstance(v, str) else "")
 @torch.inference_mode()
 def test_logits_and_hidden_states_are_bitwise_the_models_through_passes_and_rollbacks(name, model):
-    forward = lean.lean_forward(model)
+    forward = backends.lean_forward(model)
     assert isinstance(forward, lean.LeanForward), name
     text = ids(60, seed=7)
     theirs, ours = DynamicCache(config=model.config), forward.new_cache(60)
@@ -86,23 +86,23 @@ def test_decoding_through_the_lean_forward_equals_hf_greedy(k):
 
 def test_other_models_keep_their_own_forward():
     neox = tiny_model("gpt_neox")
-    assert lean.supported(neox) == "not a LlamaForCausalLM" and lean.lean_forward(neox) is None
+    assert lean.supported(neox) == "not a LlamaForCausalLM" and backends.lean_forward(neox) is None
     with backends.backend(neox, as_drafter(neox, neox), ids(4), 10, 3) as run:
         assert run.target is neox and isinstance(run.cache, DynamicCache) and run.name == "dynamic"
         assert "not a LlamaForCausalLM" in run.reason
     eager = tiny_model("llama")
     eager.config._attn_implementation = "eager"
-    assert "variant" in lean.supported(eager) and lean.lean_forward(eager) is None
+    assert "variant" in lean.supported(eager) and backends.lean_forward(eager) is None
     training = copy.deepcopy(tiny_model("llama")).train()
-    assert lean.lean_forward(training) is None
+    assert backends.lean_forward(training) is None
     hooked = tiny_model("llama")  # a hook on any of its modules sees every pass of the model's own forward
     handle = hooked.model.layers[1].mlp.register_forward_hook(lambda *args: None)
-    assert "hooks" in lean.supported(hooked) and lean.lean_forward(hooked) is None
+    assert "hooks" in lean.supported(hooked) and backends.lean_forward(hooked) is None
     handle.remove()
-    assert lean.lean_forward(hooked) is not None
+    assert backends.lean_forward(hooked) is not None
     # transformers' own output capturing (hooks installed by an output_hidden_states=True call) is no such hook
     hooked(input_ids=ids(3), output_hidden_states=True)
-    assert lean.supported(hooked) is None and lean.lean_forward(hooked) is not None
+    assert lean.supported(hooked) is None and backends.lean_forward(hooked) is not None
 
 
 def test_a_forward_that_would_differ_is_refused(monkeypatch):
@@ -117,14 +117,14 @@ def test_a_forward_that_would_differ_is_refused(monkeypatch):
         return out
 
     monkeypatch.setattr(type(model), "forward", scaled)
-    assert lean.lean_forward(model) is None
+    assert backends.lean_forward(model) is None
     with backends.backend(model, as_drafter(model, model), ids(4), 10, 3) as run:
         assert run.target is model and "logits differ" in run.reason
 
 
 def test_the_cache_moves_a_position_and_names_its_limits():
     model = tiny_model("llama")
-    forward = lean.lean_forward(model)
+    forward = backends.lean_forward(model)
     cache = forward.new_cache(8)
     forward(ids(6), cache)
     rollback(cache, 2)

@@ -19,13 +19,20 @@ The edition modules (``core/reference_*.py`` and the students' editions) hold no
 from __future__ import annotations
 
 import contextlib
+import weakref
 from dataclasses import dataclass
 
-from specdec_helpers.core.cache import new_cache, plain_static_layers
+import torch
+
+from specdec_helpers.core.cache import cache_kwargs, new_cache, plain_static_layers
 from specdec_helpers.core.compiled import compiled_forward
 from specdec_helpers.core.drafters import Drafter, ModelDrafter
 from specdec_helpers.core.graphs import MAX_K, static_forward
-from specdec_helpers.core.lean import lean_forward, supported
+from specdec_helpers.core.lean import LeanForward, supported
+
+CHECK_SIZES = (1, 2, 5, 11, 17)  # the lean forward's passes compared with the model's own (after a prefill of PREFILL)
+PREFILL = 9
+_CHECKED: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -50,7 +57,7 @@ def choose(
     """``(backend name, why)`` for a decode: the caller's explicit wishes first, then the fastest backend that gives
     the target's own logits on this device. ``lean=False`` with ``graphs=False`` runs the model itself, eagerly,
     as a decoder of one's own does (notebook 05 times its greedy baseline so). Where lean is left to decide, the
-    first call for a model runs `lean.lean_forward`'s check (its logits against the model's own, then kept)."""
+    first call for a model runs `lean_forward`'s check (its logits against the model's own, then kept)."""
     if not use_cache or score is not None:
         return "uncached", "use_cache=False" if not use_cache else "a caller's score= reads no cache"
     if compile:
@@ -88,6 +95,39 @@ def decode_forward(model):
         forward = static_forward(model)
         return forward if forward.graphs else model
     return lean_forward(model) or model
+
+
+def lean_forward(model) -> LeanForward | None:
+    """``model``'s `LeanForward` where it gives bitwise the model's own logits (checked once per dtype), else None."""
+    if supported(model) is not None:
+        return None
+    checked = _CHECKED.setdefault(model, {})
+    if model.dtype not in checked:
+        fused = LeanForward(model)
+        plain = None if _agrees(model, fused) else LeanForward(model, fuse=False)
+        checked[model.dtype] = fused if plain is None else plain if _agrees(model, plain) else None
+    return checked[model.dtype]
+
+
+@torch.inference_mode()
+def _agrees(model, lean: LeanForward) -> bool:
+    """Whether the lean forward's logits and last hidden states equal the model's, for a prefill and each of
+    `CHECK_SIZES` after it (a verify pass's sizes), on token ids drawn with a fixed seed."""
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (1, PREFILL + sum(CHECK_SIZES)), generator=generator)
+    ids = ids.to(model.device)
+    theirs, ours = new_cache(model), lean.new_cache(ids.shape[1])
+    start = 0
+    for n in (PREFILL, *CHECK_SIZES):
+        chunk = ids[:, start : start + n]
+        expected = model(input_ids=chunk, **cache_kwargs(model, theirs), use_cache=True, output_hidden_states=True)
+        got = lean(chunk, ours, output_hidden_states=True)
+        if not (
+            torch.equal(got.logits, expected.logits) and torch.equal(got.hidden_states[-1], expected.hidden_states[-1])
+        ):
+            return False
+        start += n
+    return True
 
 
 @contextlib.contextmanager

@@ -1,4 +1,5 @@
-"""KV caches: which argument a forward takes them by, the one static cache (`StaticKV`), and THE rollback.
+"""KV caches: which argument a forward takes them by, and THE rollback of each kind (transformers' dynamic and static
+caches, and the kit's one static cache, `lean.StaticKV`, which the lean forward, graphs and compiled run over).
 
 transformers changes its cache API between versions (5.x: ``DynamicCache.crop`` takes a *negative* count of tokens
 to drop; 4.x took the length to keep; 5.24 renamed the forward's ``past_key_values`` to ``cache``). What is
@@ -16,6 +17,8 @@ import torch
 from transformers import DynamicCache, StaticCache
 from transformers.cache_utils import DynamicLayer, StaticLayer
 
+from specdec_helpers.core.lean import StaticKV
+
 
 # graphs' and compiled's cache capacities are multiples of this, so texts of different lengths share one cache (and
 # its steps or compiled graph); lean's is exactly the prompt plus max_new_tokens.
@@ -23,7 +26,8 @@ BLOCK = 256
 
 
 @functools.lru_cache(maxsize=None)
-def _cache_argument(forward) -> str:
+def _cache_argument(kind: type) -> str:
+    forward = getattr(kind, "forward", None) or kind.__call__
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
@@ -32,10 +36,9 @@ def cache_kwargs(model, cache) -> dict:
     (where ``past_key_values`` warns, and goes in 5.40), ``past_key_values`` before and in models not yet
     renamed. Passing the wrong one would not fail: it would vanish into ``**kwargs`` and drop the cache.
     A model is given the transformers cache a `StaticKV` holds; the kit's forwards take the `StaticKV` itself."""
-    forward = getattr(type(model), "forward", None) or type(model).__call__
     if isinstance(cache, StaticKV) and isinstance(model, torch.nn.Module):
         cache = cache.cache
-    return {_cache_argument(forward): cache}
+    return {_cache_argument(type(model)): cache}
 
 
 def last_hidden(out) -> torch.Tensor:
@@ -63,58 +66,6 @@ def plain_static_layers(model) -> bool:
         return False
 
 
-class StaticKV:
-    """The kit's one static cache: ``capacity`` preallocated positions per layer, of which the first ``position`` hold
-    the text. A rollback moves the position (gpt-fast's ``input_pos``): the rows beyond stay in memory, hidden from
-    attention, and the next pass overwrites them. Nothing is copied.
-
-    It holds transformers' ``StaticCache`` (``cache``), so the model's own forward writes into it, and the lean CPU
-    forward writes the same layers' rows itself. Each layer counts its length in a device tensor (all layers: views of
-    ``lengths``), which a CUDA graph reads; ``position`` is the host's copy, read without waiting for the device.
-    ``position`` changes only through `move_to`; ``lengths`` also advance when the model's own forward writes through
-    transformers' ``StaticLayer.update``, so the forwards that run it (compiled's, graphs') end every pass, even one
-    that raised, with `move_to`, which sets both again.
-    """
-
-    def __init__(self, model, capacity: int):
-        self.cache = new_static_cache(model, capacity)
-        if any(type(layer) is not StaticLayer for layer in self.cache.layers):
-            raise NotImplementedError(
-                f"{type(model).__name__} has sliding-window or recurrent cache layers: a "
-                "static cache rolls back plain full-attention layers only; use graphs=False"
-            )
-        self.capacity, self.position, self.in_use = capacity, 0, False
-        self.lengths = torch.zeros(len(self.cache.layers), dtype=torch.long, device=model.device)
-        for i, layer in enumerate(self.cache.layers):
-            layer.cumulative_length = self.lengths[i]
-        self.kind = (model.dtype, model.device)  # what its rows hold, and where
-        self.steps: dict = {}  # `graphs`' steps over this cache: tokens per pass -> its (captured) step
-        self.pool = None  # the memory pool of those steps' CUDA graphs
-        self.weights = None  # where the model's weights were when those steps were recorded
-
-    def get_seq_length(self) -> int:
-        """Positions held (the host's count: reading it never waits for the device)."""
-        return self.position
-
-    def move_to(self, position: int) -> None:
-        """Set the length, host and device alike: after a pass, a rollback, a reset, or a pass that raised."""
-        self.position = position
-        self.lengths.fill_(position)
-
-    def keep(self, n_kept: int) -> None:
-        """Keep the first ``n_kept`` positions (the rollback of a static cache)."""
-        _check_prefix(self.position, n_kept)
-        self.move_to(n_kept)
-
-    def layer(self, i: int, like: torch.Tensor) -> StaticLayer:
-        """Layer ``i``, its rows allocated (shaped and typed after ``like``, ``[1, kv_heads, n, head_dim]``) if no
-        pass has written it yet."""
-        layer = self.cache.layers[i]
-        if not layer.is_initialized:
-            layer.lazy_initialization(like, like)
-        return layer
-
-
 def cache_length(cache) -> int:
     """Number of positions the cache holds (0 for ``None``)."""
     return 0 if cache is None else int(cache.get_seq_length())
@@ -138,6 +89,8 @@ def rollback(cache, kept) -> None:
     """
     if cache is None:
         return
+    if isinstance(cache, StaticKV) and type(kept) is int:  # the chain loops' rollback, as gpt-fast's: a position moves
+        return cache.keep(kept)
     kept = _as_kept(kept)
     if isinstance(kept, torch.Tensor) and kept.dim() == 1 and torch.equal(kept.cpu(), torch.arange(kept.numel())):
         kept = kept.numel()  # the kept positions are a prefix: a crop

@@ -32,7 +32,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakTensorKeyDictionary
 
-from specdec_helpers.core.cache import BLOCK, StaticKV, cache_kwargs
+from specdec_helpers.core.cache import BLOCK, cache_kwargs
+from specdec_helpers.core.lean import StaticKV
 
 # config.model_type of the families (of those tests/test_capture_rehearsal.py sweeps) whose static-cache step reads
 # the host in transformers 5.24, at every pass size: OPT and BioGPT size a mask by the cache's 0-d length tensor,
@@ -201,7 +202,7 @@ def host_reads(fn, *args, **kwargs) -> list[str]:
 @torch.inference_mode()
 def rehearse_step(model, n: int, prefill: int = 9) -> list[str]:
     """`host_reads` of ``model``'s ``n``-token step after a ``prefill``-token prompt, called as `graphs.StaticForward`
-    calls it for a capture: the model over the kit's static cache (`cache.StaticKV`)."""
+    calls it for a capture: the model over the kit's static cache (`lean.StaticKV`)."""
     if n < 1 or prefill < 1:
         raise ValueError(f"a step follows a prefill: need n >= 1 and prefill >= 1, got n={n}, prefill={prefill}")
     kv = StaticKV(model, -(-(prefill + n) // BLOCK) * BLOCK)

@@ -18,7 +18,8 @@ from types import SimpleNamespace
 
 import torch
 
-from specdec_helpers.core.cache import BLOCK, StaticKV, cache_kwargs
+from specdec_helpers.core.cache import BLOCK, cache_kwargs
+from specdec_helpers.core.lean import StaticKV
 from specdec_helpers.core.cpu_kernels import use_plain_linears, uses_onednn
 
 _FORWARDS: "weakref.WeakKeyDictionary[torch.nn.Module, CompiledForward]" = weakref.WeakKeyDictionary()

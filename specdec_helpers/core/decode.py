@@ -17,12 +17,12 @@ from specdec_helpers.core.backends import Backend, backend
 from specdec_helpers.core.batch import batch_speculative_decode
 from specdec_helpers.core.checks import is_batch
 from specdec_helpers.core.drafters import Drafter, Proposal, as_drafter, exclusive
-from specdec_helpers.core.rounds import DecodeOutput, DecodeStats, Step, Text, cut_at_eos
+from specdec_helpers.core.rounds import DecodeOutput, DecodeStats, Step, cut_at_eos
 from specdec_helpers.core.sampling import Sampler
 from specdec_helpers.core.timing import sync_device
 
 
-__all__ = ["DecodeOutput", "DecodeStats", "Step", "cut_at_eos", "greedy_decode", "speculative_decode"]
+__all__ = ["DecodeOutput", "DecodeStats", "Step", "Text", "cut_at_eos", "greedy_decode", "speculative_decode"]
 
 
 class _NoDraft(Drafter):
@@ -124,7 +124,9 @@ def speculative_decode(
         with backend(
             target, drafter, input_ids, max_new_tokens, largest_k, use_cache, compile, graphs, score, lean
         ) as run:  # set up (graphs captured) before the rounds' timing starts
-            return _rounds(run, input_ids, max_new_tokens, schedule, sampler, eos, score)
+            out = _rounds(run, input_ids, max_new_tokens, schedule, sampler, eos, score)
+    out.backend = str(run)
+    return out
 
 
 def greedy_decode(
@@ -195,4 +197,65 @@ def _rounds(run: Backend, input_ids, max_new_tokens, schedule: KSchedule, sample
         schedule.update(result.num_accepted, result.num_proposed)
         text.record(Step(proposal.tokens, result.num_accepted, emitted), result.num_proposed, proposal.forward_calls)
     sync_device(input_ids.device)
-    return text.finish(time.perf_counter() - start, backend=str(run))
+    return text.finish(time.perf_counter() - start)
+
+
+class Text:
+    """The text a decode loop grows: the prompt, then each round's kept tokens, up to EOS or the limit."""
+
+    def __init__(self, input_ids: torch.Tensor, max_new_tokens: int, eos):
+        self.prompt_length = input_ids.shape[1]
+        self.end = self.prompt_length + max_new_tokens
+        self.buffer = torch.empty(1, self.end, dtype=torch.long, device=input_ids.device)
+        self.buffer[:, : self.prompt_length] = input_ids
+        self.length = self.prompt_length
+        self.eos = set(eos)
+        self.ended = False  # an EOS was appended
+        self.stats, self.steps = DecodeStats(), []
+
+    @property
+    def context(self) -> torch.Tensor:
+        """``[1, length]``: the text so far (a view; the next round's input)."""
+        return self.buffer[:, : self.length]
+
+    @property
+    def room(self) -> int:
+        """Draft tokens this round may propose: leave room for the target's own token, never overshoot."""
+        return self.end - self.length - 1
+
+    @property
+    def done(self) -> bool:
+        return self.ended or self.length >= self.end
+
+    def append(self, tokens, token_list: list[int] | None = None) -> list[int]:
+        """Append a round's tokens (kept draft tokens + the target's own), cut after the first EOS and at
+        ``max_new_tokens`` (a loop that drafts at most ``room`` tokens never reaches that cut); returns
+        what was appended. ``token_list``: the same tokens already read to the host (saves a device read)."""
+        tokens = torch.as_tensor(tokens)
+        emitted = cut_at_eos(tokens.tolist() if token_list is None else token_list, self.eos)[: self.end - self.length]
+        self.buffer[0, self.length : self.length + len(emitted)] = tokens[: len(emitted)]
+        self.length += len(emitted)
+        self.ended = emitted[-1] in self.eos
+        return emitted
+
+    def record(self, step: Step, proposed: int, draft_calls: int) -> None:
+        """Count the round (one target pass that judged ``proposed`` draft tokens) and keep its trace."""
+        self.stats.record_round(proposed, step.accepted, draft_calls)
+        self.steps.append(step)
+
+    def finish(self, wall_time_s: float) -> DecodeOutput:
+        """The loop is over: the output, with the drafts read from the device in one go and the time taken."""
+        _drafts_to_lists(self.steps)
+        self.stats.wall_time_s = wall_time_s
+        self.stats.new_tokens = self.length - self.prompt_length
+        return DecodeOutput(self.context.clone(), self.stats, self.steps)
+
+
+def _drafts_to_lists(steps: list[Step]) -> None:
+    """Each step's draft tokens as a list, read from the device in one go once the loop is over."""
+    held = [step for step in steps if isinstance(step.draft, torch.Tensor)]
+    if held:
+        flat = torch.cat([step.draft.reshape(-1) for step in held]).tolist()
+        for step in held:
+            n = step.draft.numel()
+            step.draft, flat = flat[:n], flat[n:]

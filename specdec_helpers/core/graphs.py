@@ -3,7 +3,7 @@
 Why: in eager mode a GPU waits on Python. A one-token step of a 24-layer model launches hundreds of small kernels,
 and each launch costs more than the kernel runs on a modern GPU, so a step costs about the same for a 160m draft as
 for a 1.4b target (c near 1: speculation cannot pay). A CUDA graph records those launches once and replays them with
-one call; that needs fixed shapes and fixed addresses, which the static cache (`cache.StaticKV`) gives.
+one call; that needs fixed shapes and fixed addresses, which the static cache (`lean.StaticKV`) gives.
 
 `StaticForward` is the forward protocol (``forward(input_ids, cache)``, ``new_cache(n)``) over a `StaticKV`. A pass of
 ``n <= GRAPH_TOKENS`` tokens after the prefill runs n's *step*: the tokens go into the step's input buffer, the step
@@ -30,7 +30,8 @@ from types import SimpleNamespace
 
 import torch
 
-from specdec_helpers.core.cache import BLOCK, StaticKV, cache_kwargs
+from specdec_helpers.core.cache import BLOCK, cache_kwargs
+from specdec_helpers.core.lean import StaticKV
 from specdec_helpers.core.capture_rehearsal import HOST_READING_FAMILIES, host_reads
 
 GRAPH_TOKENS = 16  # passes up to this many tokens run as (captured) steps; longer ones (prefills) eagerly

@@ -1,14 +1,15 @@
-"""A Llama model's forward on a CPU without transformers' per-layer Python, over a static cache.
+"""A Llama model's forward on a CPU without transformers' per-layer Python (`LeanForward`), and the kit's one static
+cache (`StaticKV`), which it, `graphs` and `compiled` run over.
 
 Why: on 2 CPU cores a SmolLM2-135M step spends a fifth of its time outside the matrix products, in the
 model's Python (module calls, mask and cache bookkeeping, argument checks): the CPU's counterpart of a
 GPU's launch overhead, which `graphs` removes there. This forward calls the model's own modules (norms,
 rotary embedding, Linear layers, activation) and runs the tensor operations between them in transformers'
 order (attention as ``sdpa_attention_forward`` calls it), so its logits are bitwise the model's;
-`lean_forward` checks that once per model and dtype, and falls back to the model's own forward where they
+`backends.lean_forward` checks that once per model and dtype, and falls back to the model's own forward where they
 differ (a newer transformers, another architecture). q/k/v and gate/up run as one packed product each
-while their layers keep the weights they were packed from. Its cache is the kit's one static cache
-(`cache.StaticKV`): a rollback moves a position, and attention reads only the rows before it.
+while their layers keep the weights they were packed from. On its cache a rollback moves a position
+(`StaticKV.keep`), and attention reads only the rows before it.
 """
 
 from __future__ import annotations
@@ -19,12 +20,10 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
-from specdec_helpers.core.cache import StaticKV, cache_kwargs
-from specdec_helpers.core.cpu_kernels import OneDNNLinear, pack_weight, packed_linear
+from transformers import StaticCache
+from transformers.cache_utils import StaticLayer
 
-CHECK_SIZES = (1, 2, 5, 11, 17)  # passes compared with the model's own forward (after a prefill of PREFILL)
-PREFILL = 9
-_CHECKED: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
+from specdec_helpers.core.cpu_kernels import OneDNNLinear, pack_weight, packed_linear
 
 
 def supported(model) -> str | None:
@@ -62,6 +61,62 @@ def _hooked(model) -> bool:
     return any(getattr(hook, "__module__", "") != "transformers.utils.output_capturing" for hook in hooks)
 
 
+class StaticKV:
+    """The kit's one static cache: ``capacity`` preallocated positions per layer, of which the first ``position`` hold
+    the text. A rollback moves the position (gpt-fast's ``input_pos``): the rows beyond stay in memory, hidden from
+    attention, and the next pass overwrites them. Nothing is copied.
+
+    It holds transformers' ``StaticCache`` (``cache``), so the model's own forward writes into it, and the lean CPU
+    forward writes the same layers' rows itself. Each layer counts its length in a device tensor (all layers: views of
+    ``lengths``), which a CUDA graph reads; ``position`` is the host's copy, read without waiting for the device.
+    ``position`` changes only through `move_to`; ``lengths`` also advance when the model's own forward writes through
+    transformers' ``StaticLayer.update``, so the forwards that run it (compiled's, graphs') end every pass, even one
+    that raised, with `move_to`, which sets both again.
+    """
+
+    def __init__(self, model, capacity: int):
+        self.cache = StaticCache(config=model.config, max_cache_len=capacity)
+        if any(type(layer) is not StaticLayer for layer in self.cache.layers):
+            raise NotImplementedError(
+                f"{type(model).__name__} has sliding-window or recurrent cache layers: a "
+                "static cache rolls back plain full-attention layers only; use graphs=False"
+            )
+        self.capacity, self.position, self.in_use = capacity, 0, False
+        self.lengths = torch.zeros(len(self.cache.layers), dtype=torch.long, device=model.device)
+        for i, layer in enumerate(self.cache.layers):
+            layer.cumulative_length = self.lengths[i]
+        self.kind = (model.dtype, model.device)  # what its rows hold, and where
+        self.steps: dict = {}  # `graphs`' steps over this cache: tokens per pass -> its (captured) step
+        self.pool = None  # the memory pool of those steps' CUDA graphs
+        self.weights = None  # where the model's weights were when those steps were recorded
+
+    def get_seq_length(self) -> int:
+        """Positions held (the host's count: reading it never waits for the device)."""
+        return self.position
+
+    def move_to(self, position: int) -> None:
+        """Set the length, host and device alike: after a pass, a rollback, a reset, or a pass that raised."""
+        self.position = position
+        self.lengths.fill_(position)
+
+    def keep(self, n_kept: int) -> None:
+        """Keep the first ``n_kept`` positions (the rollback of a static cache)."""
+        if not 0 <= n_kept <= self.position:
+            raise ValueError(
+                f"cannot crop a cache of {self.position} positions to {n_kept}: a rollback keeps between 0 and the "
+                f"{self.position} positions it holds (count the kept text, prompt included)"
+            )
+        self.move_to(n_kept)
+
+    def layer(self, i: int, like: torch.Tensor) -> StaticLayer:
+        """Layer ``i``, its rows allocated (shaped and typed after ``like``, ``[1, kv_heads, n, head_dim]``) if no
+        pass has written it yet."""
+        layer = self.cache.layers[i]
+        if not layer.is_initialized:
+            layer.lazy_initialization(like, like)
+        return layer
+
+
 class LeanForward:
     """The static backends' forward protocol over a `StaticKV`: called as ``fwd(input_ids=..., cache=kv)``
     (`cache.cache_kwargs` finds the ``cache`` keyword on ``__call__``; ``logits_to_keep`` and ``output_hidden_states``
@@ -81,7 +136,7 @@ class LeanForward:
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         # Per layer, q/k/v and gate/up as one product each where oneDNN packs them (fewer, larger products; the
-        # check in `lean_forward` says whether the results stay bitwise the same, and builds one without if not).
+        # check in `backends.lean_forward` says whether the results stay bitwise the same, and builds one without if not).
         self.fused = (
             [
                 (_fused(layer.self_attn, "q_proj", "k_proj", "v_proj"), _fused(layer.mlp, "gate_proj", "up_proj"))
@@ -204,38 +259,3 @@ def _current(fused, module):
         if getattr(getattr(module, name), "packed_weight", None) is not source:
             return None
     return fused.packed
-
-
-def lean_forward(model) -> LeanForward | None:
-    """``model``'s `LeanForward` where it gives bitwise the model's own logits (checked once per dtype), else None."""
-    if supported(model) is not None:
-        return None
-    checked = _CHECKED.setdefault(model, {})
-    if model.dtype not in checked:
-        fused = LeanForward(model)
-        plain = None if _agrees(model, fused) else LeanForward(model, fuse=False)
-        checked[model.dtype] = fused if plain is None else plain if _agrees(model, plain) else None
-    return checked[model.dtype]
-
-
-@torch.inference_mode()
-def _agrees(model, lean: LeanForward) -> bool:
-    """Whether the lean forward's logits and last hidden states equal the model's, for a prefill and each of
-    `CHECK_SIZES` after it (a verify pass's sizes), on token ids drawn with a fixed seed."""
-    from transformers import DynamicCache
-
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, model.config.vocab_size, (1, PREFILL + sum(CHECK_SIZES)), generator=generator)
-    ids = ids.to(model.device)
-    theirs, ours = DynamicCache(config=model.config), lean.new_cache(ids.shape[1])
-    start = 0
-    for n in (PREFILL, *CHECK_SIZES):
-        chunk = ids[:, start : start + n]
-        expected = model(input_ids=chunk, **cache_kwargs(model, theirs), use_cache=True, output_hidden_states=True)
-        got = lean(chunk, ours, output_hidden_states=True)
-        if not (
-            torch.equal(got.logits, expected.logits) and torch.equal(got.hidden_states[-1], expected.hidden_states[-1])
-        ):
-            return False
-        start += n
-    return True

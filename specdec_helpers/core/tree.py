@@ -37,7 +37,8 @@ from specdec_helpers.core.drafters import (
     as_drafter,
     exclusive,
 )
-from specdec_helpers.core.rounds import DecodeOutput, Text
+from specdec_helpers.core.decode import Text
+from specdec_helpers.core.rounds import DecodeOutput
 from specdec_helpers.core.sampling import Sampler
 from specdec_helpers.core.timing import sync_device
 from specdec_helpers.core.tree_sampling import (

@@ -14,7 +14,7 @@ import time
 import torch
 
 from specdec_helpers.core import checks
-from specdec_helpers.core.rounds import DecodeOutput, Step, Text
+from specdec_helpers.core.rounds import DecodeOutput, DecodeStats, Step, cut_at_eos
 from specdec_helpers.core.timing import sync_device
 
 __all__ = ["check_batch", "check_decoding", "check_tree", "greedy_baseline", "keep_target_cache"]
@@ -71,7 +71,6 @@ def greedy_baseline(decode, no_draft, target, input_ids, **options):
 def _generate_greedy(target, input_ids, *, max_new_tokens: int = 100, eos_token_id=None) -> DecodeOutput:
     """Greedy decoding by Hugging Face ``generate``, with the same output and counters as the kit's loop."""
     input_ids, max_new_tokens, eos = checks.decode_args(target, input_ids, max_new_tokens, eos_token_id)
-    text = Text(input_ids, max_new_tokens, eos)
     sync_device(input_ids.device)
     start = time.perf_counter()
     out = target.generate(
@@ -83,7 +82,9 @@ def _generate_greedy(target, input_ids, *, max_new_tokens: int = 100, eos_token_
         pad_token_id=eos[0] if eos else 0,
     )
     sync_device(input_ids.device)
-    for token in out[0, input_ids.shape[1] :].tolist():  # one target pass per token
-        if not text.done:
-            text.record(Step([], 0, text.append([token])), 0, 0)
-    return text.finish(time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    new = cut_at_eos(out[0, input_ids.shape[1] :].tolist(), set(eos))[:max_new_tokens]
+    # one target pass per token, each a round that drafted nothing
+    stats = DecodeStats(len(new), target_calls=len(new), accepted_per_step=[0] * len(new), wall_time_s=seconds)
+    sequences = torch.cat([input_ids, input_ids.new_tensor([new])], dim=1)
+    return DecodeOutput(sequences, stats, [Step([], 0, [token]) for token in new])
