@@ -1,6 +1,6 @@
-"""The chain loop: speculative decoding of one text (`_rounds`), and plain greedy decoding as the same loop with a
-drafter that proposes nothing (`_NoDraft`). Trees (`tree`) and batches (`batch`) have loops of their own; which
-forward runs the models is `backends`' choice."""
+"""The chain loop: speculative decoding of one text (`_rounds`) and the text every chain or tree loop grows (`Text`),
+and plain greedy decoding as the same loop with a drafter that proposes nothing (`_NoDraft`). Trees (`tree`) and
+batches (`batch`) have loops of their own; which forward runs the models is `backends`' choice."""
 
 from __future__ import annotations
 

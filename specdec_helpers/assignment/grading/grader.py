@@ -62,7 +62,7 @@ DEFAULT_CONFIG = {
 # reference solution (relative_speed, relative_acceptance). On the toy pair speculation gains only ~1.2x
 # over HF greedy on a CPU, and paired timings of the reference against itself spread by +-20% on a
 # shared 2-core machine, so time alone cannot tell a non-speculating decoder (~0.85x the reference)
-# apart: the speed item also requires rounds the grader replays as speculation (`rounds.check_rounds`), and
+# apart: the speed item also requires rounds the grader replays as speculation (`replay.check_rounds`), and
 # the time bar (0.7) only catches a decoder far slower than the reference. Overrides: a config file
 # or --threshold.
 PRESET_THRESHOLDS: dict = {}
