@@ -1,7 +1,7 @@
 """Which forward runs the target and the draft, and why: the kit's one decision about speed, made in `choose`.
 
 The static backends (lean, graphs, compiled) speak one protocol: ``forward(input_ids=..., cache=...,
-logits_to_keep=...)`` returns ``.logits``, and ``forward.new_cache(n)`` gives an empty `cache.StaticKV` of at least
+logits_to_keep=...)`` returns ``.logits``, and ``forward.new_cache(n)`` gives an empty `lean.StaticKV` of at least
 ``n`` positions, which `cache.rollback` rolls back. ``dynamic`` and ``uncached`` run the model itself (a cache, where
 one is kept, goes under the keyword `cache.cache_kwargs` finds on its forward).
 
@@ -189,7 +189,7 @@ def _static_pair(target, drafter, length: int, largest_k: int):
 
 class StaticModelDrafter(ModelDrafter):
     """A `ModelDrafter` whose passes run through a static forward (graphs' or lean's) over one static cache of its
-    own: the same `update`/`propose`, its rollback a moved position (`cache.rollback`)."""
+    own: the same `update`/`propose`, its rollback a moved position (`cache.rollback`, `lean.StaticKV.keep`)."""
 
     def __init__(self, base: ModelDrafter, forward, kv):
         self.kv = kv
