@@ -189,7 +189,7 @@ def _static_pair(target, drafter, length: int, largest_k: int):
 
 class StaticModelDrafter(ModelDrafter):
     """A `ModelDrafter` whose passes run through a static forward (graphs' or lean's) over one static cache of its
-    own: the same `update`/`propose`, its rollback a moved position (`cache.rollback`, `lean.StaticKV.keep`)."""
+    own: the same `update`/`propose`, its rollback a moved position (core/cache.py's `rollback`: `StaticKV.keep`)."""
 
     def __init__(self, base: ModelDrafter, forward, kv):
         self.kv = kv

@@ -89,13 +89,9 @@ def rollback(cache, kept) -> None:
     """
     if cache is None:
         return
-    if isinstance(cache, StaticKV) and type(kept) is int:  # the chain loops' rollback, as gpt-fast's: a position moves
-        return cache.keep(kept)
-    kept = _as_kept(kept)
-    if isinstance(kept, torch.Tensor) and kept.dim() == 1 and torch.equal(kept.cpu(), torch.arange(kept.numel())):
-        kept = kept.numel()  # the kept positions are a prefix: a crop
+    kept = kept if type(kept) is int else _as_kept(kept)  # the chain loops' int, or what it stands for
     if isinstance(cache, StaticKV):
-        _static_kv_keep(cache, kept)
+        cache.keep(kept)
     elif isinstance(cache, StaticCache):
         _static_cache_keep(cache, kept)
     elif isinstance(cache, DynamicCache):
@@ -113,7 +109,8 @@ def crop_cache(cache: DynamicCache | StaticCache, length: int) -> None:
 
 
 def _as_kept(kept) -> int | torch.Tensor:
-    """``kept`` as an int or a LongTensor of positions (1-D or [B, C']), or the error that says what to pass."""
+    """``kept`` as an int or a LongTensor of positions (1-D or [B, C']), or the error that says what to pass.
+    Positions ``0 .. n - 1`` are the int ``n``."""
     if isinstance(kept, bool) or not isinstance(kept, (Integral, list, tuple, torch.Tensor)):
         raise TypeError(
             f"rollback keeps an int (the first n positions), a list or 1-D LongTensor of positions, or a "
@@ -129,6 +126,8 @@ def _as_kept(kept) -> int | torch.Tensor:
             f"rollback got positions shaped {list(index.shape)}: pass [C'] positions for every row, or "
             "[B, C'] (one list of positions per batch row)"
         )
+    if index.dim() == 1 and torch.equal(index.cpu(), torch.arange(index.numel())):
+        return index.numel()  # the kept positions are a prefix: a crop
     return index
 
 
@@ -138,15 +137,6 @@ def _check_prefix(held: int, length: int) -> None:
             f"cannot crop a cache of {held} positions to {length}: a rollback keeps between 0 and the "
             f"{held} positions it holds (count the kept text, prompt included)"
         )
-
-
-def _static_kv_keep(cache: StaticKV, kept) -> None:
-    """The kit's static cache: a position moves (scattered positions would need a copy: trees use dynamic caches)."""
-    if not isinstance(kept, int):
-        raise NotImplementedError(
-            "a static cache keeps the first n positions only; token trees and batches roll back dynamic caches"
-        )
-    cache.keep(kept)
 
 
 def _static_cache_keep(cache: StaticCache, kept) -> None:

@@ -11,7 +11,8 @@ from torch.profiler import (
     record_function,  # labels phases for `profile_decode`; ~µs when no profiler runs
 )
 
-from specdec_helpers.core import checks, reference_loop, verify  # `verify.score_draft` etc. looked up per call
+# The edition modules are looked up per call (`reference_parts.score_draft`): the student kit swaps them whole.
+from specdec_helpers.core import checks, reference_loop, reference_parts, verify
 from specdec_helpers.core.adaptive import KSchedule, as_schedule
 from specdec_helpers.core.backends import Backend, backend
 from specdec_helpers.core.batch import batch_speculative_decode
@@ -74,7 +75,7 @@ def speculative_decode(
     The student edition (``release``) refuses greedy and near-greedy use, and verifies without a cache:
     greedy speculative decoding is what the students write in notebooks 02-04.
     ``score``: the target's scoring pass, ``score(target, input_ids [1, L], draft_tokens [k]) -> logits [k + 1, vocab]``
-    (row ``j`` judges draft token ``j``, row ``k`` gives the bonus), in place of the kit's `verify.score_draft`; it
+    (row ``j`` judges draft token ``j``, row ``k`` gives the bonus), in place of the kit's `reference_parts.score_draft`; it
     reads no cache, so the target re-reads the text each round. The student edition has no scoring pass of its
     own: there sampling needs the student's, ``score=nb.your_scoring(decoder)`` (notebook 06).
     Every prompt token is read, pad tokens too: ``generate(ids)`` without an attention mask masks pads
@@ -181,16 +182,18 @@ def _rounds(run: Backend, input_ids, max_new_tokens, schedule: KSchedule, sample
             if score is not None:  # the caller's own scoring pass (the student's: written in 03, used in 06)
                 logits, features = score(target, context, proposal.tokens), None
             elif drafter.needs_target_features:  # e.g. `eagle`: it reads what the target computed
-                logits, features = verify.score_draft(target, context, proposal.tokens, cache, features=True)
+                logits, features = reference_parts.score_draft(target, context, proposal.tokens, cache, features=True)
             else:
-                logits, features = verify.score_draft(target, context, proposal.tokens, cache), None
+                logits, features = reference_parts.score_draft(target, context, proposal.tokens, cache), None
         with record_function("specdec::accept"):
-            result = verify.accept(logits, proposal.tokens, proposal.probs, sampler)
+            result = verify.accept(logits, proposal.tokens, proposal.probs, sampler)  # greedy: `accept_greedy`
             emitted = text.append(result.tokens, result.token_list)
         # Kept: the old text plus the accepted draft tokens; the new last token is fed next round.
         with record_function("specdec::rollback"):
             kept = length + result.num_accepted
-            reference_loop.keep_target_cache(cache, kept)  # `cache.rollback` (the student edition: theirs)
+            # core/cache.py's `rollback` (a StaticKV: `keep`, a moved position); empty in the student edition, whose
+            # loop scores with the students' own pass, which reads no cache
+            reference_loop.keep_target_cache(cache, kept)
             if features is not None:  # the rejected draft tokens' features go too
                 features = features[:, : features.shape[1] - (result.num_proposed - result.num_accepted)]
             drafter.update(kept, features)  # the drafter rolls its own state back

@@ -63,7 +63,7 @@ def _hooked(model) -> bool:
 
 class StaticKV:
     """The kit's one static cache: ``capacity`` preallocated positions per layer, of which the first ``position`` hold
-    the text. A rollback moves the position (gpt-fast's ``input_pos``): the rows beyond stay in memory, hidden from
+    what was fed (between a verify pass and its rollback: the text and the draft). A rollback moves the position (gpt-fast's ``input_pos``): the rows beyond stay in memory, hidden from
     attention, and the next pass overwrites them. Nothing is copied.
 
     It holds transformers' ``StaticCache`` (``cache``), so the model's own forward writes into it, and the lean CPU
@@ -100,7 +100,12 @@ class StaticKV:
         self.lengths.fill_(position)
 
     def keep(self, n_kept: int) -> None:
-        """Keep the first ``n_kept`` positions (the rollback of a static cache)."""
+        """Keep the first ``n_kept`` positions: the rollback of a static cache (`cache.rollback` calls it). Scattered
+        positions would need a copy: token trees and batches keep dynamic caches."""
+        if not isinstance(n_kept, int):
+            raise NotImplementedError(
+                "a static cache keeps the first n positions only; token trees and batches roll back dynamic caches"
+            )
         if not 0 <= n_kept <= self.position:
             raise ValueError(
                 f"cannot crop a cache of {self.position} positions to {n_kept}: a rollback keeps between 0 and the "
@@ -119,8 +124,9 @@ class StaticKV:
 
 class LeanForward:
     """The static backends' forward protocol over a `StaticKV`: called as ``fwd(input_ids=..., cache=kv)``
-    (`cache.cache_kwargs` finds the ``cache`` keyword on ``__call__``; ``logits_to_keep`` and ``output_hidden_states``
-    as the model takes them), and ``new_cache(n)``."""
+    (core/cache.py's `cache_kwargs` finds the ``cache`` keyword on ``__call__`` and passes the `StaticKV` itself;
+    ``logits_to_keep`` and ``output_hidden_states`` as the model takes them; ``use_cache`` is accepted and ignored:
+    every pass writes the cache), and ``new_cache(n)``."""
 
     def __init__(self, model, fuse: bool = True):
         # A weak reference (the check's table must not keep the model alive); its modules are read at each pass, so

@@ -5,7 +5,8 @@ speculative decoding run (`check_decoding`, `check_tree`, `check_batch`), the ta
 
 The student edition replaces this module whole (``grading/editions.SWAPS``: `release`, the grader's view and the
 student kit's `check` all swap in ``assignment/student/edition_loop.py``): there greedy speculative decoding of
-one prompt is refused (it is the students' work), the target's cache is theirs to roll back, and the greedy baseline is
+one prompt is refused (it is the students' work), the target cache's hook does nothing (what is left to the kit's loop
+there scores with the students' own pass, which reads no cache), and the greedy baseline is
 Hugging Face's ``generate``.
 """
 
