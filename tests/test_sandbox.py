@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import sandbox_required
 
-from specdec_helpers.assignment.grading import isolation, privilege
+from specdec_helpers.assignment.grading import isolation, kernel_launcher, privilege
 from specdec_helpers.assignment.grading.sandbox import Child
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -464,12 +464,8 @@ def test_the_kernel_launcher_never_follows_a_link_the_student_left_in_the_scratc
             }
         )
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "specdec_helpers.assignment.grading.privilege", "kernel", str(plan), str(connection)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    done = subprocess.run(  # as Jupyter runs it: the kernelspec's command (`Jail.kernel_spec`)
+        kernel_launcher.command(plan, str(connection)), capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert victim.read_text() == "the grader's\n"

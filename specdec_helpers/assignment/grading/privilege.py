@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from specdec_helpers.assignment.grading import packages
+from specdec_helpers.assignment.grading import kernel_launcher, packages
 from specdec_helpers.assignment.grading.isolation import (
     apply_limits,
     bwrap_args,
@@ -218,7 +218,7 @@ class Jail:
         (spec / "kernel.json").write_text(
             json.dumps(
                 {
-                    "argv": [sys.executable, "-m", __name__, "kernel", str(folder / "plan.json"), "{connection_file}"],
+                    "argv": kernel_launcher.command(folder / "plan.json"),  # the standard library only
                     "display_name": "student (sandboxed)",
                     "language": "python",
                 }
@@ -312,38 +312,10 @@ def current() -> Jail | None:
 # --------------------------------------------------------------------------- helpers run as programs
 
 
-def _kernel(plan_path: str, connection_file: str) -> None:
-    """A kernel's launcher (run by Jupyter as the grader): hand the connection file to the student, then
-    become the student and start the kernel in the jail."""
-    plan = json.loads(Path(plan_path).read_text())
-    scratch = Path(plan["scratch"])
-    mine = scratch / "kernel-connection.json"
-    # The scratch folder is the student's, kept between notebooks: what is at that name may be their link to a
-    # file of the grader's, which copying and chown would follow (overwrite it, give it to the student). Never
-    # follow it: remove whatever is there and create the file anew; a link made in between fails the open.
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(mine)
-    fd = os.open(mine, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        if plan["user"]:
-            os.fchown(fd, *plan["user"])
-        out.write(Path(connection_file).read_bytes())
-    if plan["switch"]:
-        uid, gid = plan["user"]
-        os.setgroups([])
-        os.setresgid(gid, gid, gid)
-        os.setresuid(uid, uid, uid)
-    os.chdir(scratch)
-    argv = [str(mine) if a == "{connection_file}" else a for a in plan["argv"]]
-    with contextlib.suppress(OSError):
-        os.setsid()
-    os.execvpe(argv[0], argv, plan["env"])
-
-
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[0] == "kernel":
-        _kernel(argv[1], argv[2])
+    if argv[0] == "kernel":  # (Jupyter runs `kernel_launcher` itself, without the kit's import)
+        kernel_launcher.launch(argv[1], argv[2])
     elif argv[0] == "limits":
         apply_limits(json.loads(argv[1]))
         os.execvp(argv[2], argv[2:])
