@@ -145,35 +145,6 @@ def test_the_histogram_is_a_png(graded):
 
 
 @pytest.mark.slow
-def test_one_submission_is_still_graded_alone_and_flagged(tmp_path):
-    folder = handins.write_handin(tmp_path / "copier", handins.copied_sources("renamed"))
-    results = tmp_path / "out" / "results.json"
-    results.parent.mkdir()
-    with leftovers() as (tmpdir, left):
-        done = command(
-            "grade",
-            str(folder),
-            "--no-nbval",
-            "--no-perf",
-            "--visible-only",
-            "--results",
-            str(results),
-            "--seed",
-            "7",
-            timeout=600,
-            env={"TMPDIR": str(tmpdir)},
-        )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert left == [], left  # the test world's model folders, views, scratch: all gone with the grading
-    data = json.loads(results.read_text())
-    assert data["extra_data"]["world_seed"] == 7 and "hidden tests in world 7" in done.stdout  # a regrade repeats it
-    assert data["score"] == 25.0 and "similarity" not in data["output"]  # students read the output
-    flags = sorted(flag.split()[0] for flag in data["extra_data"]["similarity"])
-    assert flags == ["decode≈reference", "draft≈reference", "verify≈reference"], flags
-    assert "⚑ similarity" in done.stdout and (tmp_path / "out" / "similarity.html").is_file()
-
-
-@pytest.mark.slow
 def test_one_worker_grades_students_one_after_another(tmp_path):
     """A worker imports the grader once and forks a grading per student (`grade_worker`); it ends with its input."""
     from specdec_helpers.cli.course import WORKER

@@ -74,7 +74,9 @@ def student_command(root: Path, *args) -> subprocess.CompletedProcess:
     )
 
 
-def grade_on_gradescope(bundle: Path, handin_zip: Path, tmp: Path, grade_args: str = "") -> dict:
+def grade_on_gradescope(bundle: Path, handin_zip: Path, tmp: Path, grade_args: str = "") -> tuple[dict, str]:
+    """run_autograder on ``handin_zip`` in a Gradescope-like root under ``tmp``: its results.json and what it printed
+    (the instructor's log on Gradescope)."""
     root = tmp / "autograder"
     with zipfile.ZipFile(bundle.with_name(bundle.name + ".zip")) as archive:
         archive.extractall(root / "source")
@@ -97,7 +99,7 @@ def grade_on_gradescope(bundle: Path, handin_zip: Path, tmp: Path, grade_args: s
     assert left == [], left  # nbval's work folder, the test world's models, the kit's views, the student's scratch
     data = json.loads((root / "results" / "results.json").read_text())
     assert "autograder failed" not in data.get("output", ""), data  # written by the grader, not the fallback
-    return data
+    return data, done.stdout
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +112,9 @@ def course(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def solved(course):
+def solved_run(course):
+    """The solved hand-in graded in world 7 (the suite's other gradings are in world 0, conftest.py): ``grade --seed``
+    reaches the hidden tests through the bundle, and the reference passes them in a world of its own here."""
     tmp, students, bundle = course
     work = tmp / "solved"
     shutil.copytree(students, work)
@@ -118,7 +122,12 @@ def solved(course):
     write_report(work)
     done = student_command(work, "handin")
     assert done.returncode == 0, done.stdout + done.stderr
-    return grade_on_gradescope(bundle, work / "handin.zip", tmp / "gs-solved")
+    return grade_on_gradescope(bundle, work / "handin.zip", tmp / "gs-solved", "--seed 7")
+
+
+@pytest.fixture(scope="module")
+def solved(solved_run):
+    return solved_run[0]
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +141,7 @@ def stubs(course):
     forced = student_command(work, "handin", "--force")
     assert forced.returncode == 0, forced.stderr
     # no nbval: the stubs' check cells are tested in test_student_edition; the solved hand-in runs nbval here
-    return refused.stderr, grade_on_gradescope(bundle, work / "handin.zip", tmp / "gs-stubs", "--no-nbval")
+    return refused.stderr, grade_on_gradescope(bundle, work / "handin.zip", tmp / "gs-stubs", "--no-nbval")[0]
 
 
 def test_student_repository(course):
@@ -177,6 +186,20 @@ def test_run_autograder_writes_what_grade_writes(course, stubs):
 def test_both_hand_ins_are_graded_by_the_grader(solved, stubs):
     for data in (solved, stubs[1]):
         assert {"score", "tests"} <= set(data) and data["tests"]
+
+
+def test_the_solved_hand_in_is_flagged_for_the_instructor_and_names_its_world(solved_run):
+    """One submission graded alone (Gradescope's --results) is held against the reference solution: its cells, the
+    instructor's own, are flagged in extra_data, in the log and in similarity.html beside results.json, never in the
+    output the student reads; the log and extra_data name the world of the hidden tests, so that a regrade repeats
+    it (moved here from tests/test_classroom.py, which graded a renamed copy of the reference alone for it)."""
+    data, log = solved_run
+    assert data["extra_data"]["world_seed"] == 7 and "hidden tests in world 7 (grade --seed 7 repeats them)" in log
+    flags = sorted(flag.split()[0] for flag in data["extra_data"]["similarity"])
+    assert flags == ["decode≈reference", "draft≈reference", "verify≈reference"], flags
+    assert "similarity" not in data["output"] and "⚑ similarity" in log
+    report = Path(log.split("⚑ side by side: ")[1].split()[0])
+    assert report.name == "similarity.html" and report.parent.name == "results" and report.is_file()
 
 
 def test_solved_hand_in_passes_handin_checks(course):
