@@ -257,6 +257,10 @@ def test_every_mutation_is_caught_with_its_message(m, reference):
     else:  # a check without points (the device check): the gradebook flags it for the instructor instead
         flags = classroom.Student("s", Path("."), results=report.gradescope()).review()
         assert flags and r.name in flags[0], flags
+        # its whole part was graded: it loses that check only, a visible one (notebook 04's check catches it too)
+        assert [t.test_id for t in report.results if not t.passed] == [m.test_id] and not r.hidden, report.table()
+        if m.test_id == "decode.decode_device":
+            assert "cpu" in r.feedback and "cuda" in r.feedback, r.feedback
 
 
 @pytest.mark.slow

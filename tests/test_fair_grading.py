@@ -104,18 +104,14 @@ def test_drafts_not_from_the_draft_model_earn_no_more_acceptance_than_it():
     assert not junk.speculates and "do not come from the draft model" in junk.why_not()
 
 
-def test_the_eos_count_and_device_mistakes_are_named(reference):
-    for name, phrase in (
-        ("eos_count_after_cut", "tokens kept after the cut at EOS"),
-        ("new_tokens_on_cpu", "on a GPU this raises"),
-    ):
-        m = next(m for m in mutations.CATALOG if m.name == name)
-        report = mutations.grade_mutation(m, reference, seed=0, in_process=True)
-        lost = [r for r in report.results if not r.passed]
-        assert [r.test_id for r in lost] == [m.test_id] and phrase in lost[0].feedback, lost
-        assert not lost[0].hidden  # the visible check in notebook 04 catches it too
-        if name == "new_tokens_on_cpu":
-            assert "cpu" in lost[0].feedback and "cuda" in lost[0].feedback
+def test_the_eos_count_mistake_is_named(reference):
+    """The device mistake (``new_tokens_on_cpu``) is held to the same in tests/test_assignment.py's catalog test,
+    which grades its whole part for its flag."""
+    m = next(m for m in mutations.CATALOG if m.name == "eos_count_after_cut")
+    report = mutations.grade_mutation(m, reference, seed=0, in_process=True)
+    lost = [r for r in report.results if not r.passed]
+    assert [r.test_id for r in lost] == [m.test_id] and "tokens kept after the cut at EOS" in lost[0].feedback, lost
+    assert not lost[0].hidden  # the visible check in notebook 04 catches it too
 
 
 def test_the_simulated_gpu_sees_what_cuda_refuses_and_nothing_else():
