@@ -329,7 +329,9 @@ def generate_ids(self, input_ids, max_tokens=100, num_speculative_tokens=5, use_
 
 IMPORT_CHEATS = {
     "sys_exit_at_import": "import sys\nsys.exit(0)\n",
-    "endless_loop_at_import": "while True:\n    pass\n",
+    # waits rather than spins: the grader stops a child that never answers by the clock (`Child`'s ready timeout),
+    # whatever it does meanwhile; spinning only burnt those 10 s of CPU
+    "endless_loop_at_import": "import time\nwhile True:\n    time.sleep(1)\n",
     "results_json_and_exit": (
         "import json, os\nfor folder in ('.', os.environ.get('PWD', '.')):\n"
         "    open(os.path.join(folder, 'results.json'), 'w').write(json.dumps({'score': 45}))\n"
