@@ -8,6 +8,7 @@ student's own decoder, sampling still works, and every stand-in names the notebo
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -163,76 +164,117 @@ def run_in_kit(kit, code: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.slow  # a Python subprocess on the released kit (torch imported again)
-def test_the_released_package_refuses_greedy_and_names_the_notebook(kit):
-    result = run_in_kit(
-        kit,
-        """
-        import torch, specdec_helpers as sd
-        assert sd.__file__.startswith(%r), sd.__file__
-        from transformers import GPT2Config, GPT2LMHeadModel
-        from specdec_helpers.core.checks import StudentEditionError
-        from specdec_helpers.core.drafters import ModelDrafter
-        from specdec_helpers.core.verify import accept_greedy
-        from specdec_helpers.assignment.parts.decoder import STANDINS, PartMissing, build_decoder
-        torch.manual_seed(0)
-        model = lambda layers: GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=layers, n_head=4, vocab_size=64,
-                                                          initializer_range=0.5)).eval()
-        target, draft = model(2), model(1)
-        ids = torch.tensor([[1, 2, 3, 4]])
-        refused = []
-        for kw in (dict(), dict(temperature=0.0), dict(temperature=1e-30), dict(temperature=1.0, top_k=1)):
-            try:
-                sd.speculative_decode(target, draft, ids, max_new_tokens=8, **kw)
-            except ValueError as error:
-                assert isinstance(error, StudentEditionError) and "your own SpeculativeDecoder" in str(error), error
-                refused.append(kw)
-        assert len(refused) == 4, refused
-        for call in (lambda: accept_greedy(torch.zeros(3, 64), torch.tensor([1, 2])),
-                     lambda: sd.verify_tokens_vectorized(target, ids, torch.tensor([1, 2])),
-                     lambda: ModelDrafter(draft).propose(ids, 3)):
-            try:
-                call()
-                raise SystemExit("a greedy building block ran in the student edition")
-            except StudentEditionError as error:
-                assert "notebook 0" in str(error)
-        # No scoring pass of the kit's own (notebook 03's heart), under any name: sampling needs the student's.
-        import specdec_helpers.core.decode as decode_module, specdec_helpers.core.verify as verify_module
-        assert not hasattr(sd, "score_draft") and not hasattr(decode_module, "score_draft")
-        for call in (lambda: verify_module.score_draft(target, ids, torch.tensor([1, 2])),
-                     lambda: sd.speculative_decode(target, draft, ids, max_new_tokens=8, temperature=1.0)):
-            try:
-                call()
-                raise SystemExit("the kit scored a draft in the student edition")
-            except StudentEditionError as error:
-                assert "notebook 03" in str(error) and "score=nb.your_scoring(decoder)" in str(error), error
-        def my_scoring(target, input_ids, draft_tokens):  # what a student writes in notebook 03
-            start, k = input_ids.shape[1], draft_tokens.numel()
-            logits = target(torch.cat([input_ids, draft_tokens.view(1, -1)], dim=1)).logits[0]
-            return logits[start - 1 : start + k]
-        # Sampling works on the student's scoring pass; greedy decoding is Hugging Face's generate.
-        out = sd.speculative_decode(target, draft, ids, max_new_tokens=8, temperature=1.0,
-                                    generator=torch.Generator().manual_seed(0), score=my_scoring)
-        assert out.sequences.shape == (1, 12) and out.stats.target_calls >= 2
-        hf = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=8,
-                             pad_token_id=0)
-        assert torch.equal(sd.greedy_decode(target, ids, max_new_tokens=8).sequences, hf)
-        # No stand-in: each graded method names the notebook to finish.
-        decoder = build_decoder()
-        self = decoder.__new__(decoder)
-        for name, notebook in (("generate_draft_tokens", "02"), ("accept_draft", "03"),
-                               ("verify_tokens_cached", "04"), ("initialize_target_model", "01")):
-            try:
-                STANDINS[name](self, ids, ids)
-                raise SystemExit(f"stand-in {name} ran")
-            except PartMissing as error:
-                assert f"finish notebook {notebook}'s `{name}` first" in str(error), error
-        print("student edition ok")
-    """
-        % str(kit),
+#: Run in the released kit (``KIT``: its folder): greedy decoding and its building blocks refuse, each naming the
+#: notebook to finish; sampling works on the student's scoring pass, greedy decoding is Hugging Face's generate.
+REFUSES_GREEDY = """\
+import torch, specdec_helpers as sd
+assert sd.__file__.startswith(KIT), sd.__file__
+from transformers import GPT2Config, GPT2LMHeadModel
+from specdec_helpers.core.checks import StudentEditionError
+from specdec_helpers.core.drafters import ModelDrafter
+from specdec_helpers.core.verify import accept_greedy
+from specdec_helpers.assignment.parts.decoder import STANDINS, PartMissing, build_decoder
+torch.manual_seed(0)
+model = lambda layers: GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=layers, n_head=4, vocab_size=64,
+                                                  initializer_range=0.5)).eval()
+target, draft = model(2), model(1)
+ids = torch.tensor([[1, 2, 3, 4]])
+refused = []
+for kw in (dict(), dict(temperature=0.0), dict(temperature=1e-30), dict(temperature=1.0, top_k=1)):
+    try:
+        sd.speculative_decode(target, draft, ids, max_new_tokens=8, **kw)
+    except ValueError as error:
+        assert isinstance(error, StudentEditionError) and "your own SpeculativeDecoder" in str(error), error
+        refused.append(kw)
+assert len(refused) == 4, refused
+for call in (lambda: accept_greedy(torch.zeros(3, 64), torch.tensor([1, 2])),
+             lambda: sd.verify_tokens_vectorized(target, ids, torch.tensor([1, 2])),
+             lambda: ModelDrafter(draft).propose(ids, 3)):
+    try:
+        call()
+        raise SystemExit("a greedy building block ran in the student edition")
+    except StudentEditionError as error:
+        assert "notebook 0" in str(error)
+# No scoring pass of the kit's own (notebook 03's heart), under any name: sampling needs the student's.
+import specdec_helpers.core.decode as decode_module, specdec_helpers.core.verify as verify_module
+assert not hasattr(sd, "score_draft") and not hasattr(decode_module, "score_draft")
+for call in (lambda: verify_module.score_draft(target, ids, torch.tensor([1, 2])),
+             lambda: sd.speculative_decode(target, draft, ids, max_new_tokens=8, temperature=1.0)):
+    try:
+        call()
+        raise SystemExit("the kit scored a draft in the student edition")
+    except StudentEditionError as error:
+        assert "notebook 03" in str(error) and "score=nb.your_scoring(decoder)" in str(error), error
+def my_scoring(target, input_ids, draft_tokens):  # what a student writes in notebook 03
+    start, k = input_ids.shape[1], draft_tokens.numel()
+    logits = target(torch.cat([input_ids, draft_tokens.view(1, -1)], dim=1)).logits[0]
+    return logits[start - 1 : start + k]
+# Sampling works on the student's scoring pass; greedy decoding is Hugging Face's generate.
+out = sd.speculative_decode(target, draft, ids, max_new_tokens=8, temperature=1.0,
+                            generator=torch.Generator().manual_seed(0), score=my_scoring)
+assert out.sequences.shape == (1, 12) and out.stats.target_calls >= 2
+hf = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=8,
+                     pad_token_id=0)
+assert torch.equal(sd.greedy_decode(target, ids, max_new_tokens=8).sequences, hf)
+# No stand-in: each graded method names the notebook to finish.
+decoder = build_decoder()
+self = decoder.__new__(decoder)
+for name, notebook in (("generate_draft_tokens", "02"), ("accept_draft", "03"),
+                       ("verify_tokens_cached", "04"), ("initialize_target_model", "01")):
+    try:
+        STANDINS[name](self, ids, ids)
+        raise SystemExit(f"stand-in {name} ran")
+    except PartMissing as error:
+        assert f"finish notebook {notebook}'s `{name}` first" in str(error), error
+print("student edition ok")
+"""
+#: Run in the released kit: its tree-vs-chain table and batch sweep leave out the rows that need greedy decoding.
+MEASURES_LEAVE_OUT = """\
+import torch, specdec_helpers as sd
+from transformers import GPT2Config, GPT2LMHeadModel
+torch.manual_seed(0)
+model = lambda layers: GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=layers, n_head=4, vocab_size=64,
+                                                  initializer_range=0.5)).eval()
+target, draft = model(2), model(1)
+ids = torch.tensor([[1, 2, 3, 4]])
+rows = sd.compare_tree_chain(target, draft, [ids], tree=(2, 1), max_new_tokens=6, show=False)
+assert [r["method"] for r in rows] == ["greedy", "tree [2, 1]"] and all(r["same"] for r in rows), rows
+sweep = sd.batch_sweep(target, draft, [ids[0]], batch_sizes=(1, 2), num_speculative_tokens=2,
+                       max_new_tokens=4, repeats=1, show=False)
+assert [r["batch"] for r in sweep] == [2] and sweep[0]["same"], sweep
+"""
+
+
+@pytest.fixture(scope="module")
+def released_python(kit) -> dict[str, str]:
+    """The two scripts above in one Python on the released kit (torch and the kit imported once, not once a
+    script), one after the other, each in globals of its own. Per script: what it printed, ending in "=== NAME ok"
+    when it ran to its end, else in the traceback that stopped it (the other script still runs)."""
+    scripts = {"REFUSES_GREEDY": REFUSES_GREEDY, "MEASURES_LEAVE_OUT": MEASURES_LEAVE_OUT}
+    runner = (
+        "import json, traceback\n"
+        f"for name, code in json.loads({json.dumps(scripts)!r}).items():\n"
+        "    print('=== ' + name, flush=True)\n"
+        "    try:\n"
+        f"        exec(compile(code, name, 'exec'), {{'__name__': '__main__', 'KIT': {str(kit)!r}}})\n"
+        "        print('=== ' + name + ' ok', flush=True)\n"
+        "    except BaseException:\n"
+        "        print(traceback.format_exc(), flush=True)\n"
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "student edition ok" in result.stdout
+    done = run_in_kit(kit, runner)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out, current = {name: "" for name in scripts}, None
+    for line in done.stdout.splitlines():
+        current = line[4:] if line.startswith("=== ") and line[4:] in scripts else current
+        if current is not None:
+            out[current] += line + "\n"
+    return out
+
+
+@pytest.mark.slow  # a Python subprocess on the released kit (`released_python`, shared with the next such test)
+def test_the_released_package_refuses_greedy_and_names_the_notebook(released_python):
+    out = released_python["REFUSES_GREEDY"]
+    assert "=== REFUSES_GREEDY ok" in out and "student edition ok" in out, out[-3000:]
 
 
 def test_the_instructor_edition_keeps_everything():
@@ -340,30 +382,14 @@ def test_the_kit_has_the_students_readmes(kit):
     assert "finish notebook 02's" in readme
 
 
-@pytest.mark.slow  # a Python subprocess on the released kit (torch imported again)
-def test_the_released_measures_leave_out_what_the_kit_refuses(kit):
+@pytest.mark.slow  # a Python subprocess on the released kit (`released_python`, shared with the one above)
+def test_the_released_measures_leave_out_what_the_kit_refuses(released_python):
     """Without the student's decoder, the student kit's tree-vs-chain table and batch sweep leave out the rows
     that need greedy speculative decoding of one prompt, and say so (notebooks 07 and 08 pass a decoder)."""
-    result = run_in_kit(
-        kit,
-        """
-        import torch, specdec_helpers as sd
-        from transformers import GPT2Config, GPT2LMHeadModel
-        torch.manual_seed(0)
-        model = lambda layers: GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=layers, n_head=4, vocab_size=64,
-                                                          initializer_range=0.5)).eval()
-        target, draft = model(2), model(1)
-        ids = torch.tensor([[1, 2, 3, 4]])
-        rows = sd.compare_tree_chain(target, draft, [ids], tree=(2, 1), max_new_tokens=6, show=False)
-        assert [r["method"] for r in rows] == ["greedy", "tree [2, 1]"] and all(r["same"] for r in rows), rows
-        sweep = sd.batch_sweep(target, draft, [ids[0]], batch_sizes=(1, 2), num_speculative_tokens=2,
-                               max_new_tokens=4, repeats=1, show=False)
-        assert [r["batch"] for r in sweep] == [2] and sweep[0]["same"], sweep
-    """,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "chain k=2 left out" in result.stdout and "chain k=3 left out" in result.stdout, result.stdout
-    assert "batch size 1 left out" in result.stdout, result.stdout
+    out = released_python["MEASURES_LEAVE_OUT"]
+    assert "=== MEASURES_LEAVE_OUT ok" in out, out[-3000:]
+    assert "chain k=2 left out" in out and "chain k=3 left out" in out, out
+    assert "batch size 1 left out" in out, out
 
 
 @pytest.mark.slow
