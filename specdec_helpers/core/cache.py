@@ -17,12 +17,22 @@ import torch
 from transformers import DynamicCache, StaticCache
 from transformers.cache_utils import DynamicLayer, StaticLayer
 
-from specdec_helpers.core.lean import StaticKV
-
 
 # graphs' and compiled's cache capacities are multiples of this, so texts of different lengths share one cache (and
 # its steps or compiled graph); lean's is exactly the prompt plus max_new_tokens.
 BLOCK = 256
+
+
+class PositionCache:
+    """A cache whose rollback moves a position (gpt-fast's ``input_pos``): the kit's one static cache, `lean.StaticKV`,
+    is one. It holds a transformers cache (``cache``), which a model's own forward is given; the kit's forwards take
+    the `PositionCache` itself. (A base class here, so that this module needs nothing of `lean`.)"""
+
+    cache: StaticCache
+
+    def keep(self, n_kept: int) -> None:
+        """Keep the first ``n_kept`` positions."""
+        raise NotImplementedError
 
 
 @functools.lru_cache(maxsize=None)
@@ -35,8 +45,8 @@ def cache_kwargs(model, cache) -> dict:
     """``{name: cache}`` under the name ``model``'s forward takes: ``cache`` from transformers 5.24 on
     (where ``past_key_values`` warns, and goes in 5.40), ``past_key_values`` before and in models not yet
     renamed. Passing the wrong one would not fail: it would vanish into ``**kwargs`` and drop the cache.
-    A model is given the transformers cache a `StaticKV` holds; the kit's forwards take the `StaticKV` itself."""
-    if isinstance(cache, StaticKV) and isinstance(model, torch.nn.Module):
+    A model is given the transformers cache a `PositionCache` holds; the kit's forwards take the `PositionCache`."""
+    if isinstance(cache, PositionCache) and isinstance(model, torch.nn.Module):
         cache = cache.cache
     return {_cache_argument(type(model)): cache}
 
@@ -90,7 +100,7 @@ def rollback(cache, kept) -> None:
     if cache is None:
         return
     kept = kept if type(kept) is int else _as_kept(kept)  # the chain loops' int, or what it stands for
-    if isinstance(cache, StaticKV):
+    if isinstance(cache, PositionCache):  # `lean.StaticKV`
         cache.keep(kept)
     elif isinstance(cache, StaticCache):
         _static_cache_keep(cache, kept)

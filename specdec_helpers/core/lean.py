@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from transformers import StaticCache
 from transformers.cache_utils import StaticLayer
 
+from specdec_helpers.core.cache import PositionCache
 from specdec_helpers.core.cpu_kernels import OneDNNLinear, pack_weight, packed_linear
 
 
@@ -61,7 +62,7 @@ def _hooked(model) -> bool:
     return any(getattr(hook, "__module__", "") != "transformers.utils.output_capturing" for hook in hooks)
 
 
-class StaticKV:
+class StaticKV(PositionCache):
     """The kit's one static cache: ``capacity`` preallocated positions per layer, of which the first ``position`` hold
     what was fed (between a verify pass and its rollback: the text and the draft). A rollback moves the position (gpt-fast's ``input_pos``): the rows beyond stay in memory, hidden from
     attention, and the next pass overwrites them. Nothing is copied.
