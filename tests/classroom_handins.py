@@ -604,7 +604,7 @@ FULL = {"init": 5.0, "draft": 5.0, "verify": 5.0, "decode": 10.0}
 NONE = dict.fromkeys(FULL, 0.0)
 #: The class the test suite grades (tests/test_classroom.py): every case of the full class once. One copy of the
 #: reference, in the disguise that combines three of `COPY_KINDS` (each disguise alone is flagged in
-#: tests/test_similarity.py, "renamed" also end to end in test_classroom; a copy of a classmate is `ind_a_friend`),
+#: tests/test_similarity.py; one hand-in graded alone is flagged in test_course; a copy of a classmate is `ind_a_friend`),
 #: one released stub per upload form (a folder, a zip, a Colab copy), one independent author, copied whole by a
 #: friend and in part by a classmate (B and C, the full class's, are full gradings that show nothing A does not), and
 #: one crasher (the segfault: a child that dies on exit is `crasher_exit` in the full class, and a graded part that

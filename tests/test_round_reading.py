@@ -70,6 +70,7 @@ def test_a_round_on_the_demo_backend_reads_in_four_files_and_few_lines():
     assert set(lines) >= SUBSTANCE, SUBSTANCE - set(lines)  # the trace sees the round (the check is not vacuous)
     named = {f: sorted(functions[f] - NAMED_CALLS.get(f, set())) for f in set(lines) - SUBSTANCE}
     assert not any(named.values()), f"the round runs more than named calls outside {sorted(SUBSTANCE)}: {named}"
+    assert all(len(lines[f]) <= 8 for f in set(lines) - SUBSTANCE), {f: len(lines[f]) for f in lines}  # each short
     assert sum(len(v) for v in lines.values()) <= 180, {f: len(v) for f, v in lines.items()}
 
 

@@ -442,6 +442,22 @@ def test_the_student_user_name_comes_from_the_environment_and_is_checked(monkeyp
             isolation._student_user()
 
 
+def test_the_limits_launcher_imports_nothing_from_the_scratch_it_runs_in(tmp_path):
+    """Where ``prlimit`` is missing, the grader applies the limits itself, in the student's scratch folder
+    (`kernel_launcher.limits_command`): modules a student left there are never imported (``python -m`` put the
+    folder first on the path, so a planted ``json.py`` ran as the grader), and the limits hold."""
+    planted = "open('PLANTED', 'w').write('ran')\n"
+    for name in ("json.py", "resource.py", "kernel_launcher.py"):
+        (tmp_path / name).write_text(planted)
+    (tmp_path / "specdec_helpers").mkdir()
+    (tmp_path / "specdec_helpers" / "__init__.py").write_text(planted)
+    show = "import resource; print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])"
+    command = kernel_launcher.limits_command({"NOFILE": 77}, [sys.executable, "-I", "-c", show])
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.split() == ["77"], done.stderr[-2000:]
+    assert not (tmp_path / "PLANTED").exists()
+
+
 def test_the_kernel_launcher_never_follows_a_link_the_student_left_in_the_scratch(tmp_path):
     """The scratch folder is the student's and outlives a notebook: a link named like the kernel's connection file
     must not make the launcher (run as the grader) overwrite the link's target or hand it to the student."""

@@ -36,8 +36,7 @@ class PositionCache:
 
 
 @functools.lru_cache(maxsize=None)
-def _cache_argument(kind: type) -> str:
-    forward = getattr(kind, "forward", None) or kind.__call__
+def _cache_argument(forward) -> str:
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
@@ -48,7 +47,7 @@ def cache_kwargs(model, cache) -> dict:
     A model is given the transformers cache a `PositionCache` holds; the kit's forwards take the `PositionCache`."""
     if isinstance(cache, PositionCache) and isinstance(model, torch.nn.Module):
         cache = cache.cache
-    return {_cache_argument(type(model)): cache}
+    return {_cache_argument(getattr(type(model), "forward", None) or type(model).__call__): cache}
 
 
 def last_hidden(out) -> torch.Tensor:

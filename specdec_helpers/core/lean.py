@@ -64,8 +64,9 @@ def _hooked(model) -> bool:
 
 class StaticKV(PositionCache):
     """The kit's one static cache: ``capacity`` preallocated positions per layer, of which the first ``position`` hold
-    what was fed (between a verify pass and its rollback: the text and the draft). A rollback moves the position (gpt-fast's ``input_pos``): the rows beyond stay in memory, hidden from
-    attention, and the next pass overwrites them. Nothing is copied.
+    what was fed (between a verify pass and its rollback: the text and the draft). A rollback moves the position
+    (gpt-fast's ``input_pos``): the rows beyond stay in memory, hidden from attention, and the next pass overwrites
+    them. Nothing is copied.
 
     It holds transformers' ``StaticCache`` (``cache``), so the model's own forward writes into it, and the lean CPU
     forward writes the same layers' rows itself. Each layer counts its length in a device tensor (all layers: views of
@@ -101,8 +102,8 @@ class StaticKV(PositionCache):
         self.lengths.fill_(position)
 
     def keep(self, n_kept: int) -> None:
-        """Keep the first ``n_kept`` positions: the rollback of a static cache (`cache.rollback` calls it). Scattered
-        positions would need a copy: token trees and batches keep dynamic caches."""
+        """Keep the first ``n_kept`` positions: the rollback of a static cache (core/cache.py's `rollback` calls it).
+        Scattered positions would need a copy: token trees and batches keep dynamic caches."""
         if not isinstance(n_kept, int):
             raise NotImplementedError(
                 "a static cache keeps the first n positions only; token trees and batches roll back dynamic caches"
@@ -142,8 +143,8 @@ class LeanForward:
         self.config, self.device, self.dtype = config, model.device, model.dtype
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
-        # Per layer, q/k/v and gate/up as one product each where oneDNN packs them (fewer, larger products; the
-        # check in `backends.lean_forward` says whether the results stay bitwise the same, and builds one without if not).
+        # Per layer, q/k/v and gate/up as one product each where oneDNN packs them (fewer, larger products; the check
+        # in `backends.lean_forward` says whether the results stay bitwise the same, and builds one without if not).
         self.fused = (
             [
                 (_fused(layer.self_attn, "q_proj", "k_proj", "v_proj"), _fused(layer.mlp, "gate_proj", "up_proj"))

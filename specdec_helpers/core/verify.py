@@ -4,8 +4,8 @@ or rejection sampling (`accept_sampled`).
 The greedy parts are the kit's own answers to notebooks 02-03, in `reference_parts`. In the student edition that
 module is replaced by one whose parts raise (``release`` also scans the kit for any scoring pass), so there
 `speculative_decode(..., score=...)` samples with the student's own scoring pass (written in notebook 03, used in 06:
-``nb.your_scoring(decoder)``). They are named here, and the loops look them up here at each call, so the edition in
-place (and a test's patch) is the one that runs.
+``nb.your_scoring(decoder)``). They are named here for the tree and batch loops and the graded cells; the chain loop
+(`decode._rounds`) looks `reference_parts.score_draft` up at each call, so the edition in place is the one that runs.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ import glob
 import importlib.util
 import os
 import re
-import resource
 import shutil
 import site
 import stat
@@ -35,12 +34,6 @@ GUARDED = ("grading", "testing")
 #: Where the student's processes start: the graded cells' child; the notebooks' kernels, which may import any
 #: library module (the package, core/, models/, measure/, present/, assignment/student/) but no command (cli/).
 ROOTS = {"child": ("specdec_helpers.assignment.grading.child",), "kernel": ("library",)}
-
-
-def apply_limits(limits: dict) -> None:
-    for name, value in limits.items():
-        if value is not None:
-            resource.setrlimit(getattr(resource, "RLIMIT_" + name), (value, value))
 
 
 _bwrap_ok: dict = {}

@@ -1,5 +1,6 @@
 """A notebook kernel's launcher for the student's jail (`privilege.Jail.kernel_spec`): run by Jupyter as the
-grader, it hands the connection file to the student, becomes the student and starts the kernel in the jail.
+grader, it hands the connection file to the student, becomes the student and starts the kernel in the jail. Also
+the resource limits' launcher where ``prlimit`` is missing (`limits_command`).
 
 Jupyter runs it once per notebook that nbval runs, by its path and with ``python -I`` (`command`), so that it
 imports the standard library only: run as ``python -m`` it imported the kit's package first, whose ``__init__``
@@ -18,6 +19,12 @@ def command(plan_path, connection_file: str = "{connection_file}") -> list[str]:
     """The launcher's command line (a kernelspec's ``argv``): this file run alone, nothing but the standard library
     on its path (``-I``: no ``PYTHON*`` variables, no user site, not this file's folder)."""
     return [sys.executable, "-I", str(Path(__file__).resolve()), str(plan_path), connection_file]
+
+
+def limits_command(limits: dict, argv: list[str]) -> list[str]:
+    """``argv`` run under the resource ``limits`` (``{"NOFILE": 64, ...}``), where ``prlimit`` is missing. It runs as
+    the grader in the student's scratch folder, so it imports nothing from there: the standard library only (``-I``)."""
+    return [sys.executable, "-I", str(Path(__file__).resolve()), "limits", json.dumps(limits), *argv]
 
 
 def launch(plan_path: str, connection_file: str) -> None:
@@ -48,6 +55,12 @@ def launch(plan_path: str, connection_file: str) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 3 and sys.argv[1] == "limits":
+        import resource
+
+        for name, value in json.loads(sys.argv[2]).items():
+            resource.setrlimit(getattr(resource, "RLIMIT_" + name), (value, value))
+        os.execvp(sys.argv[3], sys.argv[3:])
     if len(sys.argv) != 3:
-        raise SystemExit(f"usage: python -I {sys.argv[0]} PLAN CONNECTION_FILE")
+        raise SystemExit(f"usage: python -I {sys.argv[0]} PLAN CONNECTION_FILE | limits JSON COMMAND...")
     launch(sys.argv[1], sys.argv[2])

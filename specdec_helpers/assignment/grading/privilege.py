@@ -38,7 +38,6 @@ from pathlib import Path
 
 from specdec_helpers.assignment.grading import kernel_launcher, packages
 from specdec_helpers.assignment.grading.isolation import (
-    apply_limits,
     bwrap_args,
     package_dirs,
     readable_by,
@@ -169,7 +168,7 @@ class Jail:
         limits = {k: v for k, v in self.limits.items() if v is not None and (k != "NPROC" or self.user_layer)}
         if shutil.which("prlimit"):
             return ["prlimit", *[f"--{k.lower()}={v}" for k, v in limits.items()], "--", *wrapped]
-        return [sys.executable, "-m", __name__, "limits", json.dumps(limits), *wrapped]
+        return kernel_launcher.limits_command(limits, wrapped)  # by path, the standard library only
 
     def runnable(self, program: str) -> None:
         """Raise if the student's user cannot reach ``program`` (without bwrap, a private folder on its path
@@ -316,11 +315,8 @@ def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[0] == "kernel":  # (Jupyter runs `kernel_launcher` itself, without the kit's import)
         kernel_launcher.launch(argv[1], argv[2])
-    elif argv[0] == "limits":
-        apply_limits(json.loads(argv[1]))
-        os.execvp(argv[2], argv[2:])
     else:
-        raise SystemExit(f"usage: python -m {__name__} kernel PLAN CONNECTION_FILE | limits JSON COMMAND...")
+        raise SystemExit(f"usage: python -m {__name__} kernel PLAN CONNECTION_FILE")
 
 
 if __name__ == "__main__":
