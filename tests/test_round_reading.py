@@ -27,7 +27,7 @@ NAMED_CALLS = {
     "core/verify.py": {"accept"},  # greedy or sampled, as the sampler says
     "core/sampling.py": {"Sampler.greedy"},
     "core/reference_loop.py": {"keep_target_cache"},  # the edition's rollback hook: `rollback`
-    "core/cache.py": {"cache_kwargs", "cache_length", "rollback"},
+    "core/cache.py": {"cache_kwargs", "cache_length", "rollback", "check_prefix"},
     "core/rounds.py": {"cut_at_eos", "DecodeStats.record_round"},
 }
 

@@ -140,7 +140,8 @@ def _as_kept(kept) -> int | torch.Tensor:
     return index
 
 
-def _check_prefix(held: int, length: int) -> None:
+def check_prefix(held: int, length: int) -> None:
+    """Refuse a rollback to more positions than the cache holds, or fewer than none."""
     if not 0 <= length <= held:
         raise ValueError(
             f"cannot crop a cache of {held} positions to {length}: a rollback keeps between 0 and the "
@@ -155,7 +156,7 @@ def _static_cache_keep(cache: StaticCache, kept) -> None:
         raise NotImplementedError(
             "a static cache keeps the first n positions only; token trees and batches roll back dynamic caches"
         )
-    _check_prefix(cache_length(cache), kept)
+    check_prefix(cache_length(cache), kept)
     if any(type(layer) is not StaticLayer for layer in cache.layers):
         raise NotImplementedError("only plain full-attention static caches can be rolled back (no sliding window)")
     for layer in cache.layers:
@@ -170,7 +171,7 @@ def _dynamic_keep(cache: DynamicCache, kept) -> None:
     # plain rows of K/V, so a row gather would silently corrupt them: refused.
     held = cache_length(cache)
     if isinstance(kept, int):
-        _check_prefix(held, kept)
+        check_prefix(held, kept)
         if kept < held:
             cache.crop(kept - held)  # transformers 5.x: a negative count of tokens to drop
         return

@@ -76,8 +76,9 @@ def speculative_decode(
     greedy speculative decoding is what the students write in notebooks 02-04.
     ``score``: the target's scoring pass, ``score(target, input_ids [1, L], draft_tokens [k]) -> logits [k + 1, vocab]``
     (row ``j`` judges draft token ``j``, row ``k`` gives the bonus), in place of the kit's
-    `reference_parts.score_draft`; it reads no cache, so the target re-reads the text each round. The student edition has no scoring pass of its
-    own: there sampling needs the student's, ``score=nb.your_scoring(decoder)`` (notebook 06).
+    `reference_parts.score_draft`; it reads no cache, so the target re-reads the text each round. The student edition
+    has no scoring pass of its own: there sampling needs the student's, ``score=nb.your_scoring(decoder)`` (notebook
+    06).
     Every prompt token is read, pad tokens too: ``generate(ids)`` without an attention mask masks pads
     out, so pass prompts without padding (`ModelPair.encode` refuses text that encodes to a pad token).
     A batch (``[B, L]`` ids with B > 1, a list of prompts, or any ``attention_mask``) goes to

@@ -20,10 +20,9 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
-from transformers import StaticCache
 from transformers.cache_utils import StaticLayer
 
-from specdec_helpers.core.cache import PositionCache
+from specdec_helpers.core.cache import PositionCache, check_prefix, new_static_cache
 from specdec_helpers.core.cpu_kernels import OneDNNLinear, pack_weight, packed_linear
 
 
@@ -77,7 +76,7 @@ class StaticKV(PositionCache):
     """
 
     def __init__(self, model, capacity: int):
-        self.cache = StaticCache(config=model.config, max_cache_len=capacity)
+        self.cache = new_static_cache(model, capacity)
         if any(type(layer) is not StaticLayer for layer in self.cache.layers):
             raise NotImplementedError(
                 f"{type(model).__name__} has sliding-window or recurrent cache layers: a "
@@ -108,11 +107,7 @@ class StaticKV(PositionCache):
             raise NotImplementedError(
                 "a static cache keeps the first n positions only; token trees and batches roll back dynamic caches"
             )
-        if not 0 <= n_kept <= self.position:
-            raise ValueError(
-                f"cannot crop a cache of {self.position} positions to {n_kept}: a rollback keeps between 0 and the "
-                f"{self.position} positions it holds (count the kept text, prompt included)"
-            )
+        check_prefix(self.position, n_kept)
         self.move_to(n_kept)
 
     def layer(self, i: int, like: torch.Tensor) -> StaticLayer:

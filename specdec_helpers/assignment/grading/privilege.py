@@ -306,18 +306,3 @@ def student(limits: Limits | None = None):
 
 def current() -> Jail | None:
     return _current.get()
-
-
-# --------------------------------------------------------------------------- helpers run as programs
-
-
-def main(argv=None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[0] == "kernel":  # (Jupyter runs `kernel_launcher` itself, without the kit's import)
-        kernel_launcher.launch(argv[1], argv[2])
-    else:
-        raise SystemExit(f"usage: python -m {__name__} kernel PLAN CONNECTION_FILE")
-
-
-if __name__ == "__main__":
-    main()

@@ -84,7 +84,8 @@ def _generate_greedy(target, input_ids, *, max_new_tokens: int = 100, eos_token_
     sync_device(input_ids.device)
     seconds = time.perf_counter() - start
     new = cut_at_eos(out[0, input_ids.shape[1] :].tolist(), set(eos))[:max_new_tokens]
-    # one target pass per token, each a round that drafted nothing
-    stats = DecodeStats(len(new), target_calls=len(new), accepted_per_step=[0] * len(new), wall_time_s=seconds)
+    stats = DecodeStats(new_tokens=len(new), wall_time_s=seconds)
+    for _ in new:  # one target pass per token, each a round that drafted nothing
+        stats.record_round(0, 0, 0)
     sequences = torch.cat([input_ids, input_ids.new_tensor([new])], dim=1)
     return DecodeOutput(sequences, stats, [Step([], 0, [token]) for token in new])
