@@ -2,15 +2,14 @@
 
     python benchmarks/class_grading.py               # 30 hand-ins, --jobs 6, hangs stopped at 180 s
     python benchmarks/class_grading.py --jobs 4 --timeout 300
-    python benchmarks/class_grading.py --suite-class # the test suite's 18, to compare on the same machine
+    python benchmarks/class_grading.py --suite-class # the test suite's 17, to compare on the same machine
 
 tests/test_classroom.py grades a class of the same kinds with each case once (`classroom_handins.SUITE_CLASS`,
-18 hand-ins), which keeps CI short; this grades `classroom_handins.build_class` at its defaults (four disguised
-copies of the reference, nine released stubs, three independent authors, a second crasher, and the rest as in the
-test), checks the gradebook and the
-flagged pairs as the test does, and prints the wall time, the grading's CPU time (as root: every process it
-started, in a cgroup of its own; `suite_cpu.py`) and the load. Its numbers: benchmarks/RESULTS.md ("Where CI's
-time goes"). Needs root and bubblewrap, as CI and Gradescope have.
+17 hand-ins), which keeps CI short; this grades `classroom_handins.build_class` at its defaults (four disguised
+copies of the reference, nine released stubs, three independent authors, a friend who copied one whole, a second
+crasher, and the rest as in the test), checks the gradebook and the flagged pairs as the test does, and prints the
+wall time, the grading's CPU time (as root: every process it started, in a cgroup of its own; `suite_cpu.py`) and
+the load. Its numbers: benchmarks/RESULTS.md ("Where CI's time goes"). Needs root and bubblewrap, as CI and Gradescope have.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ CONFIG = "test_timeout_s = 3600\n[points]\nspeedup = 0\nacceptance = 0\nbonus = 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--jobs", type=int, default=6, help="students graded at once (the test's 6)")
+    parser.add_argument("--jobs", type=int, default=6, help="students graded at once (the suite's smaller class: 4)")
     parser.add_argument("--timeout", type=int, default=180, help="per-student limit in seconds (the test's 180)")
     parser.add_argument("--suite-class", action="store_true", help="the test suite's smaller class (SUITE_CLASS)")
     args = parser.parse_args(argv)

@@ -604,17 +604,18 @@ FULL = {"init": 5.0, "draft": 5.0, "verify": 5.0, "decode": 10.0}
 NONE = dict.fromkeys(FULL, 0.0)
 #: The class the test suite grades (tests/test_classroom.py): every case of the full class once. One copy of the
 #: reference, in the disguise that combines three of `COPY_KINDS` (each disguise alone is flagged in
-#: tests/test_similarity.py; one hand-in graded alone is flagged in test_course; a copy of a classmate is `ind_a_friend`),
-#: one released stub per upload form (a folder, a zip, a Colab copy), one independent author, copied whole by a
-#: friend and in part by a classmate (B and C, the full class's, are full gradings that show nothing A does not), and
-#: one crasher (the segfault: a child that dies on exit is `crasher_exit` in the full class, and a graded part that
-#: exits is test_assignment's ``sys_exit_at_import``). 18 hand-ins, four of them full-mark gradings;
+#: tests/test_similarity.py; one hand-in graded alone is flagged in test_course), one released stub per upload form (a
+#: folder, a zip, a Colab copy), one independent author and a classmate who copied a part of it (the full class's A
+#: has a friend who copied it whole, a full-mark zip; B and C are full gradings that show nothing A does not), and one
+#: crasher (the segfault: a child that dies on exit is `crasher_exit` in the full class, and a graded part that exits
+#: is test_assignment's ``sys_exit_at_import``). 17 hand-ins, three of them full-mark gradings;
 #: benchmarks/class_grading.py grades the full class of 30.
 SUITE_CLASS = {
     "copy_kinds": ("renamed+reordered+comments",),
     "stub_variants": 3,
     "authors": "A",
     "misbehaving": tuple(name for name in MISBEHAVING if name != "crasher_exit"),
+    "friend": False,
 }
 
 
@@ -624,6 +625,7 @@ def build_class(
     stub_variants: int = STUB_VARIANTS,
     authors: str = "ABC",
     misbehaving=tuple(MISBEHAVING),
+    friend: bool = True,
 ) -> dict[str, dict]:
     """Write a class of hand-ins into ``folder`` (30 with the defaults; `SUITE_CLASS` for the suite's smaller
     one); returns ``{student: expected}`` where expected holds ``points`` per part, ``status`` (the statuses
@@ -649,10 +651,16 @@ def build_class(
     # independent authors: A has a friend who copied, B (else A) a classmate who copied a part
     for author in authors:
         add(f"ind_{author.lower()}", independent_sources(author), FULL, zipped=author == "B")
-    friend = "ind_a_friend"
-    flags = {(p, "ind_a") for p in compared}  # zipped without B: a zipped full-mark upload either way
-    add(friend, disguise(INDEPENDENT["A"], "renamed+reordered"), FULL, flags=flags, zipped="B" not in authors)
-    expected["ind_a"]["flags"] = {(p, friend) for p in compared}
+    if friend:
+        flags = {(p, "ind_a") for p in compared}  # zipped without B: a zipped full-mark upload either way
+        add(
+            "ind_a_friend",
+            disguise(INDEPENDENT["A"], "renamed+reordered"),
+            FULL,
+            flags=flags,
+            zipped="B" not in authors,
+        )
+        expected["ind_a"]["flags"] = {(p, "ind_a_friend") for p in compared}
     source = "B" if "B" in authors else "A"
     copier = f"ind_{source.lower()}_verify_copy"
     add(
@@ -662,9 +670,9 @@ def build_class(
         flags={("verify", f"ind_{source.lower()}")},
     )
     expected[f"ind_{source.lower()}"]["flags"] |= {("verify", copier)}
-    if source == "A":  # the friend's verify is A's too
-        expected[copier]["flags"].add(("verify", friend))
-        expected[friend]["flags"].add(("verify", copier))
+    if source == "A" and friend:  # the friend's verify is A's too
+        expected[copier]["flags"].add(("verify", "ind_a_friend"))
+        expected["ind_a_friend"]["flags"].add(("verify", copier))
     add("kit_copy", kit_copy_sources(), {**NONE, "draft": 5.0, "verify": 5.0}, flags={(p, "kit") for p in compared})
     for i in range(stub_variants):  # released notebooks, as folders, zips and Colab copies
         names = {n: f"Copy of {n}" for n in GRADED_NOTEBOOKS} if i % 3 == 2 else None

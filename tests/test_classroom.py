@@ -1,6 +1,6 @@
-"""A class graded at once: ``grade CLASS_FOLDER`` on 18 synthetic hand-ins (`classroom_handins.build_class`
-at `SUITE_CLASS`): the reference, a disguised copy of it, an independent author and two classmates who
-copied it (whole and in part), a paste of the kit's code, released stubs (a folder, a zip, a Colab copy), a crasher, a sleeper,
+"""A class graded at once: ``grade CLASS_FOLDER`` on 17 synthetic hand-ins (`classroom_handins.build_class`
+at `SUITE_CLASS`): the reference, a disguised copy of it, an independent author and a classmate who
+copied a part of it (a whole copy is tests/test_similarity.py's), a paste of the kit's code, released stubs (a folder, a zip, a Colab copy), a crasher, a sleeper,
 a bounded fork storm, cheats (a fake verdict, a forged results.json that kills the grader, calls of the kit)
 and broken uploads. The gradebook must be exact, the flagged pairs exactly the copies, and nothing a
 student started may survive the run. The full class of 30 (more copies and stubs of the same kinds) is
@@ -54,9 +54,10 @@ def graded(tmp_path_factory):
     expected = handins.build_class(tmp / "class", **handins.SUITE_CLASS)
     (tmp / "class.toml").write_text(CONFIG)
     start = time.perf_counter()
-    # 6 at a time on 2 cores: a grading mostly waits for its sandboxed child, and the sleeper and the fork
-    # storm, graded first, hold a worker each while sleeping. `left`: what the gradings left in the run's
-    # TMPDIR (the sleeper is killed at its limit, past its own clean-up)
+    # 4 at a time: the sleeper and the fork storm, graded first, hold a worker each while sleeping, and two grade
+    # everyone else. Each worker imports the grader (about 4.5 CPU s), and CI's two cores are busy anyway: 6 workers
+    # cost CI more CPU than they saved wall time. `left`: what the gradings left in the run's TMPDIR (the sleeper is
+    # killed at its limit, past its own clean-up)
     with leftovers() as (tmpdir, left):
         done = command(
             "grade",
@@ -68,7 +69,7 @@ def graded(tmp_path_factory):
             "--timeout",
             str(PER_STUDENT_S),
             "--jobs",
-            "6",
+            "4",
             "--out",
             str(tmp / "out"),
             env={"TMPDIR": str(tmpdir)},

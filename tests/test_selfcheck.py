@@ -4,6 +4,7 @@ broken or a check is tampered with (issue 26, item 1)."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -11,22 +12,25 @@ import nbformat
 import numpy as np
 import pytest
 import torch
-from scipy.stats import chisquare
-
 from specdec_helpers.cli import main
 from specdec_helpers.core import verify as verify_module
 from specdec_helpers.core.verify import VerifyResult
 from specdec_helpers.measure import device_checks
 from specdec_helpers.measure.device_checks import FAIL, PASS, PASS_NEAR_TIE, chi_square_pvalue
+from specdec_helpers.present import tree_lesson
 from specdec_helpers.present.headless import notebook_paths, run_notebook
 from tiny_models import perturbed_copy, tiny_model
 
 
-def test_chi_square_matches_scipy():
+def test_chi_square_matches_its_closed_form():
+    """Against an independent oracle: with 3 degrees of freedom the chi-square survival function has a closed form,
+    erfc(sqrt(x / 2)) + sqrt(2x / pi) exp(-x / 2). (The kit's own p-value is torch's regularised gamma.)"""
     probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
     counts = torch.tensor([260, 140, 70, 30])
-    want = chisquare(counts.numpy(), probs.numpy() * 500).pvalue
+    x = sum((c - 500 * p) ** 2 / (500 * p) for c, p in zip(counts.tolist(), probs.tolist()))  # 2.4
+    want = math.erfc(math.sqrt(x / 2)) + math.sqrt(2 * x / math.pi) * math.exp(-x / 2)
     assert chi_square_pvalue(counts, probs) == pytest.approx(want, rel=1e-6)
+    assert tree_lesson.chi_square_pvalue(counts, probs) == pytest.approx(want, rel=1e-6)
     assert chi_square_pvalue(torch.tensor([10, 0, 0, 1]), torch.tensor([0.9, 0.1, 0.0, 0.0])) == 0.0  # impossible token
 
 
