@@ -188,12 +188,12 @@ def test_a_worlds_model_folders_go_when_its_process_ends(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", WORLDS)
-def test_reference_scores_exactly_full_implementation_marks(reference, seed):
-    """The suite's judgement of the reference in fixed worlds, answered in process like the mistake catalog
-    (the instructor's own code); tests/test_course.py grades it in a child, through the Gradescope bundle."""
-    results = grader.run_suite(reference, POINTS, seed=seed, child_factory=lambda: InProcess(load_functions(reference)))
-    assert all(r.passed for r in results), (f"world {seed}", [(r.test_id, r.feedback) for r in results if not r.passed])
+def test_reference_scores_exactly_full_implementation_marks(reference):
+    """The suite's judgement of the reference in world 0, answered in process like the mistake catalog (the
+    instructor's own code). In a child it is graded in world 0 by tests/test_classroom.py and in world 7 by
+    tests/test_course.py (the Gradescope bundle); benchmarks/grading_worlds.py scans fresh worlds."""
+    results = grader.run_suite(reference, POINTS, seed=0, child_factory=lambda: InProcess(load_functions(reference)))
+    assert all(r.passed for r in results), [(r.test_id, r.feedback) for r in results if not r.passed]
     report = grader.Report(results)
     assert report.score == report.max_score == 25  # exactly: no 24.997 from a part split in thirds
     assert sum(t["score"] for t in report.gradescope()["tests"]) == pytest.approx(25, abs=1e-9)

@@ -167,20 +167,15 @@ def test_forged_rounds_are_caught_by_the_cpu_time_measured_outside(reference):
     forged log of rounds with the draft model's greedy acceptance, one embedding call per forged round. Every
     in-process check agrees with the forged log; the child's CPU time with a target that costs many drafts
     (`World.deep`) does not (the same at k = 1 as at k = 8), so the cached decode test fails and performance is
-    never measured."""
+    never measured. The control, the reference's own decode loop passing the same test in a child in world 0, is the
+    reference's full marks in tests/test_classroom.py's class (its decode part graded again here cost 10 CPU s)."""
     loop = reference["decode"].index("@torch.inference_mode()\ndef generate_ids")
     forged = reference["decode"][:loop] + (Path(__file__).parent / "cheat_cells" / "forged_rounds.py").read_text()
-    for source, caught in ((forged, True), (reference["decode"], False)):
-        results = {
-            r.test_id: r for r in grader.run_suite(dict(reference, decode=source), POINTS, only=["decode"], seed=0)
-        }
-        cached = results["decode.decode_cached"]
-        assert cached.passed != caught, cached
-        if caught:
-            assert (
-                "measured outside your process" in cached.feedback and "once per token whatever k is" in cached.feedback
-            )
-            assert [t for t, r in results.items() if not r.passed] == ["decode.decode_cached"]
+    results = {r.test_id: r for r in grader.run_suite(dict(reference, decode=forged), POINTS, only=["decode"], seed=0)}
+    cached = results["decode.decode_cached"]
+    assert not cached.passed, cached
+    assert "measured outside your process" in cached.feedback and "once per token whatever k is" in cached.feedback
+    assert [t for t, r in results.items() if not r.passed] == ["decode.decode_cached"]
 
 
 @pytest.mark.slow

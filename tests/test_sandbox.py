@@ -7,6 +7,7 @@ can make namespaces (``user+bwrap``); CI and Gradescope run as root.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pwd
@@ -328,6 +329,27 @@ def test_the_students_view_is_the_student_edition():
         ]
         decoder = (folder / "assignment/parts/decoder.py").read_text()
         assert "missing_part(name) for name in FUNCTIONS" in decoder and "standin_verify_tokens_cached" not in decoder
+
+
+def test_a_views_bytecode_is_the_kits_and_only_for_the_modules_it_holds_unchanged(monkeypatch):
+    """`isolation.reuse_bytecode`: a view holds compiled modules (a student's process cannot write them there, and
+    compiled what it imported again at every start), each for a source byte for byte the kit's; none for a module the
+    view rewrites (the swapped and stripped modules, the child's ``__init__``), whose kit bytecode is the instructor's.
+    Fresh views: a process running as root (the other tests here) may compile the view's own sources into them."""
+    monkeypatch.setattr(isolation, "_views", {})
+    for kind in ("child", "kernel"):
+        folder = isolation.view(kind) / "specdec_helpers"
+
+        def kits(path: Path, folder=folder) -> bytes:
+            return (ROOT / "specdec_helpers" / path.relative_to(folder)).read_bytes()
+
+        compiled = list(folder.rglob("__pycache__/*.pyc"))
+        assert len(compiled) > 10, (kind, compiled)
+        for pyc in compiled:
+            source = pyc.parent.parent / (pyc.name.split(".")[0] + ".py")
+            assert source.read_bytes() == kits(source), pyc
+        rewritten = [p for p in folder.rglob("*.py") if p.read_bytes() != kits(p)]
+        assert rewritten and not [p for p in rewritten if Path(importlib.util.cache_from_source(str(p))).exists()]
 
 
 def test_readable_by_follows_every_folder_on_the_path(tmp_path):
