@@ -2,10 +2,10 @@
 
     python benchmarks/class_grading.py               # 30 hand-ins, --jobs 6, hangs stopped at 180 s
     python benchmarks/class_grading.py --jobs 4 --timeout 300
-    python benchmarks/class_grading.py --suite-class # the test suite's 17, to compare on the same machine
+    python benchmarks/class_grading.py --suite-class # the test suite's 16, to compare on the same machine
 
 tests/test_classroom.py grades a class of the same kinds with each case once (`classroom_handins.SUITE_CLASS`,
-17 hand-ins), which keeps CI short; this grades `classroom_handins.build_class` at its defaults (four disguised
+16 hand-ins), which keeps CI short; this grades `classroom_handins.build_class` at its defaults (four disguised
 copies of the reference, nine released stubs, three independent authors, a friend who copied one whole, a second
 crasher, and the rest as in the test), checks the gradebook and the flagged pairs as the test does, and prints the
 wall time, the grading's CPU time (as root: every process it started, in a cgroup of its own; `suite_cpu.py`) and

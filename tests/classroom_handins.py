@@ -602,16 +602,15 @@ def misbehaving_sources(name: str) -> dict[str, str]:
 STUB_VARIANTS = 9
 FULL = {"init": 5.0, "draft": 5.0, "verify": 5.0, "decode": 10.0}
 NONE = dict.fromkeys(FULL, 0.0)
-#: The class the test suite grades (tests/test_classroom.py): every case of the full class once. One copy of the
-#: reference, in the disguise that combines three of `COPY_KINDS` (each disguise alone is flagged in
-#: tests/test_similarity.py; one hand-in graded alone is flagged in test_course), one released stub per upload form (a
-#: folder, a zip, a Colab copy), one independent author and a classmate who copied a part of it (the full class's A
-#: has a friend who copied it whole, a full-mark zip; B and C are full gradings that show nothing A does not), and one
-#: crasher (the segfault: a child that dies on exit is `crasher_exit` in the full class, and a graded part that exits
-#: is test_assignment's ``sys_exit_at_import``). 17 hand-ins, three of them full-mark gradings;
-#: benchmarks/class_grading.py grades the full class of 30.
+#: The class the test suite grades (tests/test_classroom.py): every case of the full class once. The reference (its
+#: cells flagged against the reference solution; disguised copies of it are flagged in tests/test_similarity.py, one
+#: graded alone in test_course), one released stub per upload form (a folder, a zip, a Colab copy), one independent
+#: author and a classmate who copied a part of it (the full class's A has a friend who copied it whole, a full-mark zip;
+#: B and C are full gradings that show nothing A does not), and one crasher (the segfault: a child that dies on exit is
+#: `crasher_exit` in the full class, and a graded part that exits is test_assignment's ``sys_exit_at_import``). 16
+#: hand-ins, two of them full-mark gradings; benchmarks/class_grading.py grades the full class of 30.
 SUITE_CLASS = {
-    "copy_kinds": ("renamed+reordered+comments",),
+    "copy_kinds": (),
     "stub_variants": 3,
     "authors": "A",
     "misbehaving": tuple(name for name in MISBEHAVING if name != "crasher_exit"),

@@ -1,10 +1,10 @@
-"""A class graded at once: ``grade CLASS_FOLDER`` on 17 synthetic hand-ins (`classroom_handins.build_class`
-at `SUITE_CLASS`): the reference, a disguised copy of it, an independent author and a classmate who
-copied a part of it (a whole copy is tests/test_similarity.py's), a paste of the kit's code, released stubs (a folder, a zip, a Colab copy), a crasher, a sleeper,
-a bounded fork storm, cheats (a fake verdict, a forged results.json that kills the grader, calls of the kit)
-and broken uploads. The gradebook must be exact, the flagged pairs exactly the copies, and nothing a
-student started may survive the run. The full class of 30 (more copies and stubs of the same kinds) is
-graded by benchmarks/class_grading.py, which prints its time (benchmarks/RESULTS.md).
+"""A class graded at once: ``grade CLASS_FOLDER`` on 16 synthetic hand-ins (`classroom_handins.build_class` at
+`SUITE_CLASS`): the reference, an independent author and a classmate who copied a part of it (whole and disguised
+copies are tests/test_similarity.py's), a paste of the kit's code, released stubs (a folder, a zip, a Colab copy), a
+crasher, a sleeper, a bounded fork storm, cheats (a fake verdict, a forged results.json that kills the grader, calls
+of the kit) and broken uploads. The gradebook must be exact, the flagged pairs exactly the copies, and nothing a
+student started may survive the run. The full class of 30 (more copies and stubs of the same kinds) is graded by
+benchmarks/class_grading.py, which prints its time (benchmarks/RESULTS.md).
 
 The class run uses --no-nbval and no points for speed (config below): performance is measured per
 student by timing the reference beside the student, which this test does not need to show. Hangs are
