@@ -5,9 +5,10 @@ reference loses a point or a mutation escapes its test or its message.
     python benchmarks/grading_worlds.py --worlds 20            # fresh random worlds
     python benchmarks/grading_worlds.py --seeds 3 17 --only tokens_to_cpu
 
-CI grades fixed worlds (tests/test_assignment.py: WORLDS; every `grade` command in the suite: world 0,
-`SPECDEC_GRADE_SEED` in conftest.py) so that its runs are deterministic; this scan
-is how a world-dependent judgement is found. Add a world it reports to WORLDS, with a comment.
+CI grades fixed worlds (tests/test_assignment.py: WORLDS and REFERENCE_WORLDS; every `grade` command in the suite:
+world 0, `SPECDEC_GRADE_SEED` in conftest.py) so that its runs are deterministic; this scan is how a world-dependent
+judgement is found. Add a world it reports, with a comment: to WORLDS where a mutation escapes, to REFERENCE_WORLDS
+where the reference loses a point.
 """
 
 from __future__ import annotations

@@ -602,13 +602,14 @@ def misbehaving_sources(name: str) -> dict[str, str]:
 STUB_VARIANTS = 9
 FULL = {"init": 5.0, "draft": 5.0, "verify": 5.0, "decode": 10.0}
 NONE = dict.fromkeys(FULL, 0.0)
-#: The class the test suite grades (tests/test_classroom.py): every case of the full class once. The reference (its
-#: cells flagged against the reference solution; disguised copies of it are flagged in tests/test_similarity.py, one
-#: graded alone in test_course), one released stub per upload form (a folder, a zip, a Colab copy), one independent
-#: author and a classmate who copied a part of it (the full class's A has a friend who copied it whole, a full-mark zip;
-#: B and C are full gradings that show nothing A does not), and one crasher (the segfault: a child that dies on exit is
-#: `crasher_exit` in the full class, and a graded part that exits is test_assignment's ``sys_exit_at_import``). 16
-#: hand-ins, two of them full-mark gradings; benchmarks/class_grading.py grades the full class of 30.
+#: The class the test suite grades (tests/test_classroom.py): each kind of hand-in the full class holds, once, but the
+#: copies of graded work that the similarity tests already flag. The reference (its cells flagged against the reference
+#: solution; disguised copies of it and a classmate's whole copy are flagged in tests/test_similarity.py), one released
+#: stub per upload form (a folder, a zip, a Colab copy; a full-mark zip is test_course's hand-in), one independent
+#: author and a classmate who copied a part of it (B and C, the full class's, are full gradings that show nothing A
+#: does not), and one crasher (the segfault: a child that dies on exit is `crasher_exit` in the full class, and a
+#: graded part that exits is test_assignment's ``sys_exit_at_import``). 16 hand-ins, two of them full-mark gradings;
+#: benchmarks/class_grading.py grades the full class of 30.
 SUITE_CLASS = {
     "copy_kinds": (),
     "stub_variants": 3,

@@ -128,7 +128,11 @@ def chisquare_pvalue(observed, expected, dof: int | None = None) -> float:
     observed, expected = np.asarray(observed, float), np.asarray(expected, float)
     statistic = float(((observed - expected) ** 2 / expected).sum())
     dof = len(observed) - 1 if dof is None else dof
-    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(statistic / 2)))
+    return float(
+        torch.special.gammaincc(
+            torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(statistic / 2, dtype=torch.float64)
+        )
+    )
 
 
 def fit(counts, probs) -> dict:

@@ -352,6 +352,27 @@ def test_a_views_bytecode_is_the_kits_and_only_for_the_modules_it_holds_unchange
         assert rewritten and not [p for p in rewritten if Path(importlib.util.cache_from_source(str(p))).exists()]
 
 
+def test_bytecode_is_reused_for_the_same_bytes_only_even_where_size_and_time_agree(tmp_path, monkeypatch):
+    """The case the check of a source's size and time alone would let through: the view's file has the kit file's
+    size and time but other bytes (a swapped module written in the same second, as long as the kit's). No bytecode."""
+    import py_compile
+
+    kit, view = tmp_path / "kit", tmp_path / "view"
+    for folder in (kit, view):
+        folder.mkdir()
+    (kit / "same.py").write_text("ANSWER = 1\n")
+    (kit / "swapped.py").write_text("ANSWER = 1\n")
+    for name in ("same.py", "swapped.py"):
+        py_compile.compile(str(kit / name), invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+        shutil.copy2(kit / name, view / name)
+    (view / "swapped.py").write_text("ANSWER = 0\n")  # the student edition: as long as the kit's
+    stat = (kit / "swapped.py").stat()
+    os.utime(view / "swapped.py", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    monkeypatch.setattr(isolation, "PACKAGE", kit)
+    isolation.reuse_bytecode(view)
+    assert sorted(p.name.split(".")[0] for p in (view / "__pycache__").iterdir()) == ["same"]
+
+
 def test_readable_by_follows_every_folder_on_the_path(tmp_path):
     folder = tmp_path / "kit"
     folder.mkdir()

@@ -212,15 +212,14 @@ def reuse_bytecode(package: Path) -> None:
         compiled = Path(importlib.util.cache_from_source(str(original)))
         if not compiled.is_file() or not original.is_file() or original.read_bytes() != path.read_bytes():
             continue
-        header, source = compiled.read_bytes()[:16], path.stat()
-        fresh = int.from_bytes(header[4:8], "little") == 0 and (
-            int.from_bytes(header[8:12], "little") == int(source.st_mtime) & 0xFFFFFFFF
-            and int.from_bytes(header[12:16], "little") == source.st_size & 0xFFFFFFFF
+        data, source = compiled.read_bytes(), path.stat()
+        fresh = int.from_bytes(data[4:8], "little") == 0 and (
+            int.from_bytes(data[8:12], "little") == int(source.st_mtime) & 0xFFFFFFFF
+            and int.from_bytes(data[12:16], "little") == source.st_size & 0xFFFFFFFF
         )
-        if header[:4] == importlib.util.MAGIC_NUMBER and fresh:
-            target = Path(importlib.util.cache_from_source(str(path)))
-            target.parent.mkdir(exist_ok=True)
-            shutil.copyfile(compiled, target)
+        if data[:4] == importlib.util.MAGIC_NUMBER and fresh:  # beside its source, whatever PYTHONPYCACHEPREFIX says
+            (path.parent / "__pycache__").mkdir(exist_ok=True)
+            (path.parent / "__pycache__" / compiled.name).write_bytes(data)
 
 
 def edition(package: Path, kind: str) -> None:
@@ -248,7 +247,9 @@ def edition(package: Path, kind: str) -> None:
     if kind != "child":
         for guarded in GUARDED:
             for path in (package / "assignment" / guarded).glob("*.py"):
-                path.write_text(strip(path.read_text(), where=path.name))
+                text = path.read_text()
+                if strip(text, where=path.name) != text:  # a module left as it is keeps its bytecode (`reuse_bytecode`)
+                    path.write_text(strip(text, where=path.name))
     # The student edition of every module: the kit's own implementations of the graded parts (whole modules,
     # `editions.SWAPS`, and INSTRUCTOR ONLY regions) are not in the student's view, so no name, module global or
     # inspect.getsource + exec reaches them from a graded cell; the stand-ins become placeholders that name the part.
