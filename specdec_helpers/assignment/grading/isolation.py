@@ -248,8 +248,9 @@ def edition(package: Path, kind: str) -> None:
         for guarded in GUARDED:
             for path in (package / "assignment" / guarded).glob("*.py"):
                 text = path.read_text()
-                if strip(text, where=path.name) != text:  # a module left as it is keeps its bytecode (`reuse_bytecode`)
-                    path.write_text(strip(text, where=path.name))
+                stripped = strip(text, where=path.name)
+                if stripped != text:  # a module left as it is keeps its bytecode (`reuse_bytecode`)
+                    path.write_text(stripped)
     # The student edition of every module: the kit's own implementations of the graded parts (whole modules,
     # `editions.SWAPS`, and INSTRUCTOR ONLY regions) are not in the student's view, so no name, module global or
     # inspect.getsource + exec reaches them from a graded cell; the stand-ins become placeholders that name the part.
