@@ -615,7 +615,7 @@ SUITE_CLASS = {
     "stub_variants": 3,
     "authors": "A",
     "misbehaving": tuple(name for name in MISBEHAVING if name != "crasher_exit"),
-    "friend": False,
+    "with_friend": False,
 }
 
 
@@ -625,7 +625,7 @@ def build_class(
     stub_variants: int = STUB_VARIANTS,
     authors: str = "ABC",
     misbehaving=tuple(MISBEHAVING),
-    friend: bool = True,
+    with_friend: bool = True,
 ) -> dict[str, dict]:
     """Write a class of hand-ins into ``folder`` (30 with the defaults; `SUITE_CLASS` for the suite's smaller
     one); returns ``{student: expected}`` where expected holds ``points`` per part, ``status`` (the statuses
@@ -651,16 +651,11 @@ def build_class(
     # independent authors: A has a friend who copied, B (else A) a classmate who copied a part
     for author in authors:
         add(f"ind_{author.lower()}", independent_sources(author), FULL, zipped=author == "B")
-    if friend:
+    friend = "ind_a_friend"
+    if with_friend:
         flags = {(p, "ind_a") for p in compared}  # zipped without B: a zipped full-mark upload either way
-        add(
-            "ind_a_friend",
-            disguise(INDEPENDENT["A"], "renamed+reordered"),
-            FULL,
-            flags=flags,
-            zipped="B" not in authors,
-        )
-        expected["ind_a"]["flags"] = {(p, "ind_a_friend") for p in compared}
+        add(friend, disguise(INDEPENDENT["A"], "renamed+reordered"), FULL, flags=flags, zipped="B" not in authors)
+        expected["ind_a"]["flags"] = {(p, friend) for p in compared}
     source = "B" if "B" in authors else "A"
     copier = f"ind_{source.lower()}_verify_copy"
     add(
@@ -670,9 +665,9 @@ def build_class(
         flags={("verify", f"ind_{source.lower()}")},
     )
     expected[f"ind_{source.lower()}"]["flags"] |= {("verify", copier)}
-    if source == "A" and friend:  # the friend's verify is A's too
-        expected[copier]["flags"].add(("verify", "ind_a_friend"))
-        expected["ind_a_friend"]["flags"].add(("verify", copier))
+    if source == "A" and with_friend:  # the friend's verify is A's too
+        expected[copier]["flags"].add(("verify", friend))
+        expected[friend]["flags"].add(("verify", copier))
     add("kit_copy", kit_copy_sources(), {**NONE, "draft": 5.0, "verify": 5.0}, flags={(p, "kit") for p in compared})
     for i in range(stub_variants):  # released notebooks, as folders, zips and Colab copies
         names = {n: f"Copy of {n}" for n in GRADED_NOTEBOOKS} if i % 3 == 2 else None
