@@ -9,28 +9,9 @@ from specdec_helpers.core.cache import new_cache  # noqa: F401 - for the noteboo
 from specdec_helpers.core.sampling import Sampler
 from specdec_helpers.core.tree import draft_tree, tree_attention_mask, tree_forward  # noqa: F401
 from specdec_helpers.core.tree_sampling import RULES, accept_at_node, draw_children
+from specdec_helpers.measure.device_checks import chi_square_pvalue
 from specdec_helpers.measure.tree_vs_chain import compare_tree_chain, compare_tree_chain_sampling  # noqa: F401
 from specdec_helpers.present.benchmarking import matches_greedy  # noqa: F401 - the same near-tie check as 03-06
-
-
-def chi_square_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
-    """Pearson's chi-square goodness of fit of ``counts`` to ``probs`` (cells expecting fewer than 5 pooled);
-    0 when a token of probability 0 was drawn. torch only (the regularised gamma), no scipy needed."""
-    counts, probs = counts.double(), probs.double() / probs.sum()
-    if counts[probs == 0].sum() > 0:
-        return 0.0
-    expected = counts.sum() * probs
-    big = expected >= 5
-    observed, wanted = list(counts[big]), list(expected[big])
-    if (~big).any() and expected[~big].sum() > 0:
-        observed.append(counts[~big].sum())
-        wanted.append(expected[~big].sum())
-    if len(wanted) < 2:
-        return 1.0
-    observed, wanted = torch.stack(observed), torch.stack(wanted)
-    statistic = ((observed - wanted) ** 2 / wanted).sum()
-    dof = torch.tensor(len(wanted) - 1, dtype=torch.double)
-    return float(torch.special.gammaincc(dof / 2, statistic / 2))
 
 
 def _diagnose(residual) -> str:
