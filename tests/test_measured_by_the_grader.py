@@ -222,6 +222,35 @@ def test_the_graders_own_time_counts_every_thread_of_its_process_as_the_childs_d
     assert seconds >= 0.25, seconds
 
 
+def test_no_garbage_collection_counts_in_the_graders_own_time():
+    """A full collection of the grader's heap (its test worlds) inside its timed run would count in its time and loosen
+    the bound a child is held to: the collector is off while `own_seconds` times, and back on after."""
+    import gc
+
+    from specdec_helpers.assignment.testing import outside
+
+    collections = []
+
+    def note(phase, info):
+        collections.append(phase)
+
+    def run():  # cycles enough for many collections of the youngest generation, were the collector on; how many ran
+        before = len(collections)
+        for _ in range(20_000):
+            cycle = []
+            cycle.append(cycle)
+        return gc.isenabled(), len(collections) - before
+
+    gc.callbacks.append(note)
+    try:
+        _, (enabled, during) = outside.own_seconds(run)
+        _, control = run()
+    finally:
+        gc.callbacks.remove(note)
+    assert enabled is False and during == 0 and gc.isenabled()
+    assert control > 0, "the control: the same run with the collector on collects"
+
+
 def test_answers_in_process_run_on_the_childs_torch_threads(monkeypatch):
     """A notebook kernel answers its checks in process (`InProcess`), with its own torch threads (two on Colab), which
     spin 1.6-1.9 times the CPU of one: a correct decoder failed "one target pass" against the grader's own time at
