@@ -298,6 +298,10 @@ def test_a_bound_read_outside_fails_only_a_decoder_over_it_on_every_try():
     # ... and within LOAD_ROOM times the first bound, however slow the grader's timings around it were
     assert outside.within(timer([2.0, 3.3, 3.3]), timer([1.0] + [3.0] * 4), 1.5, 0.1) == (False, 3.3, 3.0)
     assert outside.within(timer([2.0] * outside.TRIES), lambda attempt: 1.0, 1.5, 0.1) == (False, 2.0, 1.0)
+    # ... retried while under LOAD_ROOM times its bound (2.0 above); over it, over any bound a retry may have: no retry
+    tries, over = [], outside.LOAD_ROOM * 1.6 + 0.01
+    assert outside.within(lambda i: tries.append(i) or over, lambda i: 1.0, 1.5, 0.1) == (False, over, 1.0)
+    assert tries == [0]
     assert outside.within(timer([1.6]), lambda attempt: 1.0, 1.5, 0.1) == (True, 1.6, 1.0)  # the slack counts
     texts, others = outside.random_texts(50, 12), outside.random_texts(50, 12)  # a secret each: never the world's
     assert torch.equal(texts(1), texts(1)) and not torch.equal(texts(0), texts(1)) and texts(2).shape == (1, 12)
