@@ -175,10 +175,11 @@ def test_a_correct_decoder_with_another_round_structure_gets_full_marks(referenc
 
 @pytest.mark.slow
 def test_a_decoder_that_reports_only_what_passes_is_caught(reference):
+    """Graded by the one test that must name it (as the mistake catalog is): the part's others, and their checks of
+    cost, decide nothing asserted here."""
     cached_verify = reference["decode"].split("@torch.inference_mode()\ndef generate_ids")[0]
     sources = dict(reference, decode=cached_verify + REPORTS_ONLY_WHAT_PASSES)
-    results = {r.test_id: r for r in grader.run_suite(sources, POINTS, only=["decode"], seed=0)}
-    rounds_test = results["decode.decode_rounds"]
+    (rounds_test,) = grader.run_suite(sources, POINTS, only=["decode"], seed=0, ids={"decode.decode_rounds"})
     assert not rounds_test.passed and (
         "draft num_speculative_tokens tokens each round" in rounds_test.feedback
         or "it ran outside self.verify_tokens_cached" in rounds_test.feedback
