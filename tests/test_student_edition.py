@@ -302,39 +302,57 @@ def test_an_instructor_only_region_needs_a_student_part():
     assert release.strip(source) == "def f():\n    raise ValueError('no')\n"
 
 
+STUBS = ["01_model_init", "02_draft_generation", "03_vectorized_verification", "04_kv_cached_verification"]
+SOLVED = [
+    "02_draft_generation",
+    "03_vectorized_verification",
+    "04_kv_cached_verification",
+    "06_speculative_sampling",
+    "07_tree_speculation",
+    "08_serving_batches_and_trees",
+]
+
+
+@pytest.fixture(scope="module")
+def released_runs(kit, tmp_path_factory) -> dict[str, list]:
+    """The released notebooks of the two tests below, run in one kernel (`one_kernel`: each after an emptied
+    namespace, in its own folder): the stubs as released (``stub NAME``) in the kit's notebooks/, then the
+    released notebooks with this notebook's answers filled in (``solved NAME``) beside the instructor's 01-04.
+    Errors are allowed; each test reads its notebook's cells."""
+    import shutil
+
+    from one_kernel import read, run_in_one_kernel
+
+    folder = tmp_path_factory.mktemp("solved") / "notebooks"  # the kit fixture's notebooks stay the released stubs
+    folder.mkdir()
+    for path in (release.ROOT / "notebooks").glob("0[1-4]_*.ipynb"):
+        shutil.copy(path, folder / path.name)
+    parts = [(f"stub {name}", read(kit / "notebooks" / f"{name}.ipynb"), kit / "notebooks") for name in STUBS]
+    for name in SOLVED:
+        solved = {c.id: c.source for c in read(release.ROOT / "notebooks" / f"{name}.ipynb").cells}
+        nb = read(kit / "notebooks" / f"{name}.ipynb")
+        for cell in nb.cells:
+            if cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+                cell.source = solved[cell.id]
+        parts.append((f"solved {name}", nb, folder))
+    # SPECDEC_QUICK: 06's measurements at their small sizes, as under CI's nbval (their numbers are not checked here)
+    env = {"PYTHONPATH": str(kit), "SPECDEC_PRESET": "toy", "OMP_NUM_THREADS": "1", "SPECDEC_QUICK": "1"}
+    return run_in_one_kernel(parts, env)
+
+
+def cell_text(cell) -> str:
+    return "\n".join(
+        str(o.get("text", "")) + str(o.get("evalue", "")) + "\n".join(o.get("traceback", [])) for o in cell.outputs
+    )
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "name", ["01_model_init", "02_draft_generation", "03_vectorized_verification", "04_kv_cached_verification"]
-)
-def test_no_check_passes_a_released_stub(kit, name):
+@pytest.mark.parametrize("name", STUBS)
+def test_no_check_passes_a_released_stub(released_runs, name):
     """The released notebooks run top to bottom (errors allowed) with every exercise still a stub, in the
     student kit: no check cell prints ✅, and a cell that needs an earlier part names its notebook."""
-    import nbformat
-    from nbclient import NotebookClient
-
-    path = kit / "notebooks" / f"{name}.ipynb"
-    nb = nbformat.read(str(path), as_version=4)
-    env = {"PYTHONPATH": str(kit), "SPECDEC_PRESET": "toy", "OMP_NUM_THREADS": "1"}
-    old = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    try:
-        NotebookClient(
-            nb,
-            timeout=300,
-            kernel_name="python3",
-            allow_errors=True,
-            resources={"metadata": {"path": str(path.parent)}},
-        ).execute()
-    finally:
-        for key, value in old.items():
-            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
-    texts = {}
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            texts[cell.id] = "\n".join(
-                str(o.get("text", "")) + str(o.get("evalue", "")) + "\n".join(o.get("traceback", []))
-                for o in cell.outputs
-            )
+    texts = {cell.id: cell_text(cell) for cell in released_runs[f"stub {name}"]}
+    assert texts and all(c.get("execution_count") for c in released_runs[f"stub {name}"]), f"{name}: a cell did not run"
     passed = [cid for cid, text in texts.items() if "✅" in text]
     assert not passed, f"{name}: checks passed on stubs: {passed}"
     if name != "01_model_init":
@@ -393,46 +411,17 @@ def test_the_released_measures_leave_out_what_the_kit_refuses(released_python):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "name",
-    [
-        "02_draft_generation",
-        "03_vectorized_verification",
-        "04_kv_cached_verification",
-        "06_speculative_sampling",
-        "07_tree_speculation",
-        "08_serving_batches_and_trees",
-    ],
-)
-def test_released_notebooks_run_on_the_students_decoder(kit, name, tmp_path):
+@pytest.mark.parametrize("name", SOLVED)
+def test_released_notebooks_run_on_the_students_decoder(released_runs, name):
     """A student who finished notebooks 01-04 (here: the instructor's copies) and this notebook's exercises
     runs the released notebook top to bottom without an error: its checks pass in the student kit (which
     refuses greedy drafting and decoding: a check that used them would fail a correct student), and 07/08's
     chains run on their own decoder."""
-    import shutil
-
-    import nbformat
-    from nbclient import NotebookClient
-
-    folder = tmp_path / "notebooks"  # the kit fixture's notebooks stay the released stubs
-    folder.mkdir()
-    for path in (release.ROOT / "notebooks").glob("0[1-4]_*.ipynb"):
-        shutil.copy(path, folder / path.name)
-    solved = {c.id: c.source for c in nbformat.read(str(release.ROOT / "notebooks" / f"{name}.ipynb"), 4).cells}
-    nb = nbformat.read(str(kit / "notebooks" / f"{name}.ipynb"), as_version=4)
-    for cell in nb.cells:
-        if cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
-            cell.source = solved[cell.id]
-    # SPECDEC_QUICK: 06's measurements at their small sizes, as under CI's nbval (their numbers are not checked here)
-    env = {"PYTHONPATH": str(kit), "SPECDEC_PRESET": "toy", "OMP_NUM_THREADS": "1", "SPECDEC_QUICK": "1"}
-    old = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    try:  # allow_errors=False: the first error fails the test, with its traceback
-        NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(folder)}}).execute()
-    finally:
-        for key, value in old.items():
-            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
-    text = "\n".join(str(o.get("text", "")) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    cells = released_runs[f"solved {name}"]
+    assert cells and all(c.get("execution_count") for c in cells), f"{name}: a cell did not run"
+    errors = [o for c in cells for o in c.outputs if o.get("output_type") == "error"]
+    assert not errors, f"{name}: " + "\n".join(errors[0].get("traceback", []))[-3000:]  # the first error
+    text = "\n".join(str(o.get("text", "")) for c in cells for o in c.outputs)
     assert (
         "❌" not in text
         and "StudentEditionError" not in text
