@@ -121,14 +121,31 @@ def kernel_env(export_dir: str) -> dict:
     return env
 
 
-def run_rerun(nb, timeout: float = 900) -> tuple[list[str], float]:
-    """Run ``nb``'s `PASSES` in a fresh kernel in notebooks/ (where the notebooks find each other); returns its
-    `problems` and the seconds it took."""
+#: Before each notebook after the first: an emptied namespace, and an export folder of its own.
+NEXT = "%reset -f\nimport os as _os\n_os.environ['SPECDEC_EXPORT_DIR'] = {export!r}\ndel _os"
+
+
+def run_reruns(nbs: list, timeout: float = 900) -> tuple[list[list[str]], float]:
+    """Run each of ``nbs``' `PASSES` in one fresh kernel in notebooks/ (where the notebooks find each other), one
+    notebook after another: the toy pair's imports are paid once. Before each notebook after the first the user
+    namespace is emptied (``%reset -f``: a cell that needs a name its own notebook did not define still fails) and
+    the exports go to a new folder (a log the notebook before wrote is not there); modules stay imported. Returns each
+    notebook's `problems` and the seconds the kernel took."""
     import nbclient
 
-    rerun = rerun_notebook(nb)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="specdec-rerun-export-") as export:
+        cells = []
+        for part, nb in enumerate(nbs):
+            if part:
+                folder = os.path.join(export, str(part))
+                os.mkdir(folder)
+                cells.append(new_code_cell(NEXT.format(export=folder), metadata={"part": part}))
+            for cell in rerun_notebook(nb).cells:
+                cell.metadata["part"] = part
+                cell.id = f"{cell.id}n{part}"
+                cells.append(cell)
+        rerun = new_notebook(cells=cells, metadata=nbs[0].metadata)
         client = nbclient.NotebookClient(
             rerun,
             timeout=timeout,
@@ -137,7 +154,16 @@ def run_rerun(nb, timeout: float = 900) -> tuple[list[str], float]:
             resources={"metadata": {"path": str(NOTEBOOKS)}},
         )
         client.execute(env=kernel_env(export))
-    return problems(rerun), time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    found = []
+    for part in range(len(nbs)):
+        mine = [c for c in rerun.cells if c.metadata["part"] == part]
+        ok = all(
+            c.get("execution_count") is not None and not c.get("outputs") for c in mine if "rerun" not in c.metadata
+        )
+        assert ok, f"the harness's cell before notebook {part} failed: {mine[0].get('outputs')}"
+        found.append(problems(new_notebook(cells=[c for c in mine if "rerun" in c.metadata])))
+    return found, seconds
 
 
 def read(name: str):

@@ -6,13 +6,14 @@ must reject it, although a correct answer ran before. nbval runs each cell once,
 rerun breaks a later check (04's rollback cell once fed its draft into the cache its first run had grown, and
 the check then rejected a correct ``cache_lengths``).
 
-CI runs notebook 04, and the control. Run as two separate kernels per notebook ("each cell twice", "whole
-notebook twice"), all eight took 500 s of wall on the shared 2-core machine (2026-11-27, load 1-6; each + whole,
-s: 01 13 + 17, 02 20 + 14, 03 10 + 19, 04 44 + 35, 05 30 + 24, 06 18 + 25, 07 58 + 59, 08 48 + 65), too long for
-CI for one property; one kernel per notebook, as here, saves the second set-up and the graded checks' warm-up, and
-adds the student pass: all eight 705 s (load 5-7; s: 01 51, 02 58, 03 48, 04 128, 05 114, 06 45, 07 139, 08 122),
-04 alone 62 s and the control 9 s at load 2-3, 76 CPU s for this file; 19 s and 6 s since a check cell no longer
-runs the grader's checks of cost (2026-11-28, two pytest workers on the idle machine).
+CI runs notebook 04, then the control, in one kernel (`notebook_reruns.run_reruns`: an emptied namespace before
+each). Run as two separate kernels per notebook ("each cell twice", "whole notebook twice"), all eight took 500 s of
+wall on the shared 2-core machine (2026-11-27, load 1-6; each + whole, s: 01 13 + 17, 02 20 + 14, 03 10 + 19, 04 44
++ 35, 05 30 + 24, 06 18 + 25, 07 58 + 59, 08 48 + 65), too long for CI for one property; one kernel per notebook
+saved the second set-up and the graded checks' warm-up, and added the student pass: all eight 705 s (load 5-7;
+s: 01 51, 02 58, 03 48, 04 128, 05 114, 06 45, 07 139, 08 122), 04 alone 62 s and the control 9 s at load 2-3, 76
+CPU s for this file; 19 s and 6 s since a check cell no longer runs the grader's checks of cost (2026-11-28, two
+pytest workers on the idle machine).
 04 is the one in CI: its practice check reads what an earlier cell measured, and its graded check is the
 costliest cell (11-30 s a run, when it still ran the checks of cost). ``SPECDEC_RERUN_ALL=1`` runs all eight:
 ``SPECDEC_RERUN_ALL=1 python -m pytest -q -p no:cacheprovider tests/test_notebook_reruns.py``.
@@ -29,7 +30,7 @@ import os
 
 import pytest
 from nbformat.v4 import new_code_cell
-from notebook_reruns import EACH, NOTEBOOKS, WHOLE, accepted_stubs, failed, read, run_rerun
+from notebook_reruns import EACH, NOTEBOOKS, WHOLE, accepted_stubs, failed, read, run_reruns
 
 pytestmark = pytest.mark.slow  # a kernel with the toy pair, every cell run four times
 
@@ -42,10 +43,18 @@ def test_the_notebooks_are_there():
     assert len(ALL) == 8 and set(IN_CI) <= set(ALL), ALL
 
 
+@pytest.fixture(scope="module")
+def reruns() -> dict:
+    """The chosen notebooks' reruns, then the control's, in one kernel (`run_reruns`): each test reads its own."""
+    nbs = {name: read(name) for name in CHOSEN}
+    control = control_notebook()
+    found, _ = run_reruns([*nbs.values(), control[0]])
+    return {name: (nb, problems) for (name, nb), problems in zip([*nbs.items(), ("control", control)], found)}
+
+
 @pytest.mark.parametrize("name", CHOSEN)
-def test_every_cell_and_check_survives_a_rerun(name):
-    nb = read(name)
-    problems, _ = run_rerun(nb)
+def test_every_cell_and_check_survives_a_rerun(reruns, name):
+    nb, problems = reruns[name]
     reference = [line for line in problems if failed([line], (*EACH, *WHOLE))]
     assert not reference, f"{name}, the reference rerun:\n" + "\n".join(reference)
     assert not accepted_stubs(nb, problems), f"{name}: a check accepted a stub after a correct run"
@@ -85,9 +94,8 @@ def control_notebook():
     return nb, memo, rollback, check, check + 1
 
 
-def test_the_control_is_rejected_at_each_unsafe_cell():
-    nb, memo, rollback, check, fresh_log = control_notebook()
-    problems, _ = run_rerun(nb)
+def test_the_control_is_rejected_at_each_unsafe_cell(reruns):
+    (nb, memo, rollback, check, fresh_log), problems = reruns["control"]
     report = "\n".join(problems)
     assert failed(problems, EACH) == [rollback, check], report  # the rollback's rerun: 4 more positions, rejected
     assert failed(problems, WHOLE) == [fresh_log], report  # section 1 builds a new cache; the log outlives it
