@@ -2,11 +2,11 @@
 (04 once printed "x 4 bytes" on a CPU in fp32 and "x 2 bytes" on a GPU in fp16) or a check that holds only in
 fp32 fails here, on a machine without a GPU.
 
-``SPECDEC_DTYPE=fp16`` makes `load_pair` (and so every notebook's pair) load the toy models in half precision;
-all eight run in one pytest child under nbval, with that variable set (in fp32 they run in tests/test_course.py). All eight, no
-subset: in fp16 on the shared 2-core machine they took 10-28 s each, 135 s one after another
-(benchmarks/RESULTS.md). A notebook that cannot run (no nbval, no kernel, a cell that fails or is skipped)
-fails the test: nothing here skips.
+``SPECDEC_DTYPE=fp16`` makes `load_pair` (and so every notebook's pair) load the toy models in half precision; all
+eight run in one pytest child under nbval, one after another in one kernel, with that variable set (in fp32 they run
+in tests/test_course.py). All eight, no subset: in fp16 on the shared 2-core machine they took 10-28 s each, 135 s
+one after another (benchmarks/RESULTS.md). A notebook that cannot run (no nbval, no kernel, a cell that fails or is
+skipped) fails the test: nothing here skips.
 """
 
 from __future__ import annotations
@@ -48,13 +48,24 @@ def code_cells(path: Path) -> int:
 
 
 def test_every_notebook_passes_nbval_in_fp16_on_the_cpu(tmp_path):
-    # One pytest child for all eight (one start-up instead of eight; each notebook still gets its own kernel), with
+    # One pytest child and one kernel for all eight (tests/nbval_one_kernel.py: a namespace emptied between), with
     # none of this run's xdist or option variables (a -m "not slow" there would deselect every notebook cell).
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTEST_", "SPECDEC_DTYPE"))}
     env.update(SPECDEC_DTYPE="fp16", SPECDEC_PRESET="toy", SPECDEC_QUICK="1", SPECDEC_THREADS="1")
     junit = tmp_path / "fp16.xml"
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *map(str, NOTEBOOKS)],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "tests.nbval_one_kernel",
+            f"--junitxml={junit}",
+        ]
+        + list(map(str, NOTEBOOKS)),
         cwd=ROOT,
         env=env,
         capture_output=True,
