@@ -23,15 +23,22 @@ def prompt(length, seed=3):
     return torch.randint(1, 64, (1, length), generator=torch.Generator().manual_seed(seed))
 
 
+# Layers per family: every layer of a family runs the same code, and each extra layer costs inductor C++ kernels
+# to compile (about 15 CPU s for llama's second). One layer of llama covers its code (GQA, RMSNorm, rotary); two of
+# gpt_neox keep a graph over several layers of one `StaticKV` (each layer's length a view of one tensor).
+LAYERS = {"llama": 1, "gpt_neox": 2}
+
+
 @pytest.fixture(scope="module", params=["llama", "gpt_neox"])
 def target(request):
     # Packed oneDNN linears, as `load_pair` makes them on a CPU: the compiled copy must undo them.
-    return use_onednn_linears(tiny_model(request.param))
+    return use_onednn_linears(tiny_model(request.param, layers=LAYERS[request.param]))
 
 
 @pytest.fixture(scope="module")
 def draft(target):
-    return perturbed_copy(tiny_model(target.config.model_type), scale=0.05)  # eager, not packed
+    family = target.config.model_type
+    return perturbed_copy(tiny_model(family, layers=LAYERS[family]), scale=0.05)  # eager, not packed
 
 
 @torch.inference_mode()
