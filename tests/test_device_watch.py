@@ -16,6 +16,7 @@ from full_marks import full_marks
 
 from specdec_helpers.assignment.authoring import mutations
 from specdec_helpers.assignment.grading import classroom, grader, submission
+from specdec_helpers.assignment.grading.sandbox import InProcess
 from specdec_helpers.assignment.parts import cells
 from specdec_helpers.assignment.testing import devices, suite_decode, world
 from specdec_helpers.assignment.testing.devices import DeviceWatch
@@ -168,7 +169,10 @@ def test_forging_the_device_check_earns_nothing_and_a_failure_is_flagged_for_the
 def test_the_torch_tensor_cheat_of_issue_43_earns_nothing():
     """Attack 3: ``torch.Tensor([accepted_tokens]).long()`` builds the new tokens on the CPU whatever the input's
     device. The watch wrapped legacy factories but not ``torch.Tensor``, so it got full marks; graded in the
-    child's server here, it loses the device test (and only it), named with its line."""
+    child's server here, it loses the device test, named with its line. Graded by that test alone: on a CPU this
+    decoder is the reference's (the same tokens, the same passes, no move to the CPU), which the part's other tests
+    pass in world 0 (tests/test_assignment.py), and the catalog's ``new_tokens_on_cpu``, the same line without
+    ``device=``, grades its whole part to hold that a device mistake loses the device check only."""
     reference = submission.reference_sources()
     new = mutations._NEW
     assert new in reference["decode"]
@@ -180,7 +184,7 @@ def test_the_torch_tensor_cheat_of_issue_43_earns_nothing():
         "decode.decode_device",
         "on a GPU this raises",
     )
-    report = mutations.grade_mutation(cheat, reference, seed=0, in_process=True)
+    report = mutations.grade_mutation(cheat, reference, seed=0, in_process=True, only_its_test=True)
     lost = [r for r in report.results if not r.passed]
     assert [r.test_id for r in lost] == ["decode.decode_device"], [(r.test_id, r.feedback) for r in lost]
     assert lost[0].score == 0 and "in generate_ids, line" in lost[0].feedback
@@ -270,7 +274,9 @@ def test_a_module_built_on_the_host_stays_there_and_the_models_stay_on_the_devic
 def test_a_host_tensor_kept_between_calls_loses_the_device_test_named_with_its_line():
     """Between calls, graded: a decoder that keeps a token buffer built on the host on the (shared) target model,
     once, in the first decode of the grading. Every later decode, the watched one too, holds it at its start: it was
-    taken as on the device and earned full marks. Now it is where it was made, and only the device test is lost."""
+    taken as on the device and earned full marks. Now it is where it was made, and only the device test is lost.
+    Graded by it and one decode before it (`decode_max_tokens`, unwatched, makes the buffer): the part's others see
+    the reference's tokens and passes on a CPU, as in the torch.Tensor cheat above."""
     reference = submission.reference_sources()
     new = mutations._NEW
     kept = mutations.Mutation(
@@ -289,8 +295,12 @@ def test_a_host_tensor_kept_between_calls_loses_the_device_test_named_with_its_l
         "decode.decode_device",
         "on a GPU this raises",
     )
-    report = mutations.grade_mutation(kept, reference, seed=0, in_process=True)
-    lost = [r for r in report.results if not r.passed]
+    sources, ids = kept.sources(reference), ["decode.decode_max_tokens", "decode.decode_device"]
+    results = grader.run_suite(
+        sources, {}, seed=0, child_factory=lambda: InProcess(cells.load_functions(sources)), ids=set(ids)
+    )
+    assert [r.test_id for r in results] == ids  # the buffer is made in the first, unwatched
+    lost = [r for r in results if not r.passed]
     assert [r.test_id for r in lost] == ["decode.decode_device"], [(r.test_id, r.feedback) for r in lost]
     assert "cat in generate_ids, line" in lost[0].feedback and "built on the CPU" in lost[0].feedback, lost[0].feedback
 
