@@ -164,18 +164,19 @@ def test_the_simulated_gpu_reads_the_graded_line_for_cpu_and_sees_legacy_constru
 @pytest.mark.slow
 def test_forged_rounds_are_caught_by_the_cpu_time_measured_outside(reference):
     """The cheat of the red team: plain greedy decoding (the hooks counting passes removed for the call), a
-    forged log of rounds with the draft model's greedy acceptance, one embedding call per forged round. Every
-    in-process check agrees with the forged log; the child's CPU time with a target that costs many drafts
-    (`World.deep`) does not (the same at k = 1 as at k = 8), so the cached decode test fails and performance is
-    never measured. The control, the reference's own decode loop passing the same test in a child in world 0, is the
-    reference's full marks in tests/test_classroom.py's class (its decode part graded again here cost 10 CPU s)."""
+    forged log of rounds with the draft model's greedy acceptance, one embedding call per forged round, made to
+    agree with every in-process check; the child's CPU time with a target that costs many drafts (`World.deep`)
+    does not (the same at k = 1 as at k = 8), so the cached decode test fails and performance is never measured.
+    Graded by that test alone: the part's other tests, and their checks of cost, decide nothing asserted here (a
+    cheat they also failed would earn no more). The control, the reference's own decode loop passing the same test in
+    a child in world 0, is the reference's full marks in tests/test_classroom.py's class (its decode part graded
+    again here cost 10 CPU s)."""
     loop = reference["decode"].index("@torch.inference_mode()\ndef generate_ids")
     forged = reference["decode"][:loop] + (Path(__file__).parent / "cheat_cells" / "forged_rounds.py").read_text()
-    results = {r.test_id: r for r in grader.run_suite(dict(reference, decode=forged), POINTS, only=["decode"], seed=0)}
-    cached = results["decode.decode_cached"]
+    sources = dict(reference, decode=forged)
+    (cached,) = grader.run_suite(sources, POINTS, only=["decode"], seed=0, ids={"decode.decode_cached"})
     assert not cached.passed, cached
     assert "measured outside your process" in cached.feedback and "once per token whatever k is" in cached.feedback
-    assert [t for t, r in results.items() if not r.passed] == ["decode.decode_cached"]
 
 
 @pytest.mark.slow
