@@ -3,6 +3,7 @@ to safetensors in the cache folder (transformers can read the GGUF but not save 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import sys
@@ -43,20 +44,45 @@ def smollm2_gguf() -> Path:
     return path
 
 
+@contextlib.contextmanager
+def _gguf_read_once():
+    """transformers parses the GGUF's header (the tokenizer's 49k tokens and merges, about 4 CPU s) three times: for
+    the config, the weights and the tokenizer. Within this block each file is parsed once; the readers are only read."""
+    import gguf
+
+    real, readers = gguf.GGUFReader, {}
+
+    def reader(path, *args, **kwargs):
+        key = (str(path), args, tuple(sorted(kwargs.items())))
+        if key not in readers:
+            readers[key] = real(path, *args, **kwargs)
+        return readers[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = real
+
+
 def _convert_smollm2(folder: Path, progress: bool) -> None:
     """Dequantize the GGUF and save plain safetensors + tokenizer into ``folder`` (a fresh temp folder)."""
     gguf = smollm2_gguf()
     _say(progress, f"smollm2-135m: converting {gguf.name} to safetensors once (about a minute)")
     start = time.perf_counter()
-    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    with _gguf_read_once():
+        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # A GGUF-loaded model carries quantization_config and save_pretrained refuses it (transformers 5.x):
-    # rebuild a plain model from the config and copy the dequantized weights in.
+    # rebuild a plain model from the config and hand it the dequantized weights. Built on the meta device: its
+    # random initialisation (about 2.5 CPU s) would be thrown away.
     config = copy.deepcopy(loaded.config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.load_state_dict(loaded.state_dict(), strict=True)  # lm_head stays tied to embed_tokens
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict(), strict=True, assign=True)
+    model.tie_weights()  # lm_head stays tied to embed_tokens
     # The chat model ends its turn with <|im_end|>; the GGUF's generation config is empty.
     model.generation_config.bos_token_id = tokenizer.bos_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
