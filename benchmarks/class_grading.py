@@ -2,10 +2,10 @@
 
     python benchmarks/class_grading.py               # 30 hand-ins, --jobs 6, hangs stopped at 180 s
     python benchmarks/class_grading.py --jobs 4 --timeout 300
-    python benchmarks/class_grading.py --suite-class # the test suite's 16, to compare on the same machine
+    python benchmarks/class_grading.py --suite-class # the test suite's 12, to compare on the same machine
 
 tests/test_classroom.py grades a class of the same kinds with each case once (`classroom_handins.SUITE_CLASS`,
-16 hand-ins), which keeps CI short; this grades `classroom_handins.build_class` at its defaults (four disguised
+12 hand-ins), which keeps CI short; this grades `classroom_handins.build_class` at its defaults (four disguised
 copies of the reference, nine released stubs, three independent authors, a friend who copied one whole, a second
 crasher, and the rest as in the test), checks the gradebook and the flagged pairs as the test does, and prints the
 wall time, the grading's CPU time (as root: every process it started, in a cgroup of its own; `suite_cpu.py`) and
@@ -32,14 +32,15 @@ CONFIG = "test_timeout_s = 3600\n[points]\nspeedup = 0\nacceptance = 0\nbonus = 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--jobs", type=int, help="students graded at once (default 6; 4, as the test, with --suite-class)"
+        "--jobs", type=int, help="students graded at once (default 6; 3, as the test, with --suite-class)"
     )
     parser.add_argument("--timeout", type=int, default=180, help="per-student limit in seconds (the test's 180)")
     parser.add_argument("--suite-class", action="store_true", help="the test suite's smaller class (SUITE_CLASS)")
     args = parser.parse_args(argv)
-    args.jobs = args.jobs or (4 if args.suite_class else 6)
     sys.path.insert(0, str(ROOT / "tests"))
     import classroom_handins as handins  # the test suite's hand-ins
+
+    args.jobs = args.jobs or (handins.SUITE_JOBS if args.suite_class else 6)
     from suite_cpu import cpu_seconds, leave_cgroup, own_cgroup  # beside this script
 
     with tempfile.TemporaryDirectory(prefix="specdec-class-bench-") as tmp:

@@ -536,8 +536,11 @@ def kit_copy_sources() -> dict[str, str]:
 STORM_MARK = f"{3000 + os.getpid() % 600}.25"
 HANG = "import time\nwhile True:\n    time.sleep(1)\n"
 MISBEHAVING = {
-    # the child process dies while loading the cells (a segfault): every part fails
-    "crasher_segfault": {"init": "import ctypes\nctypes.string_at(0)\n"},
+    # prints a fake verdict, then its child dies in the init tests (a segfault): the fake verdict reaches the
+    # grader's log as the child's last output, and every part fails
+    "crasher_segfault": {
+        "init": "print('✅ all tests pass\\ntotal 45.0 / 45', flush=True)\nimport ctypes\nctypes.string_at(0)\n"
+    },
     "crasher_exit": {"verify": "import os\nos._exit(3)\n"},
     # The two that hang are named to sort first: the class is graded in name order, so they hold their two
     # workers for the per-student limit while the other workers grade everyone else (last, they added that
@@ -602,21 +605,30 @@ def misbehaving_sources(name: str) -> dict[str, str]:
 STUB_VARIANTS = 9
 FULL = {"init": 5.0, "draft": 5.0, "verify": 5.0, "decode": 10.0}
 NONE = dict.fromkeys(FULL, 0.0)
-#: The class the test suite grades (tests/test_classroom.py): each kind of hand-in the full class holds, once, but the
-#: copies of graded work that the similarity tests already flag. The reference (its cells flagged against the reference
-#: solution; disguised copies of it and a classmate's whole copy are flagged in tests/test_similarity.py), one released
-#: stub per upload form (a folder, a zip, a Colab copy; a full-mark zip is test_course's hand-in), one independent
-#: author and a classmate who copied a part of it (B and C, the full class's, are full gradings that show nothing A
-#: does not), and one crasher (the segfault: a child that dies on exit is `crasher_exit` in the full class, and a
-#: graded part that exits is test_assignment's ``sys_exit_at_import``). 16 hand-ins, two of them full-mark gradings;
+#: The class the test suite grades (tests/test_classroom.py): each kind of hand-in the full class holds, once, but
+#: what other tests already grade. No reference (its full marks in a sandboxed child and its cells flagged against the
+#: reference solution are test_course's Gradescope grading, in world 7; in world 0, in process, test_assignment's; its
+#: decode part in a child in world 0, test_fair_grading's stale draft cache) and no copies of it (disguised and whole
+#: copies are flagged in tests/test_similarity.py). One released stub per upload form (a folder, a zip, a Colab copy;
+#: a full-mark zip is test_course's hand-in), one independent author (the class's full-mark grading) and a classmate
+#: who copied a part of it and pasted the kit's code into two others (B and C, the full class's, are full gradings that
+#: show nothing A does not), one crasher (the segfault, after printing a fake verdict: a child that dies on exit is
+#: `crasher_exit` in the full class, and a graded part that exits is test_assignment's ``sys_exit_at_import``), and
+#: one hang (the fork storm: the full class's plain sleeper hangs as it does, without the storm). 12 hand-ins;
 #: benchmarks/class_grading.py grades the full class of 30.
 SUITE_CLASS = {
     "copy_kinds": (),
     "stub_variants": 3,
     "authors": "A",
-    "misbehaving": tuple(name for name in MISBEHAVING if name != "crasher_exit"),
+    "misbehaving": tuple(
+        name for name in MISBEHAVING if name not in ("crasher_exit", "cheat_prints_verdict", "0_sleeper")
+    ),
     "with_friend": False,
+    "with_reference": False,
+    "copier_pastes_kit": True,
 }
+#: Grading workers for `SUITE_CLASS`: the fork storm holds one until its limit while the two others grade the rest.
+SUITE_JOBS = 3
 
 
 def build_class(
@@ -626,10 +638,13 @@ def build_class(
     authors: str = "ABC",
     misbehaving=tuple(MISBEHAVING),
     with_friend: bool = True,
+    with_reference: bool = True,
+    copier_pastes_kit: bool = False,
 ) -> dict[str, dict]:
     """Write a class of hand-ins into ``folder`` (30 with the defaults; `SUITE_CLASS` for the suite's smaller
     one); returns ``{student: expected}`` where expected holds ``points`` per part, ``status`` (the statuses
-    allowed) and ``flags``: ``{(part, other)}``, other a classmate, "reference" or "kit"."""
+    allowed) and ``flags``: ``{(part, other)}``, other a classmate, "reference" or "kit". ``copier_pastes_kit``:
+    the classmate who copied a part pasted the kit's code into the other parts (no ``kit_copy`` of their own)."""
     folder.mkdir(parents=True)
     expected = {}
 
@@ -642,8 +657,9 @@ def build_class(
         }
 
     compared = ("draft", "verify", "decode")
-    copies = ["reference"] + [f"copy_{i}" for i in range(len(copy_kinds))]
-    add("reference", reference_sources(), FULL)
+    copies = ["reference"] * with_reference + [f"copy_{i}" for i in range(len(copy_kinds))]
+    if with_reference:
+        add("reference", reference_sources(), FULL)
     for i, how in enumerate(copy_kinds):
         add(f"copy_{i}", copied_sources(how), FULL, zipped=i % 2 == 1)
     for name in copies:  # each copy is flagged with the reference solution and with every other copy
@@ -658,17 +674,19 @@ def build_class(
         expected["ind_a"]["flags"] = {(p, friend) for p in compared}
     source = "B" if "B" in authors else "A"
     copier = f"ind_{source.lower()}_verify_copy"
+    pasted = {p: s for p, s in kit_copy_sources().items() if p != "verify"} if copier_pastes_kit else {}
     add(
         copier,
-        disguise({"verify": INDEPENDENT[source]["verify"]}, "renamed"),
-        {**NONE, "verify": 5.0},
-        flags={("verify", f"ind_{source.lower()}")},
+        {**pasted, **disguise({"verify": INDEPENDENT[source]["verify"]}, "renamed")},
+        {**NONE, "verify": 5.0, **({"draft": 5.0} if pasted else {})},
+        flags={("verify", f"ind_{source.lower()}")} | {(p, "kit") for p in pasted},
     )
     expected[f"ind_{source.lower()}"]["flags"] |= {("verify", copier)}
     if source == "A" and with_friend:  # the friend's verify is A's too
         expected[copier]["flags"].add(("verify", friend))
         expected[friend]["flags"].add(("verify", copier))
-    add("kit_copy", kit_copy_sources(), {**NONE, "draft": 5.0, "verify": 5.0}, flags={(p, "kit") for p in compared})
+    if not copier_pastes_kit:
+        add("kit_copy", kit_copy_sources(), {**NONE, "draft": 5.0, "verify": 5.0}, flags={(p, "kit") for p in compared})
     for i in range(stub_variants):  # released notebooks, as folders, zips and Colab copies
         names = {n: f"Copy of {n}" for n in GRADED_NOTEBOOKS} if i % 3 == 2 else None
         add(f"stub_{i}", None, zipped=i % 3 == 1, names=names)

@@ -153,7 +153,7 @@ def test_released_notebooks_are_stubs_and_the_kit_has_no_catalog(tmp_path):
 # Grading worlds are drawn at grade time; CI uses fixed ones (deterministic runs), and
 # `benchmarks/grading_worlds.py --worlds N` scans many fresh ones for a world in which a test judges wrongly: one where
 # a mutation escapes goes to WORLDS (the catalog alternates over them), one where the reference loses a point to
-# REFERENCE_WORLDS (the reference is graded in a child in world 0 by test_classroom, in world 7 by test_course).
+# REFERENCE_WORLDS (the reference is graded in a child in world 7 by test_course).
 WORLDS = (0, 1)
 REFERENCE_WORLDS = (0,)
 
@@ -194,8 +194,8 @@ def test_a_worlds_model_folders_go_when_its_process_ends(tmp_path):
 @pytest.mark.parametrize("seed", REFERENCE_WORLDS)
 def test_reference_scores_exactly_full_implementation_marks(reference, seed):
     """The suite's judgement of the reference in fixed worlds, answered in process like the mistake catalog (the
-    instructor's own code). In a child it is graded in world 0 by tests/test_classroom.py and in world 7 by
-    tests/test_course.py (the Gradescope bundle); benchmarks/grading_worlds.py scans fresh worlds."""
+    instructor's own code). In a child it is graded in world 7 by tests/test_course.py (the Gradescope bundle), its
+    decode part in world 0 by tests/test_fair_grading.py; benchmarks/grading_worlds.py scans fresh worlds."""
     results = grader.run_suite(reference, POINTS, seed=seed, child_factory=lambda: InProcess(load_functions(reference)))
     assert all(r.passed for r in results), (f"world {seed}", [(r.test_id, r.feedback) for r in results if not r.passed])
     report = grader.Report(results)

@@ -1,8 +1,8 @@
-"""A class graded at once: ``grade CLASS_FOLDER`` on 16 synthetic hand-ins (`classroom_handins.build_class` at
-`SUITE_CLASS`): the reference, an independent author and a classmate who copied a part of it (whole and disguised
-copies are tests/test_similarity.py's), a paste of the kit's code, released stubs (a folder, a zip, a Colab copy), a
-crasher, a sleeper, a bounded fork storm, cheats (a fake verdict, a forged results.json that kills the grader, calls
-of the kit) and broken uploads. The gradebook must be exact, the flagged pairs exactly the copies, and nothing a
+"""A class graded at once: ``grade CLASS_FOLDER`` on 12 synthetic hand-ins (`classroom_handins.build_class` at
+`SUITE_CLASS`): an independent author and a classmate who copied a part of it and pasted the kit's code into others
+(the reference's grading and whole and disguised copies are tests/test_course.py's and tests/test_similarity.py's),
+released stubs (a folder, a zip, a Colab copy), a crasher that prints a fake verdict first, a bounded fork storm that
+hangs, cheats (a forged results.json that kills the grader, calls of the kit) and broken uploads. The gradebook must be exact, the flagged pairs exactly the copies, and nothing a
 student started may survive the run. The full class of 30 (more copies and stubs of the same kinds) is graded by
 benchmarks/class_grading.py, which prints its time (benchmarks/RESULTS.md).
 
@@ -54,10 +54,10 @@ def graded(tmp_path_factory):
     expected = handins.build_class(tmp / "class", **handins.SUITE_CLASS)
     (tmp / "class.toml").write_text(CONFIG)
     start = time.perf_counter()
-    # 4 at a time: the sleeper and the fork storm, graded first, hold a worker each while sleeping, and two grade
-    # everyone else. Each worker imports the grader (about 4.5 CPU s), and CI's two cores are busy anyway: 6 workers
-    # cost CI more CPU than they saved wall time. `left`: what the gradings left in the run's TMPDIR (the sleeper is
-    # killed at its limit, past its own clean-up)
+    # 3 at a time (`SUITE_JOBS`): the fork storm, graded first, holds a worker while sleeping, and two grade everyone
+    # else. Each worker imports the grader (about 4.5 CPU s), and CI's two cores are busy anyway: more workers cost CI
+    # more CPU than they save wall time. `left`: what the gradings left in the run's TMPDIR (the storm is killed at its
+    # limit, past its own clean-up)
     with leftovers() as (tmpdir, left):
         done = command(
             "grade",
@@ -69,7 +69,7 @@ def graded(tmp_path_factory):
             "--timeout",
             str(PER_STUDENT_S),
             "--jobs",
-            "4",
+            str(handins.SUITE_JOBS),
             "--out",
             str(tmp / "out"),
             env={"TMPDIR": str(tmpdir)},
@@ -117,8 +117,11 @@ def test_each_student_has_the_graders_results_json(graded):
         assert "similarity" in data["extra_data"]
     forged = json.loads((out / "students" / "cheat_forges_results" / "results.json").read_text())
     assert forged["score"] == 0 and forged["max_score"] == 25  # the grader's (or the run's) file, not the forgery
-    late = json.loads((out / "students" / "0_sleeper" / "results.json").read_text())
+    late = json.loads((out / "students" / "0_fork_storm" / "results.json").read_text())
     assert f"within {PER_STUDENT_S} s" in late["output"]
+    crasher = json.loads((out / "students" / "crasher_segfault" / "results.json").read_text())
+    fake = "total 45.0 / 45"  # its fake verdict, the child's last output before it died, shown and not believed
+    assert crasher["score"] == 0 and any(fake in t["output"] for t in crasher["tests"]), crasher["tests"][:2]
 
 
 @pytest.mark.slow
@@ -133,8 +136,8 @@ def test_nothing_a_student_started_outlives_the_run(graded):
 
 @pytest.mark.slow
 def test_no_grading_leaves_files_behind(graded):
-    """Each forked grading's views and scratch live in a folder of its own, deleted after its sweep: the sleeper
-    and the fork storm, killed at their limit, leave nothing either (each view is ~18 MB, a class has hundreds)."""
+    """Each forked grading's views and scratch live in a folder of its own, deleted after its sweep: the fork
+    storm, killed at its limit, leaves nothing either (each view is ~18 MB, a class has hundreds)."""
     *_, left = graded
     assert left == [], left
 

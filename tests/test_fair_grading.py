@@ -169,8 +169,8 @@ def test_forged_rounds_are_caught_by_the_cpu_time_measured_outside(reference):
     does not (the same at k = 1 as at k = 8), so the cached decode test fails and performance is never measured.
     Graded by that test alone: the part's other tests, and their checks of cost, decide nothing asserted here (a
     cheat they also failed would earn no more). The control, the reference's own decode loop passing the same test in
-    a child in world 0, is the reference's full marks in tests/test_classroom.py's class (its decode part graded
-    again here cost 10 CPU s)."""
+    a child in world 0, is the stale draft cache test's full decode points above (its decode part graded again here
+    cost 10 CPU s)."""
     loop = reference["decode"].index("@torch.inference_mode()\ndef generate_ids")
     forged = reference["decode"][:loop] + (Path(__file__).parent / "cheat_cells" / "forged_rounds.py").read_text()
     sources = dict(reference, decode=forged)
