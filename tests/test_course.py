@@ -130,18 +130,41 @@ def solved(solved_run):
     return solved_run[0]
 
 
+#: ``handin`` then ``handin --force`` in one Python (one import of the student's kit, not two): each one's exit status,
+#: its stderr and whether handin.zip was there after it.
+REFUSED_THEN_FORCED = """\
+import contextlib, io, json, os
+from specdec_helpers.cli import main
+runs = []
+for argv in (["handin"], ["handin", "--force"]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = main(argv)
+    runs.append((status, err.getvalue(), os.path.exists("handin.zip")))
+print(json.dumps(runs))
+"""
+
+
 @pytest.fixture(scope="module")
 def stubs(course):
     tmp, students, bundle = course
     work = tmp / "stubs"
     shutil.copytree(students, work)
-    refused = student_command(work, "handin")
-    assert refused.returncode == 1 and "not ready to hand in" in refused.stderr, refused.stderr
-    assert not (work / "handin.zip").exists()
-    forced = student_command(work, "handin", "--force")
-    assert forced.returncode == 0, forced.stderr
+    done = subprocess.run(
+        [sys.executable, "-c", REFUSED_THEN_FORCED],
+        cwd=work,
+        env={**os.environ, "PYTHONPATH": str(work)},  # the student repository's own kit, as student_command runs it
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    refused, forced = (dict(zip(("status", "stderr", "zip"), run)) for run in json.loads(done.stdout.splitlines()[-1]))
+    assert refused["status"] == 1 and "not ready to hand in" in refused["stderr"], refused["stderr"]
+    assert not refused["zip"]
+    assert forced["status"] == 0 and forced["zip"], forced["stderr"]
     # no nbval: the stubs' check cells are tested in test_student_edition; the solved hand-in runs nbval here
-    return refused.stderr, grade_on_gradescope(bundle, work / "handin.zip", tmp / "gs-stubs", "--no-nbval")[0]
+    return refused["stderr"], grade_on_gradescope(bundle, work / "handin.zip", tmp / "gs-stubs", "--no-nbval")[0]
 
 
 def test_student_repository(course):
