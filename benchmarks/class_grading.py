@@ -4,10 +4,11 @@
     python benchmarks/class_grading.py --jobs 4 --timeout 300
     python benchmarks/class_grading.py --suite-class # the test suite's 12, to compare on the same machine
 
-tests/test_classroom.py grades a class of the same kinds with each case once (`classroom_handins.SUITE_CLASS`,
-12 hand-ins), which keeps CI short; this grades `classroom_handins.build_class` at its defaults (four disguised
-copies of the reference, nine released stubs, three independent authors, a friend who copied one whole, a second
-crasher, and the rest as in the test), checks the gradebook and the flagged pairs as the test does, and prints the
+tests/test_classroom.py grades a class of the same kinds, each case once and some in one hand-in
+(`classroom_handins.SUITE_CLASS`, 12 hand-ins), which keeps CI short; this grades `classroom_handins.build_class` at
+its defaults (the reference and four disguised copies of it, nine released stubs, three independent authors, a friend
+who copied one whole, a paste of the kit of its own, a fake verdict, a second crasher, a sleeper, and the rest as in
+the test), checks the gradebook and the flagged pairs as the test does, and prints the
 wall time, the grading's CPU time (as root: every process it started, in a cgroup of its own; `suite_cpu.py`) and
 the load. Its numbers: benchmarks/RESULTS.md ("Where CI's time goes"). Needs root and bubblewrap, as CI and Gradescope have.
 """
