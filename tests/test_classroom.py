@@ -2,8 +2,8 @@
 `SUITE_CLASS`): an independent author and a classmate who copied a part of it and pasted the kit's code into others
 (the reference's grading and whole and disguised copies are tests/test_course.py's and tests/test_similarity.py's),
 released stubs (a folder, a zip, a Colab copy), a crasher that prints a fake verdict first, a bounded fork storm that
-hangs, cheats (a forged results.json that kills the grader, calls of the kit) and broken uploads. The gradebook must be exact, the flagged pairs exactly the copies, and nothing a
-student started may survive the run. The full class of 30 (more copies and stubs of the same kinds) is graded by
+hangs, cheats (a forged results.json that kills the grader, calls of the kit) and broken uploads. The gradebook
+must be exact, the flagged pairs exactly the copies, and nothing a student started may survive the run. The full class of 30 (more copies and stubs of the same kinds) is graded by
 benchmarks/class_grading.py, which prints its time (benchmarks/RESULTS.md).
 
 The class run uses --no-nbval and no points for speed (config below): performance is measured per
