@@ -12,6 +12,10 @@ import nbval.plugin
 from nbval.kernel import RunningKernel
 
 _shared: dict = {}
+#: Empties the user namespace and holds that it is empty (every name left is IPython's own or starts with "_").
+RESET = (
+    "%reset -f\nassert not [n for n in get_ipython().user_ns if n[0] != '_' and n not in get_ipython().user_ns_hidden]"
+)
 
 
 class SharedKernel:
@@ -26,11 +30,17 @@ class SharedKernel:
     def stop(self):
         if not self.kernel.is_alive():
             return
-        msg_id = self.kernel.execute_cell_input("%reset -f", allow_stdin=False)
+        msg_id = self.kernel.execute_cell_input(RESET, allow_stdin=False)
         try:
-            self.kernel.await_reply(msg_id, timeout=120)
+            while True:  # nbval's await_reply drops the reply's status: a reset that raised would go unseen
+                reply = self.kernel.get_message(stream="shell", timeout=120)
+                if reply["parent_header"].get("msg_id") == msg_id:
+                    break
             self.kernel.await_idle(msg_id, timeout=120)
+            emptied = reply["content"]["status"] == "ok"
         except Exception:  # noqa: BLE001 - a kernel that cannot reset is not reused
+            emptied = False
+        if not emptied:  # the next notebook gets a fresh kernel
             self.kernel.stop()
 
 

@@ -18,7 +18,12 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
-RESET = "%reset -f\nimport os as _os\n_os.chdir({folder!r})\ndel _os"
+#: Empties the user namespace, holds that it is empty (every name left is IPython's own or starts with "_") and moves
+#: to the notebook's folder.
+RESET = (
+    "%reset -f\nassert not [n for n in get_ipython().user_ns if n[0] != '_' and n not in get_ipython().user_ns_hidden]"
+    "\nimport os as _os\n_os.chdir({folder!r})\ndel _os"
+)
 
 
 def run_in_one_kernel(parts: list[tuple[str, object, Path]], env: dict, timeout: float = 600) -> dict[str, list]:
@@ -35,7 +40,7 @@ def run_in_one_kernel(parts: list[tuple[str, object, Path]], env: dict, timeout:
                 cells.append(copy)
     for i, cell in enumerate(cells):
         cell.id = f"k{i:04d}"
-    run = new_notebook(cells=cells, metadata=parts[0][1].metadata if parts else {})
+    run = new_notebook(cells=cells, metadata=parts[0][1].metadata)
     client = NotebookClient(
         run,
         timeout=timeout,

@@ -164,7 +164,7 @@ def test_the_simulated_gpu_reads_the_graded_line_for_cpu_and_sees_legacy_constru
 @pytest.mark.slow
 def test_forged_rounds_are_caught_by_the_cpu_time_measured_outside(reference):
     """The cheat of the red team: plain greedy decoding (the hooks counting passes removed for the call), a
-    forged log of rounds with the draft model's greedy acceptance, one embedding call per forged round, made to
+    forged log of rounds with the draft model's greedy acceptance, one embedding call per forged round, written to
     agree with every in-process check; the child's CPU time with a target that costs many drafts (`World.deep`)
     does not (the same at k = 1 as at k = 8), so the cached decode test fails and performance is never measured.
     Graded by that test alone: the part's other tests, and their checks of cost, decide nothing asserted here (a

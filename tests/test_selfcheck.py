@@ -1,5 +1,5 @@
 """`selfcheck`: passes on the kit as it is, and FAILS (exit 1, FAIL rows in the JSON) when a decoder is
-broken or a check is tampered with (issue 26, item 1)."""
+broken or a check cell fails (issue 26, item 1)."""
 
 from __future__ import annotations
 
@@ -143,6 +143,7 @@ def test_headless_reads_each_check_cell_and_a_failed_one_fails_selfcheck(tmp_pat
     probe, runs = _notebook(tmp_path, *cells), []
 
     def probe_instead(path, preset):  # selfcheck picked notebook 01; the probe runs in its place
+        assert path.name.startswith("01_"), path
         runs.append(run_notebook(probe, preset, timeout=120))
         return runs[-1]
 

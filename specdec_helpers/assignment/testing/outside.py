@@ -6,7 +6,7 @@ CPU seconds move with the machine's load even for the same work (a busy sibling 
 child and the grader are timed one after the other. So a bound is tried up to ``TRIES`` times, each time timing
 the child again (on another input) and the grader afresh, and only a decoder over the bound on every try fails:
 an honest decoder (ratio about 1) must be unlucky ``TRIES`` times in a row, a mistake (twice the passes or more) is
-over it each time. Only failing decoders pay for the extra tries, and not one over ``LOAD_ROOM`` times its bound.
+over it each time. Only failing decoders pay for the extra tries, and not one over ``NO_RETRY`` times its bound.
 
 Time alone can be bought by changing the model: a layer that adds exactly zero can be found and skipped (red team,
 2026-11-27). So these checks run `World.live`, whose every layer changes the logits, and hold what the child returns
@@ -27,6 +27,7 @@ from specdec_helpers.core.checks import NEAR_TIE, greedy_divergence
 
 TRIES = 3
 LOAD_ROOM = 2.0  # how much looser than the first try's bound a retry's may be, whatever load it shares
+NO_RETRY = 3.0  # a first try over this many times its bound is not retried: no load seen came near it
 
 
 def stopped(child, own_seconds: Callable[[int], float]) -> Callable[[int], float]:
@@ -56,18 +57,19 @@ def within(
     second verification pass once passed (CI, three workers on two cores); against one kept from a quieter moment,
     CI once failed an honest decoder on all three tries (1.63 s against a bound of 1.04 s; about 0.55 s alone). A
     retry must also stay within ``LOAD_ROOM`` times the first bound: load that starts after the first try and slows
-    the grader's timings (three busy loops let PA3's second pass through once) cannot loosen the bound further. So a
-    try over that ceiling is not retried: load would have to slow the child LOAD_ROOM times more than the grader's run
-    right after it, where the reference's first tries stayed at 0.30-0.78 of their bound (35 checks, sandboxed, load
-    4-9, three busy torch loops beside 20 of them); a decoder that forgets its target cache is at about 3.7."""
+    the grader's timings (three busy loops let PA3's second pass through once) cannot loosen the bound further. A
+    first try over ``NO_RETRY`` times its bound is not retried: load would have to slow the child NO_RETRY times more
+    than the grader's run right after it, where the reference's first tries stayed at 0.30-0.78 of their bound (35
+    checks, sandboxed, load 4-9, three busy torch loops beside 20 of them) and CI's worst seen was 1.57; a decoder
+    that forgets its target cache is at about 3.7, so it is timed once, not three times."""
     used = child_seconds(0)
     own = own_seconds(0)
     ceiling = LOAD_ROOM * (margin * own + slack)
+    if used > NO_RETRY * (margin * own + slack):  # far over: not load's doing
+        return False, used, own
     for attempt in range(1, TRIES):
         if used <= min(margin * own + slack, ceiling):
             return True, used, own
-        if used > ceiling:  # over the loosest bound any retry may have: not load's doing
-            break
         before = own_seconds(attempt)
         used = child_seconds(attempt)
         own = min(before, own_seconds(attempt))
