@@ -11,11 +11,9 @@ from __future__ import annotations
 import nbval.plugin
 from nbval.kernel import RunningKernel
 
+from tests.one_kernel import EMPTY
+
 _shared: dict = {}
-#: Empties the user namespace and holds that it is empty (every name left is IPython's own or starts with "_").
-RESET = (
-    "%reset -f\nassert not [n for n in get_ipython().user_ns if n[0] != '_' and n not in get_ipython().user_ns_hidden]"
-)
 
 
 class SharedKernel:
@@ -30,7 +28,7 @@ class SharedKernel:
     def stop(self):
         if not self.kernel.is_alive():
             return
-        msg_id = self.kernel.execute_cell_input(RESET, allow_stdin=False)
+        msg_id = self.kernel.execute_cell_input(EMPTY, allow_stdin=False)
         try:
             while True:  # nbval's await_reply drops the reply's status: a reset that raised would go unseen
                 reply = self.kernel.get_message(stream="shell", timeout=120)

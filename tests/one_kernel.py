@@ -18,12 +18,12 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
-#: Empties the user namespace, holds that it is empty (every name left is IPython's own or starts with "_") and moves
-#: to the notebook's folder.
-RESET = (
+#: Empties the user namespace and holds that it is empty (every name left is IPython's own or starts with "_").
+EMPTY = (
     "%reset -f\nassert not [n for n in get_ipython().user_ns if n[0] != '_' and n not in get_ipython().user_ns_hidden]"
-    "\nimport os as _os\n_os.chdir({folder!r})\ndel _os"
 )
+#: `EMPTY`, then the notebook's folder.
+RESET = EMPTY + "\nimport os as _os\n_os.chdir({folder!r})\ndel _os"
 
 
 def run_in_one_kernel(parts: list[tuple[str, object, Path]], env: dict, timeout: float = 600) -> dict[str, list]:
