@@ -132,7 +132,7 @@ def test_patched_position_and_pass_counters_earn_nothing(reference):
     the draft, openly) and runs the target again after each rejection, and a class body reaches `world.Probe` through
     ``pkgutil.resolve_name`` to count at most 5 positions a pass and none of the extra passes. The child's counters
     agree with one cached pass a round; its CPU time, read from outside, does not: both tests fail, each naming its
-    mistake, and nothing else does."""
+    mistake. Graded by those two tests alone, as the mistake catalog is: the part's others decide nothing here."""
     loop = "    while input_ids.shape[1] - prompt_length < max_tokens:\n"
     verify = "        accepted_tokens, accepted_position = verify(input_ids, draft)\n"
     assert loop in reference["decode"] and verify in reference["decode"]
@@ -144,10 +144,9 @@ def test_patched_position_and_pass_counters_earn_nothing(reference):
     decode = reference["decode"].replace(loop, loop + "        self.reset()\n").replace(verify, verify + again)
     cheat = decode + (CHEATS / "capped_counter.py").read_text()
     assert cells.kit_references(cheat) == []
-    results = {
-        r.test_id: r for r in grader.run_suite(dict(reference, decode=cheat), CONFIG["points"], only=["decode"], seed=0)
-    }
-    failed = {t: r.feedback for t, r in results.items() if not r.passed}
+    named = {"decode.decode_cache_reused", "decode.decode_one_pass"}
+    results = grader.run_suite(dict(reference, decode=cheat), CONFIG["points"], only=["decode"], seed=0, ids=named)
+    failed = {r.test_id: r.feedback for r in results if not r.passed}
     assert sorted(failed) == ["decode.decode_cache_reused", "decode.decode_one_pass"], failed
     assert all("measured outside your process" in feedback for feedback in failed.values())  # the counters were fooled
     assert "re-reads the whole text" in failed["decode.decode_cache_reused"]
@@ -159,13 +158,14 @@ def test_a_target_with_its_faint_layers_skipped_earns_nothing(reference):
     """Red team A03: generate_ids drops its target cache every round, and on the long prompt of the CPU-time check of
     cache reuse takes the target's faint layers out (`cheat_cells/skipped_layers.py`). With layers that added exactly
     zero it kept the text and bought the time; on `World.live` every layer counts, so its time passes and its text,
-    held against the grader's own decoding, does not: that test fails, naming the text, and nothing else does."""
+    held against the grader's own decoding, does not: that test fails, naming the text (graded by it alone)."""
     verify = "        accepted_tokens, accepted_position = verify(input_ids, draft)\n"
     assert verify in reference["decode"]
     decode = reference["decode"].replace(verify, "        self.target_cache = None\n" + verify)
     cheat = decode + "\n\n" + (CHEATS / "skipped_layers.py").read_text()
     assert cells.kit_references(cheat) == []
-    results = grader.run_suite(dict(reference, decode=cheat), CONFIG["points"], only=["decode"], seed=0)
+    ids = {"decode.decode_cache_reused"}
+    results = grader.run_suite(dict(reference, decode=cheat), CONFIG["points"], only=["decode"], seed=0, ids=ids)
     failed = {r.test_id: r.feedback for r in results if not r.passed}
     assert list(failed) == ["decode.decode_cache_reused"], failed
     assert "the output differs from the target's own greedy decoding" in failed["decode.decode_cache_reused"]
@@ -184,9 +184,11 @@ def _hidden_second_pass(reference) -> str:
 
 
 def _only_the_one_pass_check_fails(reference, cheat: str) -> None:
-    """Graded, the verification cell ``cheat`` fails only verify_tokens_vectorized's test, on its CPU time."""
+    """Graded by the test that names it, the verification cell ``cheat`` fails verify_tokens_vectorized's test on its
+    CPU time."""
     assert cells.kit_references(cheat) == []
-    results = grader.run_suite(dict(reference, verify=cheat), CONFIG["points"], only=["verify"], seed=0)
+    ids = {"verify.verify_vectorized"}  # graded by the test that names it
+    results = grader.run_suite(dict(reference, verify=cheat), CONFIG["points"], only=["verify"], seed=0, ids=ids)
     failed = {r.test_id: r.feedback for r in results if not r.passed}
     assert list(failed) == ["verify.verify_vectorized"], failed
     assert "measured outside your process" in failed["verify.verify_vectorized"]
@@ -266,10 +268,11 @@ def test_answers_in_process_run_on_the_childs_torch_threads(monkeypatch):
     assert seen == [1, 2]
 
 
-def test_a_bound_read_outside_fails_only_a_decoder_over_it_on_every_try():
-    """Load moves CPU seconds: an honest decoder unlucky once (the notebook 04 check once failed the reference at
-    load 7; CI once failed one on every try against a time cached in a quiet moment) is timed again between two fresh
-    timings of the grader; a decoder twice over the bound fails on every try, one NO_RETRY times over it on one."""
+def test_a_bound_read_outside_is_judged_on_the_sums_of_its_tries():
+    """Load moves CPU seconds: a first try clearly within (``EARLY``) passes; one far over (``NO_RETRY`` times its
+    bound) fails; anything between is timed ``TRIES`` times, each try the child then the grader on an input of its own,
+    and judged on the sums. One lucky try passed a hidden second pass in CI about once in five runs (stop 53); one
+    unlucky try of an honest decoder no longer fails it either."""
     from specdec_helpers.assignment.testing import outside
 
     def timer(values):
@@ -280,29 +283,26 @@ def test_a_bound_read_outside_fails_only_a_decoder_over_it_on_every_try():
 
     def child(attempt):
         events.append(("child", attempt))
-        return [2.0, 1.1][attempt]
+        return [1.3, 1.0, 1.0][attempt]
 
     def own(attempt):
         events.append(("own", attempt))
         return 1.0
 
-    assert outside.within(child, own, 1.5, 0.1) == (True, 1.1, 1.0)
-    # the grader is timed right after the child, then again before and after the retry, each try on an input of its
-    # own: never a time kept from another moment (CI: a second pass passed against a time kept from a busier one),
-    # never an input seen before (a review: a decoder that memoized its answer passed its retry in no time)
-    assert events == [("child", 0), ("own", 0), ("own", 1), ("child", 1), ("own", 1)]
-    assert outside.within(timer([2.0]), timer([1.4]), 1.5, 0.1) == (True, 2.0, 1.4)  # the fresh time is the bound
-    # a retry is held against the faster of the grader's two timings around it: a busy moment must cover both
-    assert outside.within(timer([2.0, 1.7, 1.7]), timer([1.0, 2.0, 1.0, 2.0, 1.0]), 1.5, 0.1) == (False, 1.7, 1.0)
-    assert outside.within(timer([2.0, 1.7]), timer([1.0, 2.0, 1.2]), 1.5, 0.1) == (True, 1.7, 1.2)
-    # ... and within LOAD_ROOM times the first bound, however slow the grader's timings around it were
-    assert outside.within(timer([2.0, 3.3, 3.3]), timer([1.0] + [3.0] * 4), 1.5, 0.1) == (False, 3.3, 3.0)
-    assert outside.within(timer([2.0] * outside.TRIES), lambda attempt: 1.0, 1.5, 0.1) == (False, 2.0, 1.0)
-    # ... a first try under NO_RETRY times its bound is retried (all above); one over it is not
+    # an unlucky first try (1.3 > EARLY) is timed again, each try the child then the grader, never an input seen before
+    # (a review: a decoder that memoized its answer passed its retry in no time); the means are returned
+    assert outside.within(child, own, 1.5, 0.0) == (True, 3.3 / 3, 1.0)
+    assert events == [(who, i) for i in range(outside.TRIES) for who in ("child", "own")]
+    assert outside.within(timer([1.25]), timer([1.0]), 1.5, 0.0) == (True, 1.25, 1.0)  # clearly within: one try
+    assert outside.within(timer([1.2]), timer([0.9]), 1.5, 0.1) == (True, 1.2, 0.9)  # the slack counts
+    # a hidden second pass (twice the grader's time) with one lucky try, which the old rule (any try) passed
+    assert outside.within(timer([2.0, 1.4, 2.0]), timer([1.0] * 3), 1.5, 0.0) == (False, 5.4 / 3, 1.0)
+    # ... and with the grader's later timings slowed: each counts at most LOAD_ROOM times the first
+    assert outside.within(timer([2.0, 3.0, 3.0]), timer([1.0, 2.5, 2.5]), 1.5, 0.0)[0] is False
+    # a first try over NO_RETRY times its bound is not retried
     tries, over = [], outside.NO_RETRY * 1.6 + 0.01
     assert outside.within(lambda i: tries.append(i) or over, lambda i: 1.0, 1.5, 0.1) == (False, over, 1.0)
     assert tries == [0]
-    assert outside.within(timer([1.6]), lambda attempt: 1.0, 1.5, 0.1) == (True, 1.6, 1.0)  # the slack counts
     texts, others = outside.random_texts(50, 12), outside.random_texts(50, 12)  # a secret each: never the world's
     assert torch.equal(texts(1), texts(1)) and not torch.equal(texts(0), texts(1)) and texts(2).shape == (1, 12)
     assert not torch.equal(texts(0), others(0))

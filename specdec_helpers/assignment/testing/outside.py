@@ -3,10 +3,11 @@ the child can forge (`suite._one_pass_outside`; `suite_decode._live_against_own`
 `_one_pass_outside`).
 
 CPU seconds move with the machine's load even for the same work (a busy sibling hyperthread, a cold cache), and the
-child and the grader are timed one after the other. So a bound is tried up to ``TRIES`` times, each time timing
-the child again (on another input) and the grader afresh, and only a decoder over the bound on every try fails:
-an honest decoder (ratio about 1) must be unlucky ``TRIES`` times in a row, a mistake (twice the passes or more) is
-over it each time. Only failing decoders pay for the extra tries, and not one over ``NO_RETRY`` times its bound.
+child and the grader are timed one after the other. So a decoder not clearly within its bound on a first try is
+timed again, each time on another input and beside a fresh timing of the grader, and judged on the sums (`within`):
+an honest decoder (ratio about 1) must be slowed alone over several tries to fail, a mistake (twice the passes or
+more) must be sped up alone over several tries to pass. Only decoders past the first try's bound pay for the extra
+tries, and not one over ``NO_RETRY`` times its bound.
 
 Time alone can be bought by changing the model: a layer that adds exactly zero can be found and skipped (red team,
 2026-11-27). So these checks run `World.live`, whose every layer changes the logits, and hold what the child returns
@@ -25,8 +26,9 @@ from specdec_helpers.assignment.testing.cases import expect_greedy, first_differ
 from specdec_helpers.core.timing import child_threads
 from specdec_helpers.core.checks import NEAR_TIE, greedy_divergence
 
-TRIES = 3
-LOAD_ROOM = 2.0  # how much looser than the first try's bound a retry's may be, whatever load it shares
+TRIES = 3  # a decoder not clearly within its bound at once is timed this many times in all, and judged on the sums
+EARLY = 1.25  # a first try within this many times the grader's time (plus slack) passes at once
+LOAD_ROOM = 2.0  # a later try's grader time counts at most this many times the first try's, whatever load it shares
 NO_RETRY = 3.0  # a first try over this many times its bound is not retried: no load seen came near it
 
 
@@ -48,32 +50,27 @@ def stopped(child, own_seconds: Callable[[int], float]) -> Callable[[int], float
 def within(
     child_seconds: Callable[[int], float], own_seconds: Callable[[int], float], margin: float, slack: float
 ) -> tuple[bool, float, float]:
-    """``(ok, used, own)``: whether the child's time stayed under ``margin * own + slack`` on some try, with the
-    last try's times. Try ``i`` runs on the caller's ``i``-th input (``child_seconds(i)``, ``own_seconds(i)``): a
-    decoder over the bound cannot answer a retry from what it computed on an earlier try (a review found that one
-    that memoized its answer passed its second try in no time). Each try holds the child against the grader's time
-    for the same input measured right after it (a retry: the faster of the grader's times just before and just after
-    it), so that both share the machine's load of their moment. Against a time kept from an earlier, busier moment, a
-    second verification pass once passed (CI, three workers on two cores); against one kept from a quieter moment,
-    CI once failed an honest decoder on all three tries (1.63 s against a bound of 1.04 s; about 0.55 s alone). A
-    retry must also stay within ``LOAD_ROOM`` times the first bound: load that starts after the first try and slows
-    the grader's timings (three busy loops let PA3's second pass through once) cannot loosen the bound further. A
-    first try over ``NO_RETRY`` times its bound is not retried: load would have to slow the child NO_RETRY times more
-    than the grader's run right after it, where the reference's first tries stayed at 0.30-0.78 of their bound (35
-    checks, sandboxed, load 4-9, three busy torch loops beside 20 of them) and CI's worst seen was 1.57; a decoder
-    that forgets its target cache is at about 3.7, so it is timed once, not three times."""
-    used = child_seconds(0)
-    own = own_seconds(0)
-    ceiling = LOAD_ROOM * (margin * own + slack)
+    """``(ok, used, own)``: whether the child's CPU time stayed within ``margin`` times the grader's own plus ``slack``,
+    with the child's and the grader's mean time a try. Try ``i`` times the child on the caller's ``i``-th input, then
+    the grader on the same input, so that both share the load of their moment; each try has its own input, so a
+    decoder cannot answer a retry from memory (a review found one that memoized its answer passed in no time).
+
+    A first try within ``EARLY`` times the grader's time passes (an honest decoder: 0.86-1.27 times, 45 tries beside
+    three busy gradings); one over ``NO_RETRY`` times its bound fails (a decoder that forgets its target cache: 3.7).
+    Anything between is timed ``TRIES`` times in all and judged on the sums, which average the load out of both
+    sides. The rule it replaced passed on any one try within the bound: one lucky try let a hidden second pass (1.7-2.1
+    times) through in about one CI run in five. A later try's grader time counts at most ``LOAD_ROOM`` times the first
+    try's: load that starts after the first try cannot loosen the bound much."""
+    used, own = child_seconds(0), own_seconds(0)
+    if used <= EARLY * own + slack:
+        return True, used, own
     if used > NO_RETRY * (margin * own + slack):  # far over: not load's doing
         return False, used, own
+    first = own
     for attempt in range(1, TRIES):
-        if used <= min(margin * own + slack, ceiling):
-            return True, used, own
-        before = own_seconds(attempt)
-        used = child_seconds(attempt)
-        own = min(before, own_seconds(attempt))
-    return used <= min(margin * own + slack, ceiling), used, own
+        used += child_seconds(attempt)
+        own += min(own_seconds(attempt), LOAD_ROOM * first)
+    return used <= margin * own + slack * TRIES, used / TRIES, own / TRIES
 
 
 def random_texts(vocab: int, length: int) -> Callable[[int], torch.Tensor]:

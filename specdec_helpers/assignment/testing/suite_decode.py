@@ -79,7 +79,7 @@ def _rounds_real_outside(ctx, new: int = 32, ratio: float = 1.6):
     time. Plain greedy decoding runs the target once per token whatever k is: the same time for both."""
     prompt = ctx.world.prompts[2]
     ctx.decode(ctx.decoder(draft="deep"), prompt, 4, k=8)  # untimed: the child's first passes of deep cost more
-    for _ in range(outside.TRIES):  # load moves CPU seconds (an honest decoder once showed 1.48x in CI): retried
+    for _ in range(3):  # load moves CPU seconds (an honest decoder once showed 1.48x in CI): up to three tries
         used, texts = {}, {}
         for k in (8, 1):
             decoder = ctx.decoder(draft="deep")
@@ -248,7 +248,7 @@ def _one_pass_outside(ctx, new: int = 16, margin: float = 1.5):
         "after a rejection. Verification already returns the correction token; each round needs exactly ONE target "
         "pass"
     )
-    _live_against_own(ctx, outside.random_texts(ctx.world.vocab, short.shape[1]), new, margin, 0.1, short, slow)
+    _live_against_own(ctx, outside.random_texts(ctx.world.vocab, short.shape[1]), new, margin, 0.07, short, slow)
 
 
 ### END HIDDEN TESTS
