@@ -268,11 +268,11 @@ def test_answers_in_process_run_on_the_childs_torch_threads(monkeypatch):
     assert seen == [1, 2]
 
 
-def test_a_bound_read_outside_is_judged_on_the_sums_of_its_tries():
-    """Load moves CPU seconds: a first try clearly within (``EARLY``) passes; one far over (``NO_RETRY`` times its
-    bound) fails; anything between is timed ``TRIES`` times, each try the child then the grader on an input of its own,
-    and judged on the sums. One lucky try passed a hidden second pass in CI about once in five runs (stop 53); one
-    unlucky try of an honest decoder no longer fails it either."""
+def test_a_bound_read_outside_is_decided_by_most_of_its_tries():
+    """Load moves CPU seconds: a first try clearly within (``EARLY`` times the grader's time) passes; one far over
+    (``NO_RETRY`` times its bound) fails; anything between is timed again, each try the child then the grader on an
+    input of its own, until most of ``TRIES`` tries agree. One lucky try passed a hidden second pass in CI about once
+    in five runs (stop 53); one unlucky try of an honest decoder does not fail it."""
     from specdec_helpers.assignment.testing import outside
 
     def timer(values):
@@ -283,22 +283,25 @@ def test_a_bound_read_outside_is_judged_on_the_sums_of_its_tries():
 
     def child(attempt):
         events.append(("child", attempt))
-        return [1.3, 1.0, 1.0][attempt]
+        return [1.2, 1.0][attempt]
 
     def own(attempt):
         events.append(("own", attempt))
         return 1.0
 
-    # an unlucky first try (1.3 > EARLY) is timed again, each try the child then the grader, never an input seen before
-    # (a review: a decoder that memoized its answer passed its retry in no time); the means are returned
-    assert outside.within(child, own, 1.5, 0.0) == (True, 3.3 / 3, 1.0)
-    assert events == [(who, i) for i in range(outside.TRIES) for who in ("child", "own")]
-    assert outside.within(timer([1.25]), timer([1.0]), 1.5, 0.0) == (True, 1.25, 1.0)  # clearly within: one try
-    assert outside.within(timer([1.2]), timer([0.9]), 1.5, 0.1) == (True, 1.2, 0.9)  # the slack counts
-    # a hidden second pass (twice the grader's time) with one lucky try, which the old rule (any try) passed
-    assert outside.within(timer([2.0, 1.4, 2.0]), timer([1.0] * 3), 1.5, 0.0) == (False, 5.4 / 3, 1.0)
-    # ... and with the grader's later timings slowed: each counts at most LOAD_ROOM times the first
-    assert outside.within(timer([2.0, 3.0, 3.0]), timer([1.0, 2.5, 2.5]), 1.5, 0.0)[0] is False
+    # past EARLY, within the bound: timed again, the child then the grader, never on an input seen before (a review: a
+    # decoder that memoized its answer passed its retry in no time); two tries within of three decide
+    assert outside.within(child, own, 1.5, 0.0) == (True, 1.2, 1.0)
+    assert events == [("child", 0), ("own", 0), ("child", 1), ("own", 1)]
+    assert outside.within(timer([1.15]), timer([1.0]), 1.5, 0.0) == (True, 1.15, 1.0)  # clearly within: one try
+    assert outside.within(timer([1.6, 1.7]), timer([1.0, 1.0]), 1.5, 0.0) == (False, 1.7, 1.0)  # two over: decided
+    # a hidden second pass (twice the grader's time) with one lucky try, which the old rule (any try) passed ...
+    assert outside.within(timer([2.0, 1.4, 2.0]), timer([1.0] * 3), 1.5, 0.0) == (False, 2.0, 1.0)
+    # ... and an honest decoder with one unlucky try, which a rule on the sums of the times failed
+    assert outside.within(timer([1.4, 2.3, 1.2]), timer([1.0] * 3), 1.5, 0.0) == (True, 1.4, 1.0)
+    assert outside.within(timer([1.6, 1.6]), timer([1.0] * 2), 1.5, 0.1) == (True, 1.6, 1.0)  # the slack counts
+    # a later try's grader time counts at most LOAD_ROOM times the first's, however slow the grader was around it
+    assert outside.within(timer([1.6, 3.3, 3.3]), timer([1.0, 3.0, 3.0]), 1.5, 0.0) == (False, 3.3, 2.0)
     # a first try over NO_RETRY times its bound is not retried
     tries, over = [], outside.NO_RETRY * 1.6 + 0.01
     assert outside.within(lambda i: tries.append(i) or over, lambda i: 1.0, 1.5, 0.1) == (False, over, 1.0)

@@ -4,10 +4,10 @@ the child can forge (`suite._one_pass_outside`; `suite_decode._live_against_own`
 
 CPU seconds move with the machine's load even for the same work (a busy sibling hyperthread, a cold cache), and the
 child and the grader are timed one after the other. So a decoder not clearly within its bound on a first try is
-timed again, each time on another input and beside a fresh timing of the grader, and judged on the sums (`within`):
-an honest decoder (ratio about 1) must be slowed alone over several tries to fail, a mistake (twice the passes or
-more) must be sped up alone over several tries to pass. Only decoders past the first try's bound pay for the extra
-tries, and not one over ``NO_RETRY`` times its bound.
+timed again, each time on another input and beside a fresh timing of the grader, and most tries decide (`within`):
+an honest decoder (ratio about 1) must be slowed alone on most tries to fail, a mistake (twice the passes or more)
+must be sped up alone on most tries to pass. Only decoders past ``EARLY`` times the grader's time on their first try
+pay for the extra tries, and not one over ``NO_RETRY`` times its bound.
 
 Time alone can be bought by changing the model: a layer that adds exactly zero can be found and skipped (red team,
 2026-11-27). So these checks run `World.live`, whose every layer changes the logits, and hold what the child returns
@@ -26,8 +26,8 @@ from specdec_helpers.assignment.testing.cases import expect_greedy, first_differ
 from specdec_helpers.core.timing import child_threads
 from specdec_helpers.core.checks import NEAR_TIE, greedy_divergence
 
-TRIES = 3  # a decoder not clearly within its bound at once is timed this many times in all, and judged on the sums
-EARLY = 1.25  # a first try within this many times the grader's time (plus slack) passes at once
+TRIES = 3  # a decoder not clearly within its bound at once is timed up to this many times, and most tries decide
+EARLY = 1.15  # a first try within this many times the grader's time passes at once
 LOAD_ROOM = 2.0  # a later try's grader time counts at most this many times the first try's, whatever load it shares
 NO_RETRY = 3.0  # a first try over this many times its bound is not retried: no load seen came near it
 
@@ -50,27 +50,32 @@ def stopped(child, own_seconds: Callable[[int], float]) -> Callable[[int], float
 def within(
     child_seconds: Callable[[int], float], own_seconds: Callable[[int], float], margin: float, slack: float
 ) -> tuple[bool, float, float]:
-    """``(ok, used, own)``: whether the child's CPU time stayed within ``margin`` times the grader's own plus ``slack``,
-    with the child's and the grader's mean time a try. Try ``i`` times the child on the caller's ``i``-th input, then
+    """``(ok, used, own)``: whether the child's CPU time stayed within ``margin`` times the grader's own plus ``slack``
+    on most tries, with the times of the middle try. Try ``i`` times the child on the caller's ``i``-th input, then
     the grader on the same input, so that both share the load of their moment; each try has its own input, so a
     decoder cannot answer a retry from memory (a review found one that memoized its answer passed in no time).
 
-    A first try within ``EARLY`` times the grader's time passes (an honest decoder: 0.86-1.27 times, 45 tries beside
-    three busy gradings); one over ``NO_RETRY`` times its bound fails (a decoder that forgets its target cache: 3.7).
-    Anything between is timed ``TRIES`` times in all and judged on the sums, which average the load out of both
-    sides. The rule it replaced passed on any one try within the bound: one lucky try let a hidden second pass (1.7-2.1
-    times) through in about one CI run in five. A later try's grader time counts at most ``LOAD_ROOM`` times the first
-    try's: load that starts after the first try cannot loosen the bound much."""
+    A first try within ``EARLY`` times the grader's time passes: honest decoders' tries were at 0.75-1.35 times (94
+    tries, three gradings at once on two cores, stop 54). One over ``NO_RETRY`` times its bound fails (a decoder that
+    forgets its target cache: 3.7 times its bound). Anything between is timed again until most of ``TRIES`` tries are
+    within the bound or most are over it: past the first, one lucky or unlucky try decides nothing. The rule this replaced passed on
+    any one try within the bound: hidden second passes came in at 1.28-2.57 times the grader's time (72 tries), and
+    CI saw one pass that way in about one run in five. A later try's grader time counts at most ``LOAD_ROOM`` times
+    the first try's: load that starts after the first try cannot loosen the bound much."""
     used, own = child_seconds(0), own_seconds(0)
-    if used <= EARLY * own + slack:
+    if used <= EARLY * own:
         return True, used, own
     if used > NO_RETRY * (margin * own + slack):  # far over: not load's doing
         return False, used, own
-    first = own
-    for attempt in range(1, TRIES):
-        used += child_seconds(attempt)
-        own += min(own_seconds(attempt), LOAD_ROOM * first)
-    return used <= margin * own + slack * TRIES, used / TRIES, own / TRIES
+    first, tries = own, [(used, own)]
+    within_bound = [used <= margin * own + slack]
+    while max(within_bound.count(True), within_bound.count(False)) * 2 <= TRIES:  # no majority yet
+        used = child_seconds(len(tries))
+        own = min(own_seconds(len(tries)), LOAD_ROOM * first)
+        tries.append((used, own))
+        within_bound.append(used <= margin * own + slack)
+    used, own = sorted(tries, key=lambda t: t[0] - margin * t[1])[len(tries) // 2]
+    return within_bound.count(True) * 2 > TRIES, used, own
 
 
 def random_texts(vocab: int, length: int) -> Callable[[int], torch.Tensor]:
