@@ -55,12 +55,12 @@ def within(
     the grader on the same input, so that both share the load of their moment; each try has its own input, so a
     decoder cannot answer a retry from memory (a review found one that memoized its answer passed in no time).
 
-    A first try within ``EARLY`` times the grader's time passes: honest decoders' tries were at 0.75-1.35 times (94
-    tries, three gradings at once on two cores, stop 54). One over ``NO_RETRY`` times its bound fails (a decoder that
-    forgets its target cache: 3.7 times its bound). Anything between is timed again until most of ``TRIES`` tries are
-    within the bound or most are over it: past the first, one lucky or unlucky try decides nothing. The rule this replaced passed on
-    any one try within the bound: hidden second passes came in at 1.28-2.57 times the grader's time (72 tries), and
-    CI saw one pass that way in about one run in five. A later try's grader time counts at most ``LOAD_ROOM`` times
+    A first try within ``EARLY`` times the grader's time passes: honest decoders' tries were at 0.75-1.35 times but
+    one at 1.62 (122 tries, three gradings at once on two cores, stop 54). One over ``NO_RETRY`` times its bound
+    fails (a decoder that forgets its target cache: 3.7 times its bound). Anything between is timed again until most
+    of ``TRIES`` tries are within the bound or most are over it: past the first, one lucky or unlucky try decides
+    nothing. The rule this replaced passed on any one try within the bound: hidden second passes came in at 1.28-2.57
+    times the grader's time (114 tries), and CI saw one pass that way in about one run in five. A later try's grader time counts at most ``LOAD_ROOM`` times
     the first try's: load that starts after the first try cannot loosen the bound much."""
     used, own = child_seconds(0), own_seconds(0)
     if used <= EARLY * own:

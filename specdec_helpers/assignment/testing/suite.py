@@ -352,7 +352,7 @@ def _one_pass_outside(ctx, method: str, length: int = 384, margin: float = 1.5):
         text = torch.cat(case(attempt), dim=1)
         return outside.own_seconds_keeping(own, attempt, lambda: ctx.world.live(input_ids=text).logits)
 
-    ok, used, own_used = outside.within(child_seconds, outside.stopped(ctx.child, own_seconds), margin, 0.035)
+    ok, used, own_used = outside.within(child_seconds, outside.stopped(ctx.child, own_seconds), margin, 0.025)
     if not ok:
         raise Mistake(
             f"{method} on a {length}-token text took {used:.2f} s of CPU time, where one target pass over it takes "

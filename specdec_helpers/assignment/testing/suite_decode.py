@@ -248,7 +248,7 @@ def _one_pass_outside(ctx, new: int = 16, margin: float = 1.5):
         "after a rejection. Verification already returns the correction token; each round needs exactly ONE target "
         "pass"
     )
-    _live_against_own(ctx, outside.random_texts(ctx.world.vocab, short.shape[1]), new, margin, 0.07, short, slow)
+    _live_against_own(ctx, outside.random_texts(ctx.world.vocab, short.shape[1]), new, margin, 0.05, short, slow)
 
 
 ### END HIDDEN TESTS
