@@ -183,7 +183,7 @@ def _hidden_second_pass(reference) -> str:
     return reference["verify"].replace(line, line + hidden) + (CHEATS / "capped_counter.py").read_text()
 
 
-def _only_the_one_pass_check_fails(reference, cheat: str) -> None:
+def _the_one_pass_check_fails(reference, cheat: str) -> None:
     """Graded by the test that names it, the verification cell ``cheat`` fails verify_tokens_vectorized's test on its
     CPU time."""
     assert cells.kit_references(cheat) == []
@@ -381,7 +381,7 @@ def test_a_second_pass_that_answers_a_retry_from_memory_earns_nothing(reference)
         "        _memo[key] = _computed(self, input_ids, draft_tokens, attention_mask)\n"
         "    return _memo[key]\n"
     )
-    _only_the_one_pass_check_fails(reference, _hidden_second_pass(reference) + memo)
+    _the_one_pass_check_fails(reference, _hidden_second_pass(reference) + memo)
 
 
 def test_a_verification_is_held_against_the_graders_pass_up_to_a_near_tie_only():

@@ -60,8 +60,9 @@ def within(
     fails (a decoder that forgets its target cache: 3.7 times its bound). Anything between is timed again until most
     of ``TRIES`` tries are within the bound or most are over it: past the first, one lucky or unlucky try decides
     nothing. The rule this replaced passed on any one try within the bound: hidden second passes came in at 1.28-2.57
-    times the grader's time (114 tries), and CI saw one pass that way in about one run in five. A later try's grader time counts at most ``LOAD_ROOM`` times
-    the first try's: load that starts after the first try cannot loosen the bound much."""
+    times the grader's time (114 tries), and CI saw one pass that way in about one run in five. A later try's grader
+    time counts at most ``LOAD_ROOM`` times the first try's: load that starts after the first try cannot loosen the
+    bound much."""
     used, own = child_seconds(0), own_seconds(0)
     if used <= EARLY * own:
         return True, used, own

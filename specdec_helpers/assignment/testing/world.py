@@ -139,11 +139,11 @@ class World:
 
     @functools.cached_property
     def live(self):
-        """`deep` whose extra layers each add a little (seeded layer norms, `deepened`): other logits. A zero layer can
-        be found and skipped (red team, 2026-11-27); one of these, not without changing the output, which the checks
-        of cost that use it compare with the grader's own (`outside`). Six times the target's layers, not twelve: a
-        hidden second pass still costs about twice one (PA3's loop on 16 tokens: 2.15 at 12x, 2.10 at 6x), for a
-        grading's checks of cost half the CPU (stop 54)."""
+        """The target deepened as `deep` is, but each extra layer adds a little (seeded layer norms, `deepened`): other
+        logits. A zero layer can be found and skipped (red team, 2026-11-27); one of these, not without changing the
+        output, which the checks of cost that use it compare with the grader's own (`outside`). Six times the target's
+        layers, not twelve as `deep`: a hidden second pass still costs about twice one (PA3's loop on 16 tokens: 2.15
+        at 12x, 2.10 at 6x), for half the CPU of a grading's checks of cost (stop 54)."""
         return as_timed(deepened(self._plain["target"], times=6, live_seed=self.seed + 13))
 
     def folders(self) -> tuple[str, str]:
