@@ -295,6 +295,7 @@ def test_a_bound_read_outside_is_decided_by_most_of_its_tries():
     assert events == [("child", 0), ("own", 0), ("child", 1), ("own", 1)]
     assert outside.within(timer([1.15]), timer([1.0]), 1.5, 0.0) == (True, 1.15, 1.0)  # clearly within: one try
     assert outside.within(timer([1.6, 1.7]), timer([1.0, 1.0]), 1.5, 0.0) == (False, 1.7, 1.0)  # two over: decided
+    assert outside.within(timer([1.62, 1.0, 1.0]), timer([1.0] * 3), 1.5, 0.0) == (True, 1.0, 1.0)  # unlucky first
     # a hidden second pass (twice the grader's time) with one lucky try, which the old rule (any try) passed ...
     assert outside.within(timer([2.0, 1.4, 2.0]), timer([1.0] * 3), 1.5, 0.0) == (False, 2.0, 1.0)
     # ... and an honest decoder with one unlucky try, which a rule on the sums of the times failed
@@ -306,6 +307,8 @@ def test_a_bound_read_outside_is_decided_by_most_of_its_tries():
     tries, over = [], outside.NO_RETRY * 1.6 + 0.01
     assert outside.within(lambda i: tries.append(i) or over, lambda i: 1.0, 1.5, 0.1) == (False, over, 1.0)
     assert tries == [0]
+    under = outside.NO_RETRY * 1.5 - 0.01  # just under: timed again
+    assert outside.within(timer([under, 1.0, 1.0]), timer([1.0] * 3), 1.5, 0.0) == (True, 1.0, 1.0)
     texts, others = outside.random_texts(50, 12), outside.random_texts(50, 12)  # a secret each: never the world's
     assert torch.equal(texts(1), texts(1)) and not torch.equal(texts(0), texts(1)) and texts(2).shape == (1, 12)
     assert not torch.equal(texts(0), others(0))

@@ -9,6 +9,10 @@ an honest decoder (ratio about 1) must be slowed alone on most tries to fail, a 
 must be sped up alone on most tries to pass. Only decoders past ``EARLY`` times the grader's time on their first try
 pay for the extra tries, and not one over ``NO_RETRY`` times its bound.
 
+These checks catch a decoder that runs more passes than it says, as PA3's did. One that hides extra passes on
+purpose, only in calls that are not timed, gets through: the timed calls can be told apart (`live`, random texts),
+and the pass counter can be patched. Timing every call from outside would close that; these time only their own.
+
 Time alone can be bought by changing the model: a layer that adds exactly zero can be found and skipped (red team,
 2026-11-27). So these checks run `World.live`, whose every layer changes the logits, and hold what the child returns
 against the grader's own run of it (`expect_own_texts`, `same_pass`)."""
@@ -51,9 +55,10 @@ def within(
     child_seconds: Callable[[int], float], own_seconds: Callable[[int], float], margin: float, slack: float
 ) -> tuple[bool, float, float]:
     """``(ok, used, own)``: whether the child's CPU time stayed within ``margin`` times the grader's own plus ``slack``
-    on most tries, with the times of the middle try. Try ``i`` times the child on the caller's ``i``-th input, then
-    the grader on the same input, so that both share the load of their moment; each try has its own input, so a
-    decoder cannot answer a retry from memory (a review found one that memoized its answer passed in no time).
+    on most tries, with the times of the middle try (the worse of two; the only one). Try ``i`` times the child on
+    the caller's ``i``-th input, then the grader on the same input, so that both share the load of their moment; each
+    try has its own input, so a decoder cannot answer a retry from memory (a review found one that memoized its
+    answer passed in no time).
 
     A first try within ``EARLY`` times the grader's time passes: honest decoders' tries were at 0.75-1.35 times but
     one at 1.62 (122 tries, three gradings at once on two cores, stop 54). One over ``NO_RETRY`` times its bound
@@ -70,7 +75,7 @@ def within(
         return False, used, own
     first, tries = own, [(used, own)]
     within_bound = [used <= margin * own + slack]
-    while max(within_bound.count(True), within_bound.count(False)) * 2 <= TRIES:  # no majority yet
+    while len(tries) < TRIES and max(within_bound.count(True), within_bound.count(False)) * 2 <= TRIES:  # no majority
         used = child_seconds(len(tries))
         own = min(own_seconds(len(tries)), LOAD_ROOM * first)
         tries.append((used, own))
