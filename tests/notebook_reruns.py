@@ -25,6 +25,7 @@ from pathlib import Path
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
+from one_kernel import EMPTY
 
 from specdec_helpers.present.headless import output_text
 
@@ -121,8 +122,9 @@ def kernel_env(export_dir: str) -> dict:
     return env
 
 
-#: Before each notebook after the first: an emptied namespace, and an export folder of its own.
-NEXT = "%reset -f\nimport os as _os\n_os.environ['SPECDEC_EXPORT_DIR'] = {export!r}\ndel _os"
+#: Before each notebook after the first: an emptied namespace, held empty (`one_kernel.EMPTY`, as the other shared
+#: kernels reset), and an export folder of its own.
+NEXT = EMPTY + "\nimport os as _os\n_os.environ['SPECDEC_EXPORT_DIR'] = {export!r}\ndel _os"
 
 
 def run_reruns(nbs: list, timeout: float = 900) -> tuple[list[list[str]], float]:

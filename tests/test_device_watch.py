@@ -184,7 +184,7 @@ def test_the_torch_tensor_cheat_of_issue_43_earns_nothing():
         "decode.decode_device",
         "on a GPU this raises",
     )
-    report = mutations.grade_mutation(cheat, reference, seed=0, in_process=True, only_its_test=True)
+    report = mutations.grade_mutation(cheat, reference, seed=0, in_process=True, ids={cheat.test_id})
     lost = [r for r in report.results if not r.passed]
     assert [r.test_id for r in lost] == ["decode.decode_device"], [(r.test_id, r.feedback) for r in lost]
     assert lost[0].score == 0 and "in generate_ids, line" in lost[0].feedback
@@ -295,10 +295,8 @@ def test_a_host_tensor_kept_between_calls_loses_the_device_test_named_with_its_l
         "decode.decode_device",
         "on a GPU this raises",
     )
-    sources, ids = kept.sources(reference), ["decode.decode_max_tokens", "decode.decode_device"]
-    results = grader.run_suite(
-        sources, {}, seed=0, child_factory=lambda: InProcess(cells.load_functions(sources)), ids=set(ids)
-    )
+    ids = ["decode.decode_max_tokens", "decode.decode_device"]
+    results = mutations.grade_mutation(kept, reference, seed=0, in_process=True, ids=set(ids)).results
     assert [r.test_id for r in results] == ids  # the buffer is made in the first, unwatched
     lost = [r for r in results if not r.passed]
     assert [r.test_id for r in lost] == ["decode.decode_device"], [(r.test_id, r.feedback) for r in lost]
@@ -427,7 +425,6 @@ DECODES = {  # the reference's generate_ids, and the same run with the watch swi
 @pytest.mark.parametrize("name", sorted(DECODES))
 def test_the_graded_call_in_the_child_is_seen_or_faulted(name):
     """Through the child's own request (`child.Server.op_call` with ``watch``), as `decode_device` sends it."""
-    from specdec_helpers.assignment.grading.sandbox import InProcess
     from specdec_helpers.assignment.testing.wire import encode
 
     body, caught = DECODES[name]

@@ -298,11 +298,11 @@ def grade_mutation(
     reference: dict | None = None,
     seed: int | None = None,
     in_process: bool = False,
-    only_its_test: bool = False,
+    ids: set[str] | None = None,
 ) -> Report:
-    """The implementation tests of the mutated part, run in a child like a submission's (``only_its_test``:
-    just the test that must catch it, which then holds the part's points; the others' checks of cost are most
-    of a part's grading time). ``in_process``:
+    """The implementation tests of the mutated part, run in a child like a submission's (``ids``: just these, e.g.
+    the test that must catch it, which then holds the part's points; the others' checks of cost are most of a
+    part's grading time). ``in_process``:
     answered here instead (the catalog is the instructor's own code): the same `child.Server` and JSON
     round trip without a child's start (~8 s of imports each), which tests/test_assignment.py keeps equal.
     In process nothing times out and a cell that fails to load raises here: fine for the instructor's own
@@ -310,7 +310,6 @@ def grade_mutation(
     config = load_config()
     sources = m.sources(reference)
     factory = (lambda: InProcess(load_functions(sources))) if in_process else None
-    ids = {m.test_id} if only_its_test else None
     return Report(
         run_suite(sources, config["points"], only=[m.part], seed=seed, child_factory=factory, ids=ids), source=m.name
     )
